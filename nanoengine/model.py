@@ -1,0 +1,150 @@
+"""One decoder for the Llama family: Llama / SmolLM2, Qwen2 (qkv bias), Qwen3 (q/k RMSNorm).
+
+Module names mirror Hugging Face's, so a checkpoint's state dict loads as is.
+Tokens arrive flat ([num_tokens, hidden]): no batch dimension, no padding.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nanoengine.attention import AttentionMetadata, write_kv
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, config, max_positions: int):
+        super().__init__()
+        inv_freq = rope_inv_freq(config)
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, positions, q, k):
+        cos = self.cos[positions].unsqueeze(1).to(q.dtype)   # [T, 1, dim]: broadcast over heads
+        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def rope_inv_freq(config) -> torch.Tensor:
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        dim = head_dim_of(config)
+        return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
+    return inv_freq.float()
+
+
+def head_dim_of(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = head_dim_of(config)
+        self.scale = self.head_dim ** -0.5
+        bias = getattr(config, "attention_bias", config.model_type == "qwen2")
+        h = config.hidden_size
+        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
+        if config.model_type == "qwen3":
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(self, x, positions, rope, kv_cache, meta: AttentionMetadata, attend):
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rope(positions, q, k)
+        k_cache, v_cache = kv_cache
+        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        o = attend(q, k_cache, v_cache, meta, self.scale)
+        return self.o_proj(o.reshape(T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.self_attn = Attention(config)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, positions, rope, kv_cache, meta, attend):
+        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv_cache, meta, attend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, config, max_positions: int):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config, max_positions)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config, max_positions: int):
+        super().__init__()
+        if config.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model_type {config.model_type!r} is not supported; "
+                             f"nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}")
+        self.config = config
+        self.model = DecoderModel(config, max_positions)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata, attend) -> torch.Tensor:
+        x = self.model.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.model.layers, kv_caches):
+            x = layer(x, positions, self.model.rotary_emb, kv_cache, meta, attend)
+        return x
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm + LM head, only for the rows that are sampled (the norm is per token)."""
+        return self.lm_head(self.model.norm(hidden))

@@ -1,0 +1,153 @@
+"""Continuous batching: which sequences run this step, and how many tokens each computes."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from nanoengine.block_manager import BlockManager, blocks_needed
+from nanoengine.sequence import FinishReason, Sequence, SequenceStatus
+
+
+def choose_victim(running: list[Sequence]) -> Sequence:
+    """Preempt the most recently admitted request: it has done the least work."""
+    return running[-1]
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    seqs: list[Sequence] = field(default_factory=list)   # batch order; each has num_scheduled_tokens > 0
+    events: list[tuple[str, int, dict]] = field(default_factory=list)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_scheduled_tokens for s in self.seqs)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int,
+                 max_model_len: int, eos_token_ids: frozenset[int] = frozenset()):
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []          # admission order: newest last
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        # 1. Running sequences first, oldest first: one decode token each, or their next prefill chunk.
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq.status != SequenceStatus.RUNNING:      # preempted earlier in this loop
+                continue
+            num_new = min(seq.num_uncomputed_tokens, budget)
+            if self.make_room(seq, num_new, out):
+                self.block_manager.allocate(seq, num_new)
+                budget -= self.schedule_tokens(seq, num_new, out)
+        # 2. Then admit waiting sequences (preempted ones are at the head) while budget and blocks last.
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.try_admit(seq, budget, out):
+                break
+            budget -= self.schedule_tokens(seq, seq.num_scheduled_tokens, out)
+        return out
+
+    def make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
+        """Preempt newer sequences until seq's new blocks fit; False if seq itself was preempted."""
+        bm = self.block_manager
+        while not bm.can_allocate(bm.blocks_to_schedule(seq, num_new)):
+            victim = choose_victim(self.running)
+            self.preempt(victim, out, needed_by=seq)
+            if victim is seq:
+                return False
+        return True
+
+    def try_admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:
+        bm = self.block_manager
+        hit_blocks, hit_hashes = bm.find_cached_prefix(seq)
+        num_cached = len(hit_blocks) * bm.block_size
+        num_new = min(seq.num_tokens - num_cached, budget)
+        num_new_blocks = blocks_needed(num_cached + num_new, bm.block_size) - len(hit_blocks)
+        if not bm.can_allocate(num_new_blocks + bm.num_free_in(hit_blocks)):
+            return False
+        self.waiting.popleft()
+        bm.use_cached_prefix(seq, hit_blocks, hit_hashes)
+        bm.allocate(seq, num_new)
+        seq.status = SequenceStatus.RUNNING
+        seq.num_scheduled_tokens = num_new
+        seq.prefill_chunk = 1
+        self.running.append(seq)
+        out.events.append(("admitted", seq.seq_id, {}))
+        if hit_blocks:
+            out.events.append(("prefix_hit", seq.seq_id, {"blocks": hit_blocks, "tokens_saved": num_cached}))
+        return True
+
+    def schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
+        seq.num_scheduled_tokens = num_new
+        out.seqs.append(seq)
+        if seq.prefill_chunk:
+            out.events.append(("prefill_chunk", seq.seq_id, {
+                "chunk": seq.prefill_chunk, "start": seq.num_cached_tokens,
+                "end": seq.num_cached_tokens + num_new, "num_tokens": seq.num_tokens}))
+        return num_new
+
+    def preempt(self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
+        """Preempt by recompute: drop its KV; it will prefill all its tokens again later."""
+        reason = (f"KV cache full: seq {needed_by.seq_id} needed a block, "
+                  f"{self.block_manager.num_free_blocks} free")
+        self.block_manager.free(seq)
+        seq.num_cached_tokens = 0
+        seq.prefill_chunk = 0
+        seq.status = SequenceStatus.WAITING
+        self.running.remove(seq)
+        self.waiting.appendleft(seq)
+        out.events.append(("preempted", seq.seq_id, {"reason": reason}))
+
+    def postprocess(self, out: SchedulerOutput, token_ids: list[int]) -> list[Sequence]:
+        """Commit the step: advance caches, append sampled tokens, finish what is done.
+
+        Returns the sequences that gained a token.
+        """
+        appended = []
+        for seq, token_id in zip(out.seqs, token_ids):
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            self.block_manager.register_full_blocks(seq)
+            if seq.num_cached_tokens < seq.num_tokens:    # mid-prefill: its logits were discarded
+                seq.prefill_chunk += 1
+                continue
+            if seq.prefill_chunk:
+                out.events.append(("prefill_done", seq.seq_id, {"chunks": seq.prefill_chunk}))
+                seq.prefill_chunk = 0
+            seq.token_ids.append(token_id)
+            appended.append(seq)
+            reason = self.check_stop(seq, token_id)
+            if reason is not None:
+                self.finish(seq, reason, out)
+        return appended
+
+    def check_stop(self, seq: Sequence, token_id: int) -> FinishReason | None:
+        if token_id in self.eos_token_ids and not seq.params.ignore_eos:
+            return FinishReason.STOP
+        if seq.num_completion_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
+            return FinishReason.LENGTH
+        return None
+
+    def finish(self, seq: Sequence, reason: FinishReason, out: SchedulerOutput | None = None) -> None:
+        if seq.status == SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq)
+        seq.finish(reason)
+        if out is not None:
+            out.events.append(("finished", seq.seq_id, {"reason": reason.value}))

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+from nanoengine.sampling_params import SamplingParams
+
+
+class SequenceStatus(str, Enum):
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"          # EOS or a stop string
+    LENGTH = "length"      # max_tokens or max_model_len reached
+    ABORT = "abort"        # the user aborted it
+    IGNORED = "ignored"    # could never be scheduled
+
+
+_seq_ids = itertools.count()
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """One request: its tokens, how many of them have KV in the cache, and where."""
+    token_ids: list[int]
+    params: SamplingParams
+    prompt: str = ""
+    seq_id: int = field(default_factory=lambda: next(_seq_ids))
+    status: SequenceStatus = SequenceStatus.WAITING
+    finish_reason: FinishReason | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0       # tokens whose KV is in the cache; <= num_tokens always
+    num_scheduled_tokens: int = 0    # tokens computed this step; 0 outside a step
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)  # chained hash per full cached block
+    prefill_chunk: int = 0           # 1-based chunk number while prefilling; 0 when decoding
+
+    def __post_init__(self) -> None:
+        self.num_prompt_tokens = len(self.token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+    @property
+    def completion_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_table)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_cached_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    def finish(self, reason: FinishReason) -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = reason
