@@ -1,0 +1,144 @@
+"""`nanoengine trace`, `nanoengine replay` and `nanoengine check` (dispatched from nanoengine.cli).
+
+    nanoengine trace "prompt" ["prompt" ...] [engine flags] [--out FILE] [--title T] [--no-tui]
+    nanoengine replay FILE [--step N]
+    nanoengine check FILE [--full]
+
+Exit codes: 0 fine; 1 `check` found an invariant violation; 2 bad input (one-line error);
+130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from nanoengine.cli import add_engine_args, engine_options, sampling_params
+from tracer.trace_file import Trace, TraceError, load_trace
+
+
+def err(message: str) -> None:
+    print(f"nanoengine: error: {message}", file=sys.stderr)
+
+
+def trace_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="nanoengine trace",
+                                description="Generate with the step recorder, then open the replay TUI.")
+    p.add_argument("prompts", nargs="+")
+    add_engine_args(p)
+    p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
+    p.add_argument("--title", default=None, help="a title shown by the viewer")
+    p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
+    args = p.parse_args(argv)
+    from nanoengine.engine import LLMEngine
+    from tracer.recorder import default_trace_path
+    console = Console(stderr=True)
+    params = sampling_params(args)
+    with console.status(f"Loading model {args.model} ..."):
+        engine = LLMEngine(args.model, **engine_options(args))
+    ids = [engine.add_request(prompt, params) for prompt in args.prompts]   # bad prompts fail before any file
+    path = Path(args.out) if args.out else default_trace_path()
+    if not record(engine, path, args.title, console):
+        return 130
+    for seq_id in ids:
+        engine.collect(seq_id)
+    Console().print(f"Trace written to [bold]{path}[/]")
+    if args.no_tui:
+        return summarize_file(path)
+    return open_replay(path, 0)
+
+
+def record(engine, path: Path, title: str | None, console: Console) -> bool:
+    """Step the engine to the end with a recorder; False if Ctrl-C cut it short."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from tracer.recorder import TraceRecorder
+    with TraceRecorder(engine, path, title=title) as recorder, Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+            console=console, transient=True) as progress:
+        task = progress.add_task("Recording")
+        num_generated = 0
+        try:
+            while engine.has_unfinished():
+                num_generated += len(engine.step())
+                progress.update(task, description=f"Recording step {recorder.num_steps}, "
+                                                  f"{num_generated} tokens generated")
+        except KeyboardInterrupt:
+            recorder.close()
+            progress.stop()
+            console.print(f"[yellow]Interrupted:[/] {recorder.num_steps} steps were recorded in {path}; "
+                          f"replay them with `nanoengine replay {path}`")
+            return False
+    return True
+
+
+def summarize_file(path: Path) -> int:
+    from tracer.invariants import check_trace
+    from tracer.summary import print_summary, summarize
+    trace = load_trace(path)
+    print_summary(trace, summarize(trace, check_trace(trace)), Console())
+    return 0
+
+
+def replay_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="nanoengine replay", description="Open a saved trace in the replay TUI.")
+    p.add_argument("file")
+    p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
+    args = p.parse_args(argv)
+    trace = load_or_report(args.file)
+    if trace is None:
+        return 2
+    if not trace.steps:
+        err(f"{args.file} has a header but no steps: nothing to replay (was the run interrupted at once?)")
+        return 2
+    if not 0 <= args.step < trace.num_steps:
+        err(f"--step {args.step} is outside the trace: choose 0 .. {trace.num_steps - 1}")
+        return 2
+    return open_replay(Path(args.file), args.step)
+
+
+def open_replay(path: Path, start_step: int) -> int:
+    try:
+        from tracer.app import run_replay
+    except ModuleNotFoundError as e:
+        if e.name != "tracer.app":
+            raise
+        err(f"the replay TUI (tracer.app) is not installed; the trace is in {path}: "
+            f"use `nanoengine check {path}` or `--no-tui`")
+        return 2
+    return run_replay(path, start_step)
+
+
+def check_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="nanoengine check",
+                                description="Run the invariant checker on every step of a trace.")
+    p.add_argument("file")
+    p.add_argument("--full", action="store_true",
+                   help="validate every line against the JSON schema (slower; default: a sample)")
+    args = p.parse_args(argv)
+    trace = load_or_report(args.file, "all" if args.full else "sample")
+    if trace is None:
+        return 2
+    from tracer.invariants import INVARIANTS, check_trace
+    from tracer.summary import violations_table
+    violations = check_trace(trace)
+    console = Console()
+    if violations:
+        console.print(violations_table(violations))
+        console.print(f"[red]{len(violations)} invariant violations[/] in {trace.num_steps} steps of {args.file}")
+        return 1
+    console.print(f"[green]OK[/]: {trace.num_steps} steps of {args.file}, {len(INVARIANTS)} invariants hold "
+                  f"at every step")
+    return 0
+
+
+def load_or_report(path: str, validate: str = "sample") -> Trace | None:
+    try:
+        trace = load_trace(path, validate)
+    except TraceError as e:
+        err(str(e))
+        return None
+    if trace.warning:
+        print(f"nanoengine: warning: {trace.warning}", file=sys.stderr)
+    return trace

@@ -1,0 +1,237 @@
+"""The step recorder: an engine step hook that writes a JSONL trace (docs/trace-format.md).
+
+Stable API (the TUI, the demos and the lessons build on these):
+
+    record_run(prompts, params=None, out_path=None, *, model="default", title=None,
+               focus_step=None, engine=None, **engine_options) -> (Path, list[RequestOutput])
+        Runs the prompts to completion with a recorder attached; returns the trace path and the
+        outputs in prompt order. `params` is one SamplingParams, a list (one per prompt) or None.
+        Pass `engine=` to reuse a loaded LLMEngine (then `model` and engine_options are ignored).
+        out_path None: traces/trace-YYYYmmdd-HHMMSS.jsonl under the current folder.
+
+    TraceRecorder(engine, path, title=None, focus_step=None)
+        Attaches itself to the engine as a step hook (do not also call engine.add_step_hook) and
+        writes one line per step, flushed at once. Use it as a context manager, or call close():
+        close() detaches it and makes sure the header is written even if no step ran.
+        Attributes: path, num_steps, violations (list[Violation] found live so far).
+
+    default_trace_path(folder="traces") -> Path
+
+The header is written lazily, on the first step, listing every request live then. Requests that
+first appear in a later step (added with add_request after the run started) are listed in that
+step line's `new_requests`; the loader merges both into Trace.requests.
+
+Per-step cost is kept low: token texts are decoded once per token id and cached; a sequence's
+output text is re-decoded only in steps where it gained a token; finished sequences are carried
+as one cached dict.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import nanoengine
+from nanoengine.engine import LLMEngine, RequestOutput
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.step_record import SeqStep, StepRecord
+from tracer.invariants import InvariantChecker, Violation
+
+SCHEMA_VERSION = 1
+CONFIG_FIELDS = ("block_size", "num_kv_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
+                 "enable_prefix_caching", "use_chat_template")
+SEQ_FIELDS = SeqStep.__slots__
+
+
+def default_trace_path(folder: str | Path = "traces") -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(folder) / f"trace-{stamp}.jsonl"
+    n = 1
+    while path.exists():
+        path, n = Path(folder) / f"trace-{stamp}-{n}.jsonl", n + 1
+    return path
+
+
+class TraceRecorder:
+    def __init__(self, engine: LLMEngine, path: str | Path, title: str | None = None,
+                 focus_step: int | None = None):
+        self.engine = engine
+        self.path = Path(path)
+        self.title = title
+        self.focus_step = focus_step
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "w", encoding="utf-8")
+        self.header: dict | None = None
+        self.config = engine_config(engine)
+        self.checker = InvariantChecker(self.config)
+        self.requests: dict[int, dict] = {}
+        self.rows: dict[int, dict] = {}              # each sequence's latest row
+        self.carried: dict[int, dict] = {}           # finished sequences' row for later steps
+        self.completions: dict[int, list[int]] = {}  # generated token ids so far
+        self.texts: dict[int, str] = {}              # token id -> decoded text
+        self.violations: list[Violation] = []
+        self.num_steps = 0
+        self.last_step = -1
+        engine.add_step_hook(self)
+
+    # ---- the hook -----------------------------------------------------------------------
+    def __call__(self, record: StepRecord) -> None:
+        if self.file.closed or record.step <= self.last_step:
+            return   # closed, or registered twice
+        new_ids = [s.seq_id for s in record.seqs if s.seq_id not in self.requests]
+        new_requests = [self.request_entry(sid, record.step) for sid in new_ids]
+        if self.header is None:
+            self.write_header(new_requests)
+            new_requests = []
+        line = self.step_line(record, new_requests)
+        found = self.checker.check(line)
+        line["violations"] = [v.to_dict() for v in found]
+        self.violations.extend(found)
+        self.file.write(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n")
+        self.file.flush()
+        self.num_steps += 1
+        self.last_step = record.step
+
+    def step_line(self, record: StepRecord, new_requests: list[dict]) -> dict:
+        for s in record.seqs:
+            self.rows[s.seq_id] = self.seq_row(s)
+        live = {s.seq_id for s in record.seqs}
+        seqs = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
+        inp, pool = record.inputs, record.pool
+        return {
+            "type": "step", "step": record.step, "wall_time": round(record.wall_time, 6),
+            "model_time": round(record.model_time, 6), "seqs": seqs, "new_requests": new_requests,
+            "events": [{"kind": e.kind, "seq_id": e.seq_id, "detail": e.detail} for e in record.events],
+            "inputs": {"seq_ids": inp.seq_ids, "input_ids": inp.input_ids,
+                       "input_texts": [self.token_text(t) for t in inp.input_ids],
+                       "positions": inp.positions, "query_start_loc": inp.query_start_loc,
+                       "seq_lens": inp.seq_lens, "slot_mapping": inp.slot_mapping,
+                       "block_tables": inp.block_tables, "logits_indices": inp.logits_indices,
+                       "discard": inp.discard},
+            "pool": {"block_size": pool.block_size, "ref_counts": pool.ref_counts, "hashes": pool.hashes,
+                     "free_block_ids": pool.free_block_ids, **pool_layout(seqs, pool)},
+        }
+
+    def seq_row(self, s: SeqStep) -> dict:
+        row = {f: getattr(s, f) for f in SEQ_FIELDS}
+        row["num_scheduled_tokens_after"] = self.scheduled_after(s)
+        row["new_token_texts"] = [self.token_text(t) for t in s.new_token_ids]
+        completion = self.completions.setdefault(s.seq_id, [])
+        if s.new_token_ids or s.seq_id not in self.rows:
+            completion.extend(s.new_token_ids)
+            row["output_text"] = self.output_text(s.seq_id, completion)
+        else:
+            row["output_text"] = self.rows[s.seq_id]["output_text"]
+        return row
+
+    def scheduled_after(self, s: SeqStep) -> int:
+        """The engine's num_scheduled_tokens once the step is over (must be 0)."""
+        value = getattr(s, "num_scheduled_tokens_after", None)
+        if value is None:
+            seq = self.engine.sequences.get(s.seq_id)
+            value = seq.num_scheduled_tokens if seq is not None else 0
+        return value
+
+    def carry(self, seq_id: int) -> dict:
+        """A sequence gone from the engine's record (finished earlier): still listed, idle."""
+        if seq_id not in self.carried:
+            last = self.rows[seq_id]
+            self.carried[seq_id] = {
+                **last, "status_before": last["status_after"], "num_tokens": last["num_tokens_after"],
+                "num_cached_tokens": last["num_cached_tokens_after"], "num_scheduled_tokens": 0,
+                "block_table": last["block_table_after"], "new_token_ids": (), "new_token_texts": []}
+        return self.carried[seq_id]
+
+    # ---- text -----------------------------------------------------------------------------
+    def token_text(self, token_id: int) -> str:
+        text = self.texts.get(token_id)
+        if text is None:
+            tok = self.engine.tokenizer
+            text = tok.decode([token_id], skip_special_tokens=False)
+            if not text and hasattr(tok, "convert_ids_to_tokens"):
+                text = tok.convert_ids_to_tokens([token_id])[0] or ""
+            self.texts[token_id] = text
+        return text
+
+    def output_text(self, seq_id: int, completion: list[int]) -> str:
+        text = self.engine.tokenizer.decode(completion, skip_special_tokens=True) if completion else ""
+        for stop in self.requests.get(seq_id, {}).get("params", {}).get("stop", ()):
+            if stop in text:
+                text = text[:text.index(stop)]
+        return text
+
+    # ---- header and requests --------------------------------------------------------------
+    def request_entry(self, seq_id: int, step: int) -> dict:
+        seq = self.engine.sequences.get(seq_id)
+        ids = list(seq.token_ids[:seq.num_prompt_tokens]) if seq is not None else []
+        prompt = (seq.prompt if seq is not None else "") or self.engine.tokenizer.decode(ids)
+        params = asdict(seq.params) if seq is not None else {}
+        entry = {"seq_id": seq_id, "prompt": prompt, "num_prompt_tokens": len(ids), "prompt_token_ids": ids,
+                 "prompt_token_texts": [self.token_text(t) for t in ids], "params": params,
+                 "first_step": step}
+        self.requests[seq_id] = entry
+        self.checker.add_requests([entry])
+        return entry
+
+    def write_header(self, requests: list[dict]) -> None:
+        self.header = {
+            "type": "header", "schema_version": SCHEMA_VERSION, "nanoengine_version": nanoengine.__version__,
+            "model": self.engine.model_name, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "config": self.config, "requests": requests, "title": self.title, "focus_step": self.focus_step}
+        self.file.write(json.dumps(self.header, ensure_ascii=False) + "\n")
+        self.file.flush()
+
+    # ---- lifetime -------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.file.closed:
+            return
+        if self.header is None:
+            self.write_header([])
+        self.file.close()
+        if self in self.engine.step_hooks:
+            self.engine.step_hooks.remove(self)
+
+    def __enter__(self) -> TraceRecorder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def engine_config(engine: LLMEngine) -> dict:
+    return {name: getattr(engine.config, name) for name in CONFIG_FIELDS}
+
+
+def pool_layout(seqs: list[dict], pool) -> dict:
+    """owners[b]: sequences whose block_table_after holds b; filled[b]: slots of b holding computed KV."""
+    bs, n = pool.block_size, len(pool.ref_counts)
+    owners: list[list[int]] = [[] for _ in range(n)]
+    filled = [bs if h is not None and r == 0 else 0 for h, r in zip(pool.hashes, pool.ref_counts)]
+    for s in seqs:
+        cached = s["num_cached_tokens_after"]
+        for i, block in enumerate(s["block_table_after"]):
+            if 0 <= block < n:
+                owners[block].append(s["seq_id"])
+                filled[block] = max(filled[block], min(bs, max(0, cached - i * bs)))
+    return {"owners": owners, "filled": filled}
+
+
+def record_run(prompts: str | Iterable[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None,
+               out_path: str | Path | None = None, *, model: str = "default", title: str | None = None,
+               focus_step: int | None = None, engine: LLMEngine | None = None,
+               **engine_options) -> tuple[Path, list[RequestOutput]]:
+    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not isinstance(params, list):
+        params = [params or SamplingParams()] * len(prompts)
+    if len(params) != len(prompts):
+        raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
+    engine = engine or LLMEngine(model, **engine_options)
+    path = Path(out_path) if out_path is not None else default_trace_path()
+    with TraceRecorder(engine, path, title=title, focus_step=focus_step):
+        ids = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+        while engine.has_unfinished():
+            engine.step()
+    return path, [engine.collect(i) for i in ids]
