@@ -1,0 +1,98 @@
+"""'step N of M', a clickable scrubber across the whole trace, and event markers on it."""
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.message import Message
+from textual.widget import Widget
+
+from tracer.colors import EVENT_MARKS
+
+MARK_ORDER = ("violation", "preempted", "prefix_hit", "finished")   # most important first
+PLAYED = Style(color="#2ec4b6")
+AHEAD = Style(color="#6c6c6c")
+CURSOR = Style(color="black", bgcolor="#ffd23f", bold=True)
+
+
+def step_mark(step: dict) -> str:
+    """The most important marker kind of a step ('' if none)."""
+    kinds = {event["kind"] for event in step.get("events", [])}
+    if step.get("violations"):
+        kinds.add("violation")
+    return next((kind for kind in MARK_ORDER if kind in kinds), "")
+
+
+class TimelineView(Widget):
+    """Two lines: the scrubber with markers, then the step counter, playback state and legend."""
+
+    class Seek(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    def __init__(self, marks: list[str], step_numbers: list[int], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.marks = marks
+        self.step_numbers = step_numbers
+        self.index = 0
+        self.status = ""
+        self.bar_cache: tuple[int, list[str]] | None = None
+
+    def show_position(self, index: int, status: str) -> None:
+        self.index, self.status = index, status
+        self.refresh()
+
+    def column_marks(self, width: int) -> list[str]:
+        """The marker kind of each scrubber column, cached per width (markers never change)."""
+        if self.bar_cache and self.bar_cache[0] == width:
+            return self.bar_cache[1]
+        columns = [""] * width
+        count = len(self.marks)
+        for index, kind in enumerate(self.marks):
+            if kind:
+                column = self.column_of(index, width)
+                if not columns[column] or MARK_ORDER.index(kind) < MARK_ORDER.index(columns[column]):
+                    columns[column] = kind
+        self.bar_cache = (width, columns) if count else None
+        return columns
+
+    def column_of(self, index: int, width: int) -> int:
+        count = max(1, len(self.marks))
+        return min(width - 1, index * width // count)
+
+    def index_at(self, column: int, width: int) -> int:
+        count = len(self.marks)
+        if count <= 1:
+            return 0
+        index = (2 * column + 1) * count // (2 * width)
+        return max(0, min(count - 1, index))
+
+    def render(self) -> Text:
+        width = max(1, self.content_size.width)
+        text = Text(no_wrap=True, overflow="crop")
+        current = self.column_of(self.index, width)
+        for column, kind in enumerate(self.column_marks(width)):
+            if column == current:
+                text.append("●", CURSOR)
+            elif kind:
+                char, style = EVENT_MARKS[kind]
+                text.append(char, style)
+            else:
+                text.append("━" if column < current else "─", PLAYED if column < current else AHEAD)
+        text.append("\n")
+        last = self.step_numbers[-1] if self.step_numbers else 0
+        number = self.step_numbers[self.index] if self.step_numbers else 0
+        text.append(f"step {number} of {last}", Style(bold=True))
+        text.append(f"  {self.status}  ")
+        for kind, label in (("preempted", "preempt"), ("prefix_hit", "prefix hit"), ("finished", "finish"),
+                            ("violation", "violation")):
+            char, style = EVENT_MARKS[kind]
+            text.append(char, style)
+            text.append(f" {label}  ", AHEAD)
+        return text
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is not None and offset.y == 0:
+            self.post_message(self.Seek(self.index_at(offset.x, max(1, self.content_size.width))))
