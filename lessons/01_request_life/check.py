@@ -1,0 +1,97 @@
+"""Checks for lesson 1: check_stop."""
+from nanoengine.block_manager import BlockManager
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.scheduler import Scheduler
+from nanoengine.sequence import FinishReason, Sequence
+from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+
+TARGETS = {"check_stop": "Scheduler.check_stop"}
+EOS = 2
+
+
+def scheduler(max_model_len: int = 64) -> Scheduler:
+    return Scheduler(BlockManager(16, 4), max_num_batched_tokens=64, max_num_seqs=8,
+                     max_model_len=max_model_len, eos_token_ids=frozenset({EOS}))
+
+
+def sequence_after(prompt_len: int, generated: list[int], **params) -> Sequence:
+    """A sequence whose last generated token has just been appended (as postprocess does)."""
+    seq = Sequence(list(range(10, 10 + prompt_len)), SamplingParams(**params))
+    seq.token_ids.extend(generated)
+    return seq
+
+
+def ask(fns, seq: Sequence, max_model_len: int = 64):
+    result = fns.check_stop(scheduler(max_model_len), seq, seq.token_ids[-1])
+    expect(result is None or isinstance(result, FinishReason),
+           f"check_stop must return a FinishReason member or None, got {result!r}")
+    return result
+
+
+def check_ordinary_token_continues(fns):
+    """An ordinary token, far from any limit, lets the request continue (None)."""
+    result = ask(fns, sequence_after(5, [40], max_tokens=10))
+    expect(result is None, f"after 1 of 10 tokens (not EOS) check_stop returned {result!r}; expected None")
+
+
+def check_eos_stops(fns):
+    """The end-of-sequence token stops the request with FinishReason.STOP."""
+    result = ask(fns, sequence_after(5, [40, EOS], max_tokens=10))
+    expect(result == FinishReason.STOP,
+           f"the token just appended is the EOS id {EOS} (it is in self.eos_token_ids) but check_stop "
+           f"returned {result!r}; expected FinishReason.STOP")
+
+
+def check_ignore_eos(fns):
+    """With ignore_eos=True the EOS token is just another token."""
+    result = ask(fns, sequence_after(5, [40, EOS], max_tokens=10, ignore_eos=True))
+    expect(result is None, f"the request set ignore_eos=True, so EOS must not stop it; check_stop returned "
+                           f"{result!r}; expected None")
+
+
+def check_max_tokens(fns):
+    """The request stops with LENGTH exactly when it has generated max_tokens tokens."""
+    before = ask(fns, sequence_after(5, [40, 41], max_tokens=3))
+    expect(before is None, f"after 2 of max_tokens=3 generated tokens check_stop returned {before!r}; "
+                           f"expected None (one more token to go)")
+    at = ask(fns, sequence_after(5, [40, 41, 42], max_tokens=3))
+    expect(at == FinishReason.LENGTH, f"after 3 of max_tokens=3 generated tokens check_stop returned {at!r}; "
+                                      f"expected FinishReason.LENGTH. Count generated tokens with "
+                                      f"seq.num_completion_tokens, not seq.num_tokens")
+
+
+def check_prompt_not_counted(fns):
+    """max_tokens counts generated tokens only, not the prompt."""
+    result = ask(fns, sequence_after(20, [40], max_tokens=5))
+    expect(result is None, f"a 20-token prompt with 1 generated token and max_tokens=5: check_stop returned "
+                           f"{result!r}; expected None. Use seq.num_completion_tokens")
+
+
+def check_max_model_len(fns):
+    """A sequence that reaches max_model_len (prompt + output) stops with LENGTH."""
+    result = ask(fns, sequence_after(14, [40, 41], max_tokens=50), max_model_len=16)
+    expect(result == FinishReason.LENGTH, f"14 prompt + 2 generated tokens = 16 = max_model_len, but "
+                                          f"check_stop returned {result!r}; expected FinishReason.LENGTH")
+    below = ask(fns, sequence_after(14, [40], max_tokens=50), max_model_len=16)
+    expect(below is None, f"15 tokens with max_model_len=16: check_stop returned {below!r}; expected None")
+
+
+def check_eos_wins_over_length(fns):
+    """EOS arriving exactly at max_tokens is reported as STOP."""
+    result = ask(fns, sequence_after(5, [40, EOS], max_tokens=2))
+    expect(result == FinishReason.STOP, f"the 2nd of max_tokens=2 tokens is EOS: check_stop returned {result!r}; "
+                                        f"expected FinishReason.STOP (test EOS first)")
+
+
+def engine_lesson_scenario(fns):
+    """The engine, running the lesson's scenario with your check_stop, matches the engine's own."""
+    expect_engine_matches(lesson_scenario(__file__))
+
+
+def engine_context_limit(fns):
+    """A request that hits max_model_len in the engine stops there, with reason 'length'."""
+    scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 16, "max_model_len": 10})
+    run = expect_engine_matches(scenario)
+    first = run.outputs[0]
+    expect(len(first.prompt_token_ids) + len(first.token_ids) <= 10,
+           f"request 0 grew to {len(first.prompt_token_ids) + len(first.token_ids)} tokens with max_model_len=10")
