@@ -57,8 +57,10 @@ def slot_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
     if not inputs.get("slot_mapping"):
         return None
     block_size = upcoming["pool"]["block_size"]
-    position, table = inputs["positions"][0], inputs["block_tables"][0]
-    block = table[position // block_size]
+    position, tables = inputs["positions"][0], inputs.get("block_tables") or [[]]
+    if position // block_size >= len(tables[0]):
+        return None   # a damaged trace: the explanation could not be given
+    block = tables[0][position // block_size]
     return Question(
         f"Step {upcoming.get('step')} runs seq {seq_tag(inputs['seq_ids'][0])} first. What is slot_mapping[0]?",
         str(inputs["slot_mapping"][0]), (),
@@ -76,6 +78,8 @@ def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None
         if seq["seq_id"] in hits or not new or after[:len(before)] != before:
             continue
         choices = sorted(set(free[:MAX_BLOCK_CHOICES]) | {new[0]})
+        if len(choices) < 2:
+            continue
         return Question(f"Seq {seq_tag(seq['seq_id'])} needs a new KV block in step {upcoming.get('step')}. "
                         f"Which physical block will it get?", str(new[0]), tuple(map(str, choices)),
                         "New blocks come from the front of the free list (the block freed longest ago).")

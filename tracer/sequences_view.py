@@ -111,15 +111,13 @@ class SequencesView(DataTable):
         self.row_ids: list[int] = []
         self.selected: int | None = None
 
-    def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
-
     def show(self, step: dict, prev: dict | None, header: dict) -> None:
         old_rows = {s["seq_id"]: row_cells(s, header) for s in prev.get("seqs", [])} if prev else {}
         rows = [row_cells(seq, header) for seq in step.get("seqs", [])]
         tail = self.text_room(rows)
         with self.prevent(DataTable.RowHighlighted):   # a redraw is not a user's choice
-            self.clear()
+            self.clear(columns=True)   # column widths must not remember earlier steps
+            self.add_columns(*COLUMNS)
             self.row_ids = []
             for seq, cells in zip(step.get("seqs", []), rows):
                 cells[-1] = text_cell(seq, header, tail)
@@ -136,9 +134,9 @@ class SequencesView(DataTable):
 
     def select(self, seq_id: int | None) -> None:
         self.selected = seq_id
-        self.show_cursor = seq_id is not None   # no cursor row until a sequence is selected
         with self.prevent(DataTable.RowHighlighted):
             self.move_to_selected()
+            self.show_cursor = seq_id is not None   # no cursor row until a sequence is selected
 
     def action_cursor_down(self) -> None:
         self.start_cursor() or super().action_cursor_down()
