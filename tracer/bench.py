@@ -1,0 +1,238 @@
+"""`nanoengine bench`: throughput vs Hugging Face transformers, engine and tracer overheads, start-up.
+
+The workload and every measurement are described in docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tracer.bench_workload import QUICK, STANDARD, BenchRequest, WorkloadSpec, build_workload, workload_summary
+
+SCHEMA = "nanoengine-bench/1"
+
+
+@dataclass(slots=True)
+class BenchSettings:
+    model: str = "default"
+    workload: WorkloadSpec = STANDARD
+    device: str | None = None              # None: cuda when available
+    dtype: str | None = None               # None: float32 on CPU, bfloat16 on CUDA
+    threads: int | None = None
+    engine_options: dict = field(default_factory=dict)   # LLMEngine knobs (max_num_seqs, ...)
+    hf_batch_size: int | None = None       # static generate batch size; None: all requests at once
+    repeat: int = 1                        # nanoengine runs (plain and traced), fastest kept
+    skip_hf: bool = False
+    skip_generate_batch: bool = False
+    skip_model_only: bool = False
+    skip_tracer: bool = False
+    skip_startup: bool = False
+    trace_out: Path | None = None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="nanoengine bench",
+        description="Benchmark nanoengine against Hugging Face transformers on the standard workload "
+                    "(see docs/benchmarks.md).")
+    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny' or a model folder")
+    p.add_argument("--quick", action="store_true", help="a short run: 8 requests, prompts 16-64, outputs 8-32 tokens")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    p.add_argument("--out", type=Path, help="also write the JSON results to this file")
+    p.add_argument("--num-requests", type=int)
+    p.add_argument("--input-len", type=int, nargs=2, metavar=("MIN", "MAX"), help="prompt lengths in tokens")
+    p.add_argument("--output-len", type=int, nargs=2, metavar=("MIN", "MAX"), help="output lengths in tokens")
+    p.add_argument("--seed", type=int, help="workload seed (default 0)")
+    p.add_argument("--device", choices=("cpu", "cuda"))
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--num-kv-blocks", type=int)
+    p.add_argument("--kv-cache-memory-gb", type=float)
+    p.add_argument("--attention-backend", choices=("auto", "torch", "flash"))
+    p.add_argument("--hf-batch-size", type=int, help="static generate batch size (default: all requests)")
+    p.add_argument("--repeat", type=int, default=1, help="repeat the nanoengine runs, keep the fastest")
+    p.add_argument("--skip-hf", action="store_true", help="no transformers baselines")
+    p.add_argument("--skip-generate-batch", action="store_true", help="no transformers continuous batching baseline")
+    p.add_argument("--skip-model-only", action="store_true")
+    p.add_argument("--skip-tracer", action="store_true")
+    p.add_argument("--skip-startup", action="store_true")
+    p.add_argument("--trace-out", type=Path, help="keep the tracer run's JSONL trace here")
+    return p.parse_args(argv)
+
+
+def settings_from_args(args: argparse.Namespace) -> BenchSettings:
+    spec = QUICK if args.quick else STANDARD
+    if args.num_requests is not None:
+        spec = replace(spec, num_requests=args.num_requests)
+    if args.input_len:
+        spec = replace(spec, min_input_len=args.input_len[0], max_input_len=args.input_len[1])
+    if args.output_len:
+        spec = replace(spec, min_output_len=args.output_len[0], max_output_len=args.output_len[1])
+    if args.seed is not None:
+        spec = replace(spec, seed=args.seed)
+    spec.validate()
+    knobs = {"max_num_batched_tokens": args.max_num_batched_tokens, "max_num_seqs": args.max_num_seqs,
+             "num_kv_blocks": args.num_kv_blocks, "kv_cache_memory_gb": args.kv_cache_memory_gb,
+             "attention_backend": args.attention_backend}
+    for name, value in (("--threads", args.threads), ("--hf-batch-size", args.hf_batch_size),
+                        ("--repeat", args.repeat)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    return BenchSettings(
+        model=args.model, workload=spec, device=args.device, dtype=args.dtype, threads=args.threads,
+        engine_options={k: v for k, v in knobs.items() if v is not None}, hf_batch_size=args.hf_batch_size,
+        repeat=args.repeat, skip_hf=args.skip_hf, skip_generate_batch=args.skip_generate_batch,
+        skip_model_only=args.skip_model_only, skip_tracer=args.skip_tracer, skip_startup=args.skip_startup,
+        trace_out=args.trace_out)
+
+
+def bench_main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    report = run_benchmark(settings_from_args(args))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from tracer.bench_report import print_report
+        print_report(report)
+    return 0
+
+
+# ---- the run ------------------------------------------------------------------------------------
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def resolve_device(settings: BenchSettings):
+    import torch
+    name = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda, but torch sees no CUDA device: use --device cpu")
+    dtype = settings.dtype or ("bfloat16" if name == "cuda" else "float32")
+    return torch.device(name), dtype
+
+
+def vocab_size_of(model: str) -> int:
+    from nanoengine.loader import DEFAULT_MODEL, ensure_default_model, load_model
+    from nanoengine.tiny import tiny_config
+    if model == "tiny":
+        return tiny_config().vocab_size
+    path = ensure_default_model() if model in ("default", DEFAULT_MODEL) else Path(model).expanduser()
+    if (path / "config.json").exists():
+        from transformers import AutoConfig
+        return AutoConfig.from_pretrained(path).vocab_size
+    return load_model(model).config.vocab_size
+
+
+def warmup_requests(spec: WorkloadSpec, vocab_size: int) -> list[BenchRequest]:
+    """Two short requests with other token ids (no prefix-cache hits on the real workload)."""
+    warm = WorkloadSpec(num_requests=2, min_input_len=8, max_input_len=32, min_output_len=4, max_output_len=8,
+                        seed=spec.seed + 1_000_003)
+    return build_workload(warm, vocab_size)
+
+
+def run_benchmark(settings: BenchSettings) -> dict:
+    import torch
+    import transformers
+    import nanoengine
+    from tracer.bench_engine import measure_startup, run_engine
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device, dtype = resolve_device(settings)
+    options = {**settings.engine_options, "device": device.type, "dtype": dtype}
+    if settings.threads:
+        options["num_threads"] = settings.threads
+    vocab_size = vocab_size_of(settings.model)
+    requests = build_workload(settings.workload, vocab_size)
+    warmup = warmup_requests(settings.workload, vocab_size)
+    summary = workload_summary(settings.workload, requests)
+    log(f"workload: {len(requests)} requests, {summary['num_prompt_tokens']} prompt + "
+                  f"{summary['num_output_tokens']} output tokens; model {settings.model}, {device.type}, "
+                  f"{dtype}, {torch.get_num_threads()} threads")
+
+    engine_run = None
+    for i in range(settings.repeat):
+        log(f"nanoengine run {i + 1}/{settings.repeat} ...")
+        run = run_engine(settings.model, options, requests, warmup, model_only=not settings.skip_model_only)
+        if engine_run is None or run.result.elapsed < engine_run.result.elapsed:
+            engine_run = run
+        gc.collect()
+    main = engine_run.result
+    runs = {"nanoengine": main.to_dict()}
+
+    if not settings.skip_hf:
+        for key, result in run_hf_baselines(settings, requests, warmup, device, dtype).items():
+            runs[key] = {**result.to_dict(), "nanoengine_speedup": round(main.output_tok_s / result.output_tok_s, 3),
+                         "matching_requests": count_matching(main.outputs, result.outputs)}
+
+    tracer = None
+    if not settings.skip_tracer:
+        tracer = measure_tracer(settings, options, requests, warmup, main.elapsed)
+    startup = None
+    if not settings.skip_startup:
+        log("start-up time (fresh python process) ...")
+        startup = measure_startup(settings.model, options)
+
+    report = {
+        "schema": SCHEMA, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": settings.model, "device": device.type, "dtype": dtype, "threads": torch.get_num_threads(),
+        "versions": {"nanoengine": nanoengine.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "python": sys.version.split()[0]},
+        "workload": summary, "engine_options": options, "runs": runs,
+        "engine": engine_run.to_dict(), "tracer": tracer, "startup": startup,
+    }
+    from tracer.bench_report import evaluate_targets
+    report["targets"] = evaluate_targets(report)
+    return report
+
+
+def count_matching(outputs, reference) -> int:
+    from tracer.bench_metrics import count_matching as count
+    return count(outputs, reference)
+
+
+def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype) -> dict:
+    import torch
+    from transformers.utils import logging as hf_logging
+    from tracer.bench_hf import load_hf_model, run_hf_generate, run_hf_generate_batch, warm_up_generate
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()   # the "eos_token_id should be positive" notice is what ignore_eos means
+    hf_logging.disable_progress_bar()
+    results = {}
+    try:
+        hf_model = load_hf_model(settings.model, device, getattr(torch, dtype))
+        log(f"HF generate (static batch of {settings.hf_batch_size or len(requests)}) ...")
+        warm_up_generate(hf_model, warmup)
+        results["hf_generate"] = run_hf_generate(hf_model, requests, settings.hf_batch_size)
+        if not settings.skip_generate_batch:
+            log("HF generate_batch (continuous batching) ...")
+            results["hf_generate_batch"] = run_hf_generate_batch(hf_model, requests, warmup)
+        del hf_model
+        gc.collect()
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+    return results
+
+
+def measure_tracer(settings: BenchSettings, options: dict, requests, warmup, plain_elapsed: float) -> dict:
+    from tracer.bench_engine import run_traced
+    best, info = None, {}
+    for i in range(settings.repeat):
+        log(f"nanoengine with the step recorder, run {i + 1}/{settings.repeat} ...")
+        result, run_info = run_traced(settings.model, options, requests, warmup, settings.trace_out)
+        if best is None or result.elapsed < best.elapsed:
+            best, info = result, run_info
+        gc.collect()
+    return {"elapsed_s": round(best.elapsed, 4), "plain_elapsed_s": round(plain_elapsed, 4),
+            "overhead": round(best.elapsed / plain_elapsed - 1, 4), "output_tok_s": round(best.output_tok_s, 2),
+            **info}
