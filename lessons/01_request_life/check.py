@@ -3,6 +3,7 @@ from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import FinishReason, Sequence
+from tracer.scenarios import Request
 from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
 
 TARGETS = {"check_stop": "Scheduler.check_stop"}
@@ -90,8 +91,10 @@ def engine_lesson_scenario(fns):
 
 def engine_context_limit(fns):
     """A request that hits max_model_len in the engine stops there, with reason 'length'."""
-    scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 16, "max_model_len": 10})
+    scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 16, "max_model_len": 8},
+                               requests=[Request("Hi!", {"max_tokens": 20, "ignore_eos": True})])
     run = expect_engine_matches(scenario)
-    first = run.outputs[0]
-    expect(len(first.prompt_token_ids) + len(first.token_ids) <= 10,
-           f"request 0 grew to {len(first.prompt_token_ids) + len(first.token_ids)} tokens with max_model_len=10")
+    out = run.outputs[0]
+    expect(len(out.prompt_token_ids) + len(out.token_ids) == 8 and out.finish_reason == "length",
+           f"a 3-token prompt with max_model_len=8 must stop at 8 tokens with reason 'length'; it stopped at "
+           f"{len(out.prompt_token_ids) + len(out.token_ids)} with reason {out.finish_reason!r}")
