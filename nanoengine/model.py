@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nanoengine.attention import AttentionMetadata, write_kv
+from nanoengine.attention import AttentionMetadata
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -89,7 +89,7 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rope(positions, q, k)
         k_cache, v_cache = kv_cache
-        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        attend.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         o = attend(q, k_cache, v_cache, meta, self.scale)
         return self.o_proj(o.reshape(T, -1))
 

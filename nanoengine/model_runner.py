@@ -57,7 +57,8 @@ class ModelRunner:
         self.device = device
         self.attend = pick_backend(attention_backend, device, block_size)
         cfg = model.config
-        shape = (num_blocks, block_size, cfg.num_key_value_heads, model.model.layers[0].self_attn.head_dim)
+        shape = self.attend.cache_shape(num_blocks, block_size, cfg.num_key_value_heads,
+                                        model.model.layers[0].self_attn.head_dim)
         self.kv_caches = [(torch.zeros(shape, dtype=dtype, device=device),
                            torch.zeros(shape, dtype=dtype, device=device)) for _ in model.model.layers]
 
