@@ -58,17 +58,23 @@ def generate_main(argv: list[str]) -> int:
     engine = LLMEngine(args.model, **engine_options(args))
     ids = [engine.add_request(prompt, params) for prompt in args.prompts]
     many = len(ids) > 1
-    start, num_generated = time.perf_counter(), 0
+    start, num_generated, printed = time.perf_counter(), 0, ""
     while engine.has_unfinished():
         for seq in engine.step():
             num_generated += 1
-            if not many:
-                sys.stdout.write(engine.tokenizer.decode([seq.token_ids[-1]], skip_special_tokens=True))
-                sys.stdout.flush()
+            if not many:   # decode the whole completion so multi-byte characters print whole
+                text = engine.tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
+                if not text.endswith("\ufffd"):
+                    sys.stdout.write(text[len(printed):])
+                    sys.stdout.flush()
+                    printed = text
     elapsed = time.perf_counter() - start
-    if many:
-        for i, seq_id in enumerate(ids):
-            print(f"--- [{i}] {args.prompts[i]}\n{engine.collect(seq_id).text}")
+    for i, seq_id in enumerate(ids):
+        text = engine.collect(seq_id).text
+        if many:
+            print(f"--- [{i}] {args.prompts[i]}\n{text}")
+        elif len(text) > len(printed):
+            sys.stdout.write(text[len(printed):])
     print(f"\n[{num_generated} tokens in {elapsed:.2f} s, {num_generated / elapsed:.1f} tok/s]", file=sys.stderr)
     return 0
 
