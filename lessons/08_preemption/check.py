@@ -1,0 +1,124 @@
+"""Checks for lesson 8: choose_victim, preempt, make_room."""
+from nanoengine.block_manager import BlockManager
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.scheduler import Scheduler, SchedulerOutput
+from nanoengine.sequence import Sequence, SequenceStatus
+from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+
+TARGETS = {"choose_victim": "choose_victim", "preempt": "Scheduler.preempt", "make_room": "Scheduler.make_room"}
+
+
+def make(num_blocks: int) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, 4), max_num_batched_tokens=64, max_num_seqs=8,
+                     max_model_len=256, eos_token_ids=frozenset())
+
+
+def running(sched: Scheduler, *sizes: int) -> list[Sequence]:
+    """Admit one sequence per size (distinct tokens) and run its prefill with the engine's code."""
+    seqs = []
+    for i, n in enumerate(sizes):
+        seq = Sequence(list(range(10 + 40 * i, 10 + 40 * i + n)), SamplingParams(max_tokens=50, ignore_eos=True))
+        sched.add(seq)
+        seqs.append(seq)
+    out = sched.schedule()
+    sched.postprocess(out, [5] * len(out.seqs))
+    return seqs
+
+
+def check_choose_victim(fns):
+    """choose_victim picks the most recently admitted sequence (the last one)."""
+    seqs = [Sequence([i + 3], SamplingParams()) for i in range(4)]
+    got = fns.choose_victim(list(seqs))
+    expect(got is seqs[-1], f"running is [A, B, C, D] (oldest first); choose_victim must return D, got "
+                            f"{'ABCD'[seqs.index(got)] if got in seqs else got!r}")
+    one = [seqs[0]]
+    expect(fns.choose_victim(one) is seqs[0], "with one running sequence, it is the victim")
+
+
+def check_preempt_resets_the_sequence(fns):
+    """preempt frees the blocks, forgets the KV and puts the sequence back to WAITING."""
+    sched = make(16)
+    a, b = running(sched, 9, 10)
+    tokens_before = list(b.token_ids)
+    out = SchedulerOutput()
+    fns.preempt(sched, b, out, a)
+    expect(b.block_table == [] and sched.block_manager.num_free_blocks == 16 - 3,
+           f"after preempt B must hold no blocks (free them with self.block_manager.free(seq)); it holds "
+           f"{b.block_table}, {sched.block_manager.num_free_blocks} of 16 blocks are free (A holds 3)")
+    expect(b.num_cached_tokens == 0, f"B's KV is gone: num_cached_tokens must be 0, got {b.num_cached_tokens}")
+    expect(b.prefill_chunk == 0, f"prefill_chunk must be reset to 0, got {b.prefill_chunk}")
+    expect(b.status == SequenceStatus.WAITING, f"B must be WAITING, is {b.status.value}")
+    expect(b.token_ids == tokens_before, "preempt must keep token_ids (prompt and generated tokens): they are "
+                                         "recomputed later")
+
+
+def check_preempt_queues_at_head(fns):
+    """The preempted sequence leaves running and goes to the head of waiting."""
+    sched = make(16)
+    a, b = running(sched, 9, 10)
+    later = Sequence([200, 201], SamplingParams())
+    sched.add(later)
+    out = SchedulerOutput()
+    fns.preempt(sched, b, out, a)
+    expect(sched.running == [a], "B must be removed from self.running")
+    expect(list(sched.waiting) == [b, later], "B must go to the HEAD of self.waiting (appendleft), before the "
+                                              "request that was already waiting")
+    kinds = [(k, sid) for k, sid, _ in out.events]
+    expect(kinds == [("preempted", b.seq_id)], f"expected one event ('preempted', B's seq_id, {{...}}), got {kinds}")
+    expect(isinstance(out.events[0][2], dict) and "reason" in out.events[0][2],
+           "the event's detail must be a dict with a 'reason'")
+
+
+def check_make_room_when_it_fits(fns):
+    """If the blocks are free, make_room preempts nobody and returns True."""
+    sched = make(16)
+    a, b = running(sched, 8, 8)
+    out = SchedulerOutput()
+    ok = fns.make_room(sched, a, 1, out)
+    expect(ok is True, f"A's next token needs 1 block and 12 are free: make_room must return True, got {ok!r}")
+    expect(out.events == [] and sched.running == [a, b], "nothing may be preempted when the blocks fit")
+
+
+def check_make_room_preempts_newest(fns):
+    """When the pool is full, make_room preempts the newest sequence and returns True for the older one."""
+    sched = make(6)
+    a, b, c = running(sched, 8, 8, 8)             # 2 blocks each: the pool is full
+    out = SchedulerOutput()
+    ok = fns.make_room(sched, a, 1, out)          # A's 9th token needs a 3rd block
+    expect(ok is True, f"after preempting C, A's block fits: make_room must return True, got {ok!r}")
+    expect(sched.running == [a, b] and list(sched.waiting) == [c], "C, the newest, must be the one preempted")
+
+
+def check_make_room_preempts_until_it_fits(fns):
+    """make_room keeps preempting until enough blocks are free."""
+    sched = make(6)
+    a, b, c = running(sched, 8, 8, 8)
+    out = SchedulerOutput()
+    ok = fns.make_room(sched, a, 12, out)         # 20 tokens: 5 blocks, 3 more than A has
+    expect(ok is True and sched.running == [a], f"A needs 3 more blocks: both C and B must be preempted; "
+                                                f"running is now {len(sched.running)} sequence(s), ok={ok!r}")
+    expect(list(sched.waiting) == [b, c], "preempted sequences go to the head of the queue: B (preempted last) "
+                                          "first, then C")
+
+
+def check_make_room_self_preemption(fns):
+    """If the sequence that needs room is the newest, it preempts itself and make_room returns False."""
+    sched = make(4)
+    a, b = running(sched, 8, 8)
+    out = SchedulerOutput()
+    ok = fns.make_room(sched, b, 1, out)
+    expect(ok is False, f"B is the newest, so B is the victim: make_room must return False, got {ok!r}")
+    expect(sched.running == [a] and list(sched.waiting) == [b], "B must be WAITING at the head of the queue")
+
+
+def engine_lesson_scenario(fns):
+    """The engine, running the lesson's scenario with your preemption, matches the engine's own."""
+    run = expect_engine_matches(lesson_scenario(__file__))
+    expect(run.event_counts["preempted"] >= 1, "the scenario must preempt a request")
+
+
+def engine_heavy_pressure(fns):
+    """With an even smaller pool and a token budget of 8 (many preemptions) it still matches."""
+    run = expect_engine_matches(lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 8,
+                                                                  "max_num_batched_tokens": 8}))
+    expect(run.event_counts["preempted"] >= 2, "this run should preempt at least twice")
