@@ -36,14 +36,14 @@ def build_record(step: int, wall_time: float, model_time: float, live: list[Sequ
     return rec.StepRecord(
         step=step, wall_time=wall_time, model_time=model_time, seqs=tuple(seqs),
         events=tuple(rec.StepEvent(kind, seq_id, detail) for kind, seq_id, detail in out.events),
-        inputs=record_inputs(out.seqs, inputs),
+        inputs=record_inputs(out.seqs, inputs, scheduled),
         pool=rec.BlockPool(bm.block_size, tuple(bm.ref_counts), tuple(bm.hashes), tuple(bm.free_blocks)))
 
 
-def record_inputs(seqs: list[Sequence], inputs: StepInputs | None) -> rec.StepInputs:
+def record_inputs(seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, tuple]) -> rec.StepInputs:
     if inputs is None:
         return rec.StepInputs((), (), (), (0,), (), (), (), (), ())
-    tables = tuple(tuple(row[:len(s.block_table)]) for row, s in zip(inputs.block_tables.tolist(), seqs))
+    tables = tuple(scheduled[s.seq_id][3] for s in seqs)   # unpadded, as the step saw them
     return rec.StepInputs(
         seq_ids=tuple(s.seq_id for s in seqs), input_ids=tuple(inputs.input_ids.tolist()),
         positions=tuple(inputs.positions.tolist()), query_start_loc=tuple(inputs.query_start_loc.tolist()),
