@@ -1,0 +1,109 @@
+"""Checks for lesson 10: sample and sample_one."""
+import math
+from collections import Counter
+
+import torch
+
+from nanoengine.sampling_params import SamplingParams
+from tracer.lesson_checks import expect, expect_engine_matches, expect_no_violations, lesson_scenario
+from tracer.scenarios import ScenarioError, run_scenario
+
+TARGETS = {"sample": "sample", "sample_one": "sample_one"}
+
+
+def draw_many(fns, logits: list[float], n: int = 600, seed: int = 7, **params) -> Counter:
+    """n seeded draws, one per num_tokens value: a sample of the distribution sample_one draws from."""
+    row = torch.tensor(logits)
+    p = SamplingParams(seed=seed, **params)
+    counts = Counter()
+    for num_tokens in range(n):
+        token = fns.sample_one(row.clone(), p, num_tokens)
+        expect(isinstance(token, int) and not isinstance(token, bool),
+               f"sample_one must return a Python int, got {token!r}")
+        expect(0 <= token < len(logits), f"sample_one returned {token}, outside the vocabulary 0..{len(logits) - 1}")
+        counts[token] += 1
+    return counts
+
+
+def check_sample_greedy(fns):
+    """Greedy rows take the argmax; sample returns a list of Python ints, one per row."""
+    logits = torch.tensor([[1.0, 3.0, 2.0], [5.0, 0.0, 0.0], [0.0, 0.0, 9.0]])
+    got = fns.sample(logits, [SamplingParams()] * 3, [4, 4, 4])
+    expect(isinstance(got, list) and all(type(t) is int for t in got),
+           f"sample must return a list of Python ints (tensor.tolist()), got {got!r}")
+    expect(got == [1, 0, 2], f"greedy rows must take the argmax [1, 0, 2], got {got}")
+
+
+def check_sample_calls_sample_one(fns):
+    """Non-greedy rows are sampled (here from a uniform distribution), not argmaxed."""
+    logits = torch.zeros(20, 8)
+    params = [SamplingParams(temperature=1.0, seed=s) for s in range(20)]
+    got = fns.sample(logits, params, [3] * 20)
+    expect(len(set(got)) > 2, f"20 seeded requests drawing from a uniform distribution over 8 tokens gave {got}: "
+                              f"the non-greedy rows must go through sample_one")
+
+
+def check_temperature(fns):
+    """Temperature 1 draws with the softmax probabilities; a low temperature sharpens them."""
+    logits = [2.0, 1.0, 0.0]
+    counts = draw_many(fns, logits, temperature=1.0)
+    p0 = math.exp(2) / (math.exp(2) + math.exp(1) + 1)
+    share = counts[0] / 600
+    expect(abs(share - p0) < 0.07, f"with temperature 1 token 0 should be drawn ~{p0:.0%} of the time, "
+                                   f"it was {share:.0%}: softmax(logits / temperature)")
+    cold = draw_many(fns, logits, temperature=0.2)[0] / 600
+    expect(cold > 0.95, f"with temperature 0.2 token 0 should be drawn >95% of the time, it was {cold:.0%}")
+
+
+def check_top_k(fns):
+    """top_k keeps only the k highest-scoring tokens."""
+    counts = draw_many(fns, [0.0, 3.0, 1.0, 2.9, 0.5], temperature=2.0, top_k=2)
+    expect(set(counts) == {1, 3}, f"top_k=2 may only draw tokens 1 and 3 (the two highest), drew {dict(counts)}")
+
+
+def check_top_p(fns):
+    """top_p keeps the shortest run of top tokens whose probability reaches top_p."""
+    logits = [math.log(x) for x in (0.5, 0.3, 0.15, 0.05)]
+    for top_p, allowed in ((0.7, {0, 1}), (0.9, {0, 1, 2}), (0.45, {0})):
+        counts = draw_many(fns, logits, n=400, temperature=1.0, top_p=top_p)
+        expect(set(counts) == allowed, f"probabilities [0.5, 0.3, 0.15, 0.05] with top_p={top_p} may only draw "
+                                       f"{sorted(allowed)}, drew {dict(counts)}")
+
+
+def check_seeded_draws_repeat(fns):
+    """The same seed and num_tokens give the same token; another num_tokens may give another."""
+    row = torch.zeros(50)
+    p = SamplingParams(temperature=1.0, seed=11)
+    first = [fns.sample_one(row.clone(), p, n) for n in range(10)]
+    again = [fns.sample_one(row.clone(), p, n) for n in range(10)]
+    expect(first == again, f"seed 11 must give the same draws for num_tokens 0..9 every time: {first} vs {again}. "
+                           f"Seed a torch.Generator with p.seed * 1_000_003 + num_tokens")
+    expect(len(set(first)) > 3, f"uniform draws at 10 different num_tokens gave {first}: include num_tokens in "
+                                f"the seed, so each position gets its own draw")
+    unseeded = fns.sample_one(row.clone(), SamplingParams(temperature=1.0), 0)
+    expect(isinstance(unseeded, int) and 0 <= unseeded < 50, f"an unseeded draw returned {unseeded!r}")
+
+
+def engine_greedy_unchanged(fns):
+    """In the engine, the greedy request matches the engine's own run."""
+    expect_engine_matches(lesson_scenario(__file__), requests=[0])
+
+
+def engine_seeds_survive_batching(fns):
+    """A seeded request gives the same tokens run twice, and alone or in a batch."""
+    scenario = lesson_scenario(__file__)
+    try:
+        first, second = run_scenario(scenario), run_scenario(scenario)
+        expect_no_violations(first)
+        alone = run_scenario(lesson_scenario(__file__, requests=scenario.requests[1:2]))
+    except ScenarioError as e:
+        raise AssertionError(str(e)) from None
+    for i in (1, 2):
+        expect(first.outputs[i].token_ids == second.outputs[i].token_ids,
+               f"request {i} (seeded) generated {first.outputs[i].token_ids} and then {second.outputs[i].token_ids}: "
+               f"seeded sampling must repeat")
+    expect(alone.outputs[0].token_ids == first.outputs[1].token_ids,
+           f"request 1 alone generated {alone.outputs[0].token_ids} but {first.outputs[1].token_ids} in the batch: "
+           f"its draws must not depend on the other requests (seed with its own seed and num_tokens)")
+    expect(first.outputs[1].token_ids != first.outputs[0].token_ids,
+           "the sampled request generated exactly the greedy text: is temperature applied?")
