@@ -246,7 +246,7 @@ def check_input_ids(ctx: Context) -> Iterator[Violation]:
         got = list(input_ids[start:start + s["num_scheduled_tokens"]])
         if got != want:
             yield ctx.violation("input_ids", sid, f"seq {sid}'s input_ids {short(got)} are not its tokens "
-                                f"{s['num_cached_tokens']}.. {short(want)}")
+                                f"from position {s['num_cached_tokens']} on, {short(want)}")
 
 
 @check("block_tables_match")
@@ -453,7 +453,8 @@ def check_status_edges(ctx: Context) -> Iterator[Violation]:
         for e in events.get(sid, []):
             new = next_status(status, e)
             if new is None:
-                yield ctx.violation("status_edges", sid, f"seq {sid} cannot be {e['kind']} while {status}")
+                reason = f" ({e['detail']['reason']})" if e["kind"] == "finished" else ""
+                yield ctx.violation("status_edges", sid, f"seq {sid} cannot be {e['kind']}{reason} while {status}")
                 break
             status = new
         else:

@@ -191,8 +191,7 @@ class TraceRecorder:
         if self.header is None:
             self.write_header([])
         self.file.close()
-        if self in self.engine.step_hooks:
-            self.engine.step_hooks.remove(self)
+        self.engine.step_hooks[:] = [h for h in self.engine.step_hooks if h is not self]
 
     def __enter__(self) -> TraceRecorder:
         return self

@@ -1,0 +1,58 @@
+"""Shared fixtures: tiny-model engines and a recorded tiny trace that hits every engine path.
+
+    make_tiny_engine(**options) -> LLMEngine        the tiny random-weight model, small defaults
+    record_scenario(path) -> Path                   records SCENARIO (below) to path
+    tiny_trace_path (session)                       a recorded SCENARIO trace file
+    tiny_trace (session)                            the same, loaded (tracer.trace_file.Trace)
+
+SCENARIO: 3 prompts sharing a prefix, a 4th added mid-run (prefix hit), one request aborted;
+block_size 4, 12 KV blocks and an 8-token budget, so it shows chunked prefill, preemption,
+prefix-cache hits, finished (length and abort) and a late request.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nanoengine.engine import LLMEngine
+from nanoengine.sampling_params import SamplingParams
+
+TINY_OPTIONS = dict(block_size=4, num_kv_blocks=12, max_num_batched_tokens=8, max_num_seqs=4)
+SCENARIO_PROMPTS = ["hello world, how are you", "hello world, how is it", "abc"]
+SCENARIO_LATE_PROMPT = "hello world, how are we"   # added after step 2: a prefix hit
+SCENARIO_ABORT = "zz"                                # added after step 2, aborted after step 4
+SCENARIO_PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
+
+
+def make_tiny_engine(**options) -> LLMEngine:
+    return LLMEngine("tiny", **{**TINY_OPTIONS, **options})
+
+
+def record_scenario(path: Path, **options) -> Path:
+    from tracer.recorder import TraceRecorder
+    engine = make_tiny_engine(**options)
+    with TraceRecorder(engine, path, title="tiny scenario"):
+        for prompt in SCENARIO_PROMPTS:
+            engine.add_request(prompt, SCENARIO_PARAMS)
+        step = 0
+        while engine.has_unfinished():
+            engine.step()
+            step += 1
+            if step == 2:
+                engine.add_request(SCENARIO_LATE_PROMPT, SCENARIO_PARAMS)
+                doomed = engine.add_request(SCENARIO_ABORT, SamplingParams(max_tokens=30, ignore_eos=True))
+            if step == 4:
+                engine.abort(doomed)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_trace_path(tmp_path_factory) -> Path:
+    return record_scenario(tmp_path_factory.mktemp("trace") / "tiny.jsonl")
+
+
+@pytest.fixture(scope="session")
+def tiny_trace(tiny_trace_path):
+    from tracer.trace_file import load_trace
+    return load_trace(tiny_trace_path, validate="all")
