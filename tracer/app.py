@@ -8,6 +8,7 @@ stepping back or jumping anywhere costs the same as stepping forward.
 """
 from __future__ import annotations
 
+import bisect
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from textual import on
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.timer import Timer
@@ -25,19 +27,21 @@ from tracer.batch_view import BatchView
 from tracer.colors import VIOLATION, seq_tag
 from tracer.help_screen import HelpScreen
 from tracer.kv_pages_view import KVPagesView
+from tracer.lazy_trace import StepSummary, open_trace, summaries_of
 from tracer.narration import narrate
 from tracer.predict import PredictScreen, Question, is_correct, make_question
 from tracer.sequences_view import SequencesView
 from tracer.state_machine_view import StateMachineView
 from tracer.timeline_view import TimelineView, step_mark
+from tracer.trace_file import TraceError
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)     # steps per second
 EVENT_KINDS = frozenset({"admitted", "prefix_hit", "prefill_done", "preempted", "finished"})
 
 
-def is_event_step(step: dict) -> bool:
+def is_event_step(summary: StepSummary) -> bool:
     """Steps `n` / `p` stop at: a state change, a prefix hit, or a violation."""
-    return bool(step.get("violations")) or any(e["kind"] in EVENT_KINDS for e in step.get("events", []))
+    return summary.has_violations or bool(summary.kinds & EVENT_KINDS)
 
 
 def violation_text(violation) -> str:
@@ -102,7 +106,11 @@ class ReplayApp(App[int]):
                  screenshot_dir: str | Path = ".") -> None:
         super().__init__()
         self.trace = trace
-        self.steps: list[dict] = list(trace.steps)
+        self.steps = trace.steps           # a list, or a LazySteps parsing each step when first shown
+        summaries = summaries_of(trace)
+        self.step_numbers = [summary.step for summary in summaries]
+        self.marks = [step_mark(summary.kinds, summary.has_violations) for summary in summaries]
+        self.event_indices = [i for i, summary in enumerate(summaries) if is_event_step(summary)]
         requests = getattr(trace, "requests", None) or {}
         self.header = dict(trace.header, requests=list(requests.values()) or trace.header.get("requests", []))
         self.step_index = max(0, min(start_step, len(self.steps) - 1))
@@ -118,13 +126,11 @@ class ReplayApp(App[int]):
         self.score_asked = 0
         self.asking = False
         self.last_screenshot: Path | None = None
-        self.event_indices = [i for i, step in enumerate(self.steps) if is_event_step(step)]
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
-        yield TimelineView([step_mark(s) for s in self.steps], [s.get("step", i) for i, s in enumerate(self.steps)],
-                           id="timeline")
+        yield TimelineView(self.marks, self.step_numbers, id="timeline")
         yield Static(id="narration")
         yield Static(id="violations")
         with Horizontal(id="upper"):
@@ -168,7 +174,7 @@ class ReplayApp(App[int]):
 
     @property
     def step_number(self) -> int:
-        return self.current_step.get("step", self.step_index)
+        return self.step_numbers[self.step_index]
 
     # ---- redrawing ------------------------------------------------------------------------
     def show_step(self) -> None:
@@ -177,7 +183,7 @@ class ReplayApp(App[int]):
         prev = self.steps[self.step_index - 1] if self.step_index > 0 else None
         for view in (self.machine, self.kv, self.seqs, self.batch):
             view.show(step, prev, self.header)
-        self.query_one("#narration", Static).update(narrate(step, self.header))
+        self.query_one("#narration", Static).update(Content(narrate(step, self.header)))
         self.show_violations(step)
         self.update_status()
 
@@ -210,9 +216,16 @@ class ReplayApp(App[int]):
 
     def go_to(self, index: int) -> None:
         index = max(0, min(index, len(self.steps) - 1))
-        if index != self.step_index:
-            self.step_index = index
-            self.show_step()
+        if index == self.step_index:
+            return
+        try:
+            self.steps[index], self.steps[max(0, index - 1)]   # a damaged line of a lazy trace fails here
+        except TraceError as e:
+            self.pause()
+            self.notify(str(e), title="cannot show this step", severity="error", timeout=12)
+            return
+        self.step_index = index
+        self.show_step()
 
     # ---- guards ---------------------------------------------------------------------------
     def require_main_screen(self) -> None:
@@ -274,18 +287,17 @@ class ReplayApp(App[int]):
 
     def action_goto(self) -> None:
         self.require_main_screen()
-        numbers = [s.get("step", i) for i, s in enumerate(self.steps)]
-        self.push_screen(GotoScreen(numbers[0], numbers[-1]), self.jump_to_number)
+        self.push_screen(GotoScreen(self.step_numbers[0], self.step_numbers[-1]), self.jump_to_number)
 
     def jump_to_number(self, number: int | None) -> None:
         if number is None:
             return
-        for index, step in enumerate(self.steps):
-            if step.get("step", index) >= number:
-                if step.get("step", index) != number:
-                    self.notify(f"no step {number} in this trace; showing step {step.get('step', index)}")
-                self.go_to(index)
-                return
+        index = bisect.bisect_left(self.step_numbers, number)
+        if index < len(self.step_numbers):
+            if self.step_numbers[index] != number:
+                self.notify(f"no step {number} in this trace; showing step {self.step_numbers[index]}")
+            self.go_to(index)
+            return
         self.notify(f"step {number} is past the end; showing the last step", severity="warning")
         self.go_to(len(self.steps) - 1)
 
@@ -390,9 +402,8 @@ class ReplayApp(App[int]):
 
 def run_replay(path: str | Path, start_step: int = 0, predict: bool = False) -> int:
     """Open a trace file in the TUI. start_step is a step index (0 = the first recorded step)."""
-    from tracer.trace_file import TraceError, load_trace
     try:
-        trace = load_trace(path)
+        trace = open_trace(path)
     except TraceError as e:
         print(f"nanoengine: error: {e}", file=sys.stderr)
         return 2
@@ -405,6 +416,7 @@ def run_replay(path: str | Path, start_step: int = 0, predict: bool = False) -> 
         return 2
     focus = trace.header.get("focus_step")
     if start_step == 0 and isinstance(focus, int):
-        start_step = next((i for i, s in enumerate(trace.steps) if s.get("step") == focus), 0)
+        numbers = [summary.step for summary in summaries_of(trace)]
+        start_step = numbers.index(focus) if focus in numbers else 0
     result = ReplayApp(trace, start_step, predict).run()
     return result or 0

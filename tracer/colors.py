@@ -6,6 +6,7 @@ symbol, so the views stay readable in monochrome and on a washed-out projector.
 from __future__ import annotations
 
 import string
+from functools import lru_cache
 
 from rich.style import Style
 
@@ -30,19 +31,12 @@ VIOLATION = Style(bold=True, color="white", bgcolor="#c0392b")
 DIM = Style(dim=True)
 
 
+VISIBLE = {**{i: 0x2400 + i for i in range(32)}, ord("\n"): "↵", ord("\t"): "⇥", 127: "␡"}
+
+
 def printable(text: str) -> str:
     """Whitespace and control characters as visible symbols (↵ newline, ⇥ tab, ␀-style controls)."""
-    out = []
-    for char in text:
-        if char == "\n":
-            out.append("↵")
-        elif char == "\t":
-            out.append("⇥")
-        elif ord(char) < 32 or ord(char) == 127:
-            out.append(chr(0x2400 + (ord(char) if ord(char) < 32 else 33)))
-        else:
-            out.append(char)
-    return "".join(out)
+    return text.translate(VISIBLE)
 
 
 def seq_letter(seq_id: int) -> str:
@@ -53,6 +47,7 @@ def seq_color(seq_id: int) -> str:
     return PALETTE[seq_id % len(PALETTE)]
 
 
+@lru_cache(maxsize=512)
 def seq_style(seq_id: int, *, selected: bool = False) -> Style:
     """Coloured letter text; the selected sequence is drawn in reverse video."""
     if selected:
@@ -60,6 +55,7 @@ def seq_style(seq_id: int, *, selected: bool = False) -> Style:
     return Style(color=seq_color(seq_id), bold=True)
 
 
+@lru_cache(maxsize=256)
 def chip_style(seq_id: int) -> Style:
     return Style(color="black", bgcolor=seq_color(seq_id), bold=True)
 

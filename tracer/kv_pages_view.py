@@ -149,8 +149,9 @@ class KVPagesView(ScrollView, can_focus=True):
         if owners:
             owner = self.selected_seq if self.selected_seq in owners else owners[0]
             if block in self.table_index:
-                body = [Segment(seq_letter(owner) + glyph + f"{self.table_index[block]:>2}"[-2:],
-                                seq_style(owner, selected=True) + extra)]
+                selected = seq_style(owner, selected=True) + extra
+                body = [Segment(seq_letter(owner), selected), Segment(glyph, selected + Style(color="white")),
+                        Segment(f"{self.table_index[block]:>2}"[-2:], selected)]
             else:
                 mark = (f"×{ref}" if ref < 10 else "×+") if ref > 1 else "  "
                 body = [Segment(seq_letter(owner), seq_style(owner, selected=True) + extra),

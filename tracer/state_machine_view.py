@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual import events
 from textual.message import Message
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
 from tracer.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, chip_style, seq_letter
@@ -96,7 +97,7 @@ def make_layout(width: int, height: int) -> Layout:
 
 
 class Canvas:
-    """A grid of (char, style) cells turned into one rich Text."""
+    """A grid of (char, style) cells turned into strips."""
 
     def __init__(self, width: int, height: int):
         self.width, self.height = width, height
@@ -111,18 +112,18 @@ class Canvas:
                 self.chars[y][x + i] = char
                 self.styles[y][x + i] = style
 
-    def to_text(self) -> Text:
-        text = Text(no_wrap=True, overflow="crop")
+    def to_strips(self) -> list[Strip]:
+        """One strip per row, a segment per run of equally styled cells."""
+        strips = []
         for y in range(self.height):
-            run_start, style = 0, self.styles[y][0]
+            segments, run_start, style = [], 0, self.styles[y][0]
             for x in range(1, self.width + 1):
                 if x == self.width or self.styles[y][x] != style:
-                    text.append("".join(self.chars[y][run_start:x]), style)
+                    segments.append(Segment("".join(self.chars[y][run_start:x]), style))
                     if x < self.width:
                         run_start, style = x, self.styles[y][x]
-            if y < self.height - 1:
-                text.append("\n")
-        return text
+            strips.append(Strip(segments, self.width))
+        return strips
 
 
 class StateMachineView(Widget, can_focus=True):
@@ -143,6 +144,17 @@ class StateMachineView(Widget, can_focus=True):
         self.selected: int | None = None
         self.animations = True
         self.chip_cells: dict[tuple[int, int], int] = {}
+        self.strips: list[Strip] | None = None     # the drawing, rebuilt after any change
+
+    def watch_progress(self) -> None:
+        self.strips = None
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.strips = None
+
+    def refresh(self, *args, **kwargs):
+        self.strips = None
+        return super().refresh(*args, **kwargs)
 
     def show(self, step: dict, prev: dict | None, header: dict) -> None:
         self.step, self.prev = step, prev
@@ -159,7 +171,15 @@ class StateMachineView(Widget, can_focus=True):
         self.selected = seq_id
         self.refresh()
 
-    def render(self) -> Text:
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        if self.strips is None or (self.strips and self.strips[0].cell_length != max(width, MIN_WIDTH)):
+            self.strips = self.draw()
+        if y >= len(self.strips):
+            return Strip.blank(width)
+        return self.strips[y].crop(0, width)
+
+    def draw(self) -> list[Strip]:
         layout = make_layout(self.content_size.width, self.content_size.height)
         canvas = Canvas(layout.width, layout.height)
         lit = {edge for move in self.moves for edge in move.edges}
@@ -167,7 +187,7 @@ class StateMachineView(Widget, can_focus=True):
         self.draw_edges(canvas, layout, lit)
         self.chip_cells = {}
         self.draw_chips(canvas, layout)
-        return canvas.to_text()
+        return canvas.to_strips()
 
     # ---- drawing -------------------------------------------------------------------------
     def draw_nodes(self, canvas: Canvas, layout: Layout) -> None:

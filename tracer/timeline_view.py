@@ -1,10 +1,11 @@
 """'step N of M', a clickable scrubber across the whole trace, and event markers on it."""
 from __future__ import annotations
 
+from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual import events
 from textual.message import Message
+from textual.strip import Strip
 from textual.widget import Widget
 
 from tracer.colors import EVENT_MARKS
@@ -13,13 +14,13 @@ MARK_ORDER = ("violation", "preempted", "prefix_hit", "finished")   # most impor
 PLAYED = Style(color="#2ec4b6")
 AHEAD = Style(color="#6c6c6c")
 CURSOR = Style(color="black", bgcolor="#ffd23f", bold=True)
+BOLD = Style(bold=True)
 
 
-def step_mark(step: dict) -> str:
-    """The most important marker kind of a step ('' if none)."""
-    kinds = {event["kind"] for event in step.get("events", [])}
-    if step.get("violations"):
-        kinds.add("violation")
+def step_mark(kinds: frozenset[str], has_violations: bool) -> str:
+    """The most important marker of a step, from its event kinds ('' if none)."""
+    if has_violations:
+        return "violation"
     return next((kind for kind in MARK_ORDER if kind in kinds), "")
 
 
@@ -68,29 +69,34 @@ class TimelineView(Widget):
         index = (2 * column + 1) * count // (2 * width)
         return max(0, min(count - 1, index))
 
-    def render(self) -> Text:
+    def render_line(self, y: int) -> Strip:
         width = max(1, self.content_size.width)
-        text = Text(no_wrap=True, overflow="crop")
-        current = self.column_of(self.index, width)
-        for column, kind in enumerate(self.column_marks(width)):
-            if column == current:
-                text.append("●", CURSOR)
-            elif kind:
-                char, style = EVENT_MARKS[kind]
-                text.append(char, style)
-            else:
-                text.append("━" if column < current else "─", PLAYED if column < current else AHEAD)
-        text.append("\n")
+        if y == 0:
+            return Strip(self.bar_segments(width), width).crop(0, width)
+        if y > 1:
+            return Strip.blank(width)
         last = self.step_numbers[-1] if self.step_numbers else 0
         number = self.step_numbers[self.index] if self.step_numbers else 0
-        text.append(f"step {number} of {last}", Style(bold=True))
-        text.append(f"  {self.status}  ")
+        segments = [Segment(f"step {number} of {last}", BOLD), Segment(f"  {self.status}  ")]
         for kind, label in (("preempted", "preempt"), ("prefix_hit", "prefix hit"), ("finished", "finish"),
                             ("violation", "violation")):
             char, style = EVENT_MARKS[kind]
-            text.append(char, style)
-            text.append(f" {label}  ", AHEAD)
-        return text
+            segments += [Segment(char, Style.parse(style)), Segment(f" {label}  ", AHEAD)]
+        return Strip(segments).extend_cell_length(width).crop(0, width)
+
+    def bar_segments(self, width: int) -> list[Segment]:
+        """The scrubber: played part, markers, the cursor, the rest."""
+        current = self.column_of(self.index, width)
+        segments = []
+        for column, kind in enumerate(self.column_marks(width)):
+            if column == current:
+                segments.append(Segment("●", CURSOR))
+            elif kind:
+                char, style = EVENT_MARKS[kind]
+                segments.append(Segment(char, Style.parse(style)))
+            else:
+                segments.append(Segment("━" if column < current else "─", PLAYED if column < current else AHEAD))
+        return list(Segment.simplify(segments))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
