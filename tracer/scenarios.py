@@ -8,7 +8,8 @@ A scenario file (lessons/NN_name/scenario.json) looks like:
      "params": {"max_tokens": 6, "ignore_eos": true},          # defaults for every request
      "requests": [{"prompt": "The cat sat", "max_tokens": 3},   # per-request overrides
                   {"prompt": "On the mat", "arrive": 2}],        # added before step 2 runs
-     "focus": {"event": "finished", "nth": 1},                  # or {"step": 3}
+     "focus": {"event": "finished", "nth": 1},                  # or {"step": 3}; "request": 0 to
+                                                                # count only request 0's events
      "look_for": "what to watch in the replay"}
 """
 from __future__ import annotations
@@ -187,12 +188,13 @@ def drive(engine: LLMEngine, scenario: Scenario, collector: StepCollector) -> li
 
 
 def find_focus(focus: dict, steps: list[StepSummary]) -> int:
-    """The step a scenario wants shown: a fixed step, or the nth step with a given event."""
+    """The step a scenario wants shown: a fixed step, or the nth step with a given event
+    (optionally only events of one request, by index)."""
     if "step" in focus:
         return max(0, min(int(focus["step"]), len(steps) - 1))
-    kind, nth = focus.get("event"), int(focus.get("nth", 1))
+    kind, nth, request = focus.get("event"), int(focus.get("nth", 1)), focus.get("request")
     if kind:
-        hits = [s.step for s in steps if any(k == kind for k, _ in s.events)]
+        hits = [s.step for s in steps if any(k == kind and request in (None, i) for k, i in s.events)]
         if hits:
             return hits[min(nth, len(hits)) - 1]
     return 0
