@@ -21,7 +21,9 @@ RUN_KEYS = {"elapsed_s", "num_prompt_tokens", "num_output_tokens", "output_tok_s
 def report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     # One thread: on a shared 2-core machine two OpenMP threads can make small ops 30x slower.
-    code = bench_main(["--quick", "--model", "tiny", "--json", "--threads", "1", "--out", str(out)])
+    # A small paged cache for generate_batch: its default sizing fills GBs of buffers on CPU (~20 s).
+    code = bench_main(["--quick", "--model", "tiny", "--json", "--threads", "1", "--cb-num-blocks", "16",
+                       "--cb-max-batch-tokens", "256", "--out", str(out)])
     assert code == 0
     return json.loads(out.read_text())
 

@@ -26,6 +26,7 @@ class BenchSettings:
     threads: int | None = None
     engine_options: dict = field(default_factory=dict)   # LLMEngine knobs (max_num_seqs, ...)
     hf_batch_size: int | None = None       # static generate batch size; None: all requests at once
+    cb_options: dict = field(default_factory=dict)       # ContinuousBatchingConfig fields; none: its sizing
     repeat: int = 1                        # nanoengine runs (plain and traced), fastest kept
     skip_hf: bool = False
     skip_generate_batch: bool = False
@@ -57,6 +58,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kv-cache-memory-gb", type=float)
     p.add_argument("--attention-backend", choices=("auto", "torch", "flash"))
     p.add_argument("--hf-batch-size", type=int, help="static generate batch size (default: all requests)")
+    p.add_argument("--cb-num-blocks", type=int,
+                   help="generate_batch's KV cache in blocks of 256 tokens (default: as many tokens as nanoengine's)")
+    p.add_argument("--cb-max-batch-tokens", type=int, help="generate_batch's per-step token budget")
     p.add_argument("--repeat", type=int, default=1, help="repeat the nanoengine runs, keep the fastest")
     p.add_argument("--skip-hf", action="store_true", help="no transformers baselines")
     p.add_argument("--skip-generate-batch", action="store_true", help="no transformers continuous batching baseline")
@@ -81,13 +85,16 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
     knobs = {"max_num_batched_tokens": args.max_num_batched_tokens, "max_num_seqs": args.max_num_seqs,
              "num_kv_blocks": args.num_kv_blocks, "kv_cache_memory_gb": args.kv_cache_memory_gb,
              "attention_backend": args.attention_backend}
+    cb_options = {"num_blocks": args.cb_num_blocks, "max_batch_tokens": args.cb_max_batch_tokens}
     for name, value in (("--threads", args.threads), ("--hf-batch-size", args.hf_batch_size),
-                        ("--repeat", args.repeat)):
+                        ("--repeat", args.repeat), ("--cb-num-blocks", args.cb_num_blocks),
+                        ("--cb-max-batch-tokens", args.cb_max_batch_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     return BenchSettings(
         model=args.model, workload=spec, device=args.device, dtype=args.dtype, threads=args.threads,
         engine_options={k: v for k, v in knobs.items() if v is not None}, hf_batch_size=args.hf_batch_size,
+        cb_options={k: v for k, v in cb_options.items() if v is not None},
         repeat=args.repeat, skip_hf=args.skip_hf, skip_generate_batch=args.skip_generate_batch,
         skip_model_only=args.skip_model_only, skip_tracer=args.skip_tracer, skip_startup=args.skip_startup,
         trace_out=args.trace_out)
@@ -167,10 +174,11 @@ def run_benchmark(settings: BenchSettings) -> dict:
             engine_run = run
         gc.collect()
     main = engine_run.result
+    kv_tokens = engine_run.extra["num_kv_blocks"] * engine_run.extra["block_size"]
     runs = {"nanoengine": main.to_dict()}
 
     if not settings.skip_hf:
-        for key, result in run_hf_baselines(settings, requests, warmup, device, dtype).items():
+        for key, result in run_hf_baselines(settings, requests, warmup, device, dtype, kv_tokens).items():
             runs[key] = {**result.to_dict(), "nanoengine_speedup": round(main.output_tok_s / result.output_tok_s, 3),
                          "matching_requests": count_matching(main.outputs, result.outputs)}
 
@@ -200,7 +208,15 @@ def count_matching(outputs, reference) -> int:
     return count(outputs, reference)
 
 
-def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype) -> dict:
+def cb_options_for(settings: BenchSettings, kv_tokens: int) -> dict:
+    """generate_batch's cache holds as many tokens as nanoengine's, unless told otherwise. Left to size
+    itself on CPU, it claims 90% of the machine's free RAM (and fills its attention-mask buffers)."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    page_size = ContinuousBatchingConfig().page_size
+    return {"num_blocks": -(-kv_tokens // page_size), **settings.cb_options}
+
+
+def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype, kv_tokens: int) -> dict:
     import torch
     from transformers.utils import logging as hf_logging
     from tracer.bench_hf import load_hf_model, run_hf_generate, run_hf_generate_batch, warm_up_generate
@@ -215,7 +231,8 @@ def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype) -
         results["hf_generate"] = run_hf_generate(hf_model, requests, settings.hf_batch_size)
         if not settings.skip_generate_batch:
             log("HF generate_batch (continuous batching) ...")
-            results["hf_generate_batch"] = run_hf_generate_batch(hf_model, requests, warmup)
+            results["hf_generate_batch"] = run_hf_generate_batch(hf_model, requests, warmup,
+                                                                 cb_options_for(settings, kv_tokens))
         del hf_model
         gc.collect()
     finally:

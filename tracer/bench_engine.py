@@ -71,7 +71,7 @@ def run_engine(model: str, options: dict, requests: list[BenchRequest], warmup: 
     result = drive(engine, requests)
     probe.detach()
     run = EngineRun(result, probe.num_steps, probe.model_time,
-                    extra={"num_kv_blocks": engine.config.num_kv_blocks,
+                    extra={"num_kv_blocks": engine.config.num_kv_blocks, "block_size": engine.config.block_size,
                            "max_num_batched_tokens": engine.config.max_num_batched_tokens,
                            "max_num_seqs": engine.config.max_num_seqs})
     if model_only:

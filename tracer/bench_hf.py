@@ -6,9 +6,9 @@
 - continuous batching (`generate_batch`'s paged engine), driven through its public manager API
   (`continuous_batching_context_manager` + `add_request`, which is what `generate_batch` does
   inside) so that each request gets its own max_new_tokens, with per-token timestamps. The
-  manager's set-up (KV cache allocation and, on CUDA, the graph-capturing warm-up that
-  `generate_batch` runs on every call) is timed separately and kept out of the throughput window,
-  as the engine's start-up is.
+  manager's set-up (paged cache and static buffer allocation, the warm-up requests and, on CUDA,
+  the graph-capturing warm-up that `generate_batch` runs on every call) is timed separately as
+  setup_s and kept out of the throughput window, as the engine's start-up is.
 """
 from __future__ import annotations
 
@@ -131,9 +131,11 @@ def warm_up_generate(hf_model, requests: list[BenchRequest]) -> None:
 
 
 @torch.inference_mode()
-def run_hf_generate_batch(hf_model, requests: list[BenchRequest],
-                          warmup: list[BenchRequest] | None = None) -> RunResult:
+def run_hf_generate_batch(hf_model, requests: list[BenchRequest], warmup: list[BenchRequest] | None = None,
+                          cb_options: dict | None = None) -> RunResult:
+    """cb_options: ContinuousBatchingConfig fields (e.g. num_blocks, max_batch_tokens); none: its own sizing."""
     from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
     config = GenerationConfig(max_new_tokens=max(r.max_tokens for r in requests), do_sample=False,
                               eos_token_id=NO_EOS, pad_token_id=pad_token_id(hf_model))
     original_attention = hf_model.config._attn_implementation
@@ -142,11 +144,13 @@ def run_hf_generate_batch(hf_model, requests: list[BenchRequest],
     setup_start = time.perf_counter()
     try:
         # generate_batch's warm-up pre-captures CUDA graphs; on CPU it only runs large dummy batches
+        cb_config = ContinuousBatchingConfig(**cb_options) if cb_options else None
         with hf_model.continuous_batching_context_manager(generation_config=config, block=True, timeout=30,
+                                                          continuous_batching_config=cb_config,
                                                           warmup=hf_model.device.type == "cuda") as manager:
-            setup = time.perf_counter() - setup_start
-            if warmup:
+            if warmup:   # the first request also builds the paged cache and its static buffers
                 collect(manager, submit(manager, warmup))
+            setup = time.perf_counter() - setup_start
             start = time.perf_counter()
             results = collect(manager, submit(manager, requests))
             elapsed = time.perf_counter() - start
@@ -157,7 +161,7 @@ def run_hf_generate_batch(hf_model, requests: list[BenchRequest],
     ttft, tpot = latencies([list(res.timestamps or [])[:r.max_tokens] for res, r in zip(results, requests)], start)
     return RunResult("HF generate_batch", elapsed, sum(r.num_prompt_tokens for r in requests),
                      sum(len(o) for o in outputs), ttft, tpot, outputs,
-                     {"setup_s": round(setup, 3), "attn_implementation": CB_ATTENTION,
+                     {"setup_s": round(setup, 3), "attn_implementation": CB_ATTENTION, "cb_options": cb_options or {},
                       "ttft_method": "per-token timestamps recorded by the continuous batching manager"})
 
 
