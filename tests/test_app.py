@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 
 from tracer.app import EVENT_KINDS, ReplayApp, run_replay
+from tracer.batch_view import LABEL_WIDTH, BatchView
 from tracer.kv_pages_view import CELL, KVPagesView
+from tracer.lazy_trace import load_lazy, summaries_of, summarize_step
 from tracer.predict import PredictScreen
-from tracer.trace_file import load_trace
+from tracer.state_machine_view import StateMachineView
+from tracer.trace_file import TraceError, load_trace
 
 TRACE = Path(__file__).parent / "data" / "replay_small.jsonl"
 SIZE = (100, 30)
@@ -148,6 +151,18 @@ async def test_clicking_a_block_selects_its_owner(trace):
 
 
 @run_async
+async def test_clicking_a_chip_or_a_batch_column_selects_that_sequence(trace):
+    app = make_app(trace, start_step=6)
+    async with app.run_test(size=SIZE) as pilot:
+        (x, y), = [cell for cell, seq_id in app.machine.chip_cells.items() if seq_id == 1]
+        await pilot.click(StateMachineView, offset=(x, y + 1))      # + the title line
+        assert app.selected_seq == 1
+        start = next(start for start, _, seq_id in app.batch.column_owner if seq_id == 2)
+        await pilot.click(BatchView, offset=(LABEL_WIDTH + start, 1 + 2))
+        assert app.selected_seq == 2
+
+
+@run_async
 async def test_s_saves_an_svg_screenshot(trace, tmp_path):
     app = make_app(trace, tmp_path, start_step=4)
     async with app.run_test(size=SIZE) as pilot:
@@ -262,3 +277,43 @@ def test_missing_file_and_bad_start_step(tmp_path, capsys):
     assert "no such trace file" in capsys.readouterr().err
     assert run_replay(TRACE, start_step=99) == 2
     assert "outside the trace" in capsys.readouterr().err
+
+
+def test_lazy_opening_matches_the_full_loader(trace):
+    lazy = load_lazy(TRACE)
+    assert lazy.header == trace.header and lazy.requests == trace.requests
+    assert list(lazy.steps) == trace.steps
+    assert summaries_of(lazy) == [summarize_step(step) for step in trace.steps]
+
+
+def damage(line: str) -> str:
+    """Break the JSON inside the long `seqs` part, where the lazy scan does not look."""
+    assert '"seqs":[' in line
+    return line.replace('"seqs":[', '"seqs":[[[', 1)
+
+
+def test_lazy_opening_of_a_cut_and_a_damaged_file(tmp_path):
+    lines = TRACE.read_text(encoding="utf-8").splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:6]) + "\n" + lines[6][:100], encoding="utf-8")
+    lazy = load_lazy(cut)
+    assert len(lazy.steps) == 5 and "cut short" in lazy.warning
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("\n".join(lines[:4] + [damage(lines[4])] + lines[5:]) + "\n", encoding="utf-8")
+    lazy = load_lazy(damaged)                    # opens: only the first and last steps are parsed up front
+    with pytest.raises(TraceError, match="line 5"):
+        lazy.steps[3]
+
+
+@run_async
+async def test_a_damaged_step_of_a_lazy_trace_is_a_notice_not_a_crash(tmp_path):
+    lines = TRACE.read_text(encoding="utf-8").splitlines()
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("\n".join(lines[:4] + [damage(lines[4])] + lines[5:]) + "\n", encoding="utf-8")
+    app = make_app(load_lazy(damaged))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right", "right", "right")
+        assert app.step_index == 2                        # step index 3 (line 5) cannot be shown
+        assert any("line 5" in n.message for n in app._notifications)
+        await pilot.press("end", "left")
+        assert app.step_index == len(lines) - 3

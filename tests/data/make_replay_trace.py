@@ -18,7 +18,8 @@ OUT = Path(__file__).with_name("replay_small.jsonl")
 
 
 def main() -> None:
-    engine = LLMEngine("tiny", block_size=4, num_kv_blocks=16, max_num_batched_tokens=12, max_num_seqs=4)
+    engine = LLMEngine("tiny", block_size=4, num_kv_blocks=16, max_num_batched_tokens=12, max_num_seqs=4,
+                       num_threads=1)
     with TraceRecorder(engine, OUT, title="chunked prefill, prefix sharing, preemption"):
         engine.add_request("The capital of France is", SamplingParams(max_tokens=8, ignore_eos=True))
         engine.add_request("Paged attention stores KV", SamplingParams(max_tokens=10, ignore_eos=True))
