@@ -11,9 +11,12 @@ prefix-cache hits, finished (length and abort) and a late request.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
@@ -25,6 +28,24 @@ SCENARIO_ABORT = "zz"                                # added after step 2, abort
 SCENARIO_PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
 
 
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """The tiny model's matmuls are too small to gain from threads, and on a busy 2-core box
+    OpenMP threads that spin-wait for each other make each step 10-100x slower."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    with torch_threads(1):
+        yield
+
+
 def make_tiny_engine(**options) -> LLMEngine:
     return LLMEngine("tiny", **{**TINY_OPTIONS, **options})
 
@@ -32,7 +53,7 @@ def make_tiny_engine(**options) -> LLMEngine:
 def record_scenario(path: Path, **options) -> Path:
     from tracer.recorder import TraceRecorder
     engine = make_tiny_engine(**options)
-    with TraceRecorder(engine, path, title="tiny scenario"):
+    with torch_threads(1), TraceRecorder(engine, path, title="tiny scenario"):
         for prompt in SCENARIO_PROMPTS:
             engine.add_request(prompt, SCENARIO_PARAMS)
         step = 0

@@ -15,6 +15,8 @@ from tracer.invariants import INVARIANTS, InvariantChecker, Violation, check_rec
 
 MUTATIONS = {}
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def mutation(name):
     def register(fn):

@@ -13,6 +13,8 @@ from tracer.invariants import check_trace
 from tracer.recorder import TraceRecorder, default_trace_path, record_run
 from tracer.trace_file import load_trace
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def read_lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]

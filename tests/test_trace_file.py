@@ -10,6 +10,8 @@ from jsonschema import Draft202012Validator
 from tracer.invariants import check_trace
 from tracer.trace_file import SCHEMA_PATH, TraceError, load_trace
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def lines_of(path) -> list[str]:
     return path.read_text().splitlines()

@@ -1,7 +1,7 @@
 """`nanoengine trace`, `nanoengine replay` and `nanoengine check` (dispatched from nanoengine.cli).
 
-    nanoengine trace "prompt" ["prompt" ...] [engine flags] [--out FILE] [--title T] [--no-tui]
-    nanoengine replay FILE [--step N]
+    nanoengine trace "prompt" ["prompt" ...] [engine flags] [--out FILE] [--title T] [--no-tui] [--predict]
+    nanoengine replay FILE [--step N] [--predict]
     nanoengine check FILE [--full]
 
 Exit codes: 0 fine; 1 `check` found an invariant violation; 2 bad input (one-line error);
@@ -31,6 +31,7 @@ def trace_main(argv: list[str]) -> int:
     p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
     p.add_argument("--title", default=None, help="a title shown by the viewer")
     p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
+    p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
     args = p.parse_args(argv)
     from nanoengine.engine import LLMEngine
     from tracer.recorder import default_trace_path
@@ -47,7 +48,7 @@ def trace_main(argv: list[str]) -> int:
     Console().print(f"Trace written to [bold]{path}[/]")
     if args.no_tui:
         return summarize_file(path)
-    return open_replay(path, 0)
+    return open_replay(path, 0, args.predict)
 
 
 def record(engine, path: Path, title: str | None, console: Console) -> bool:
@@ -85,6 +86,7 @@ def replay_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="nanoengine replay", description="Open a saved trace in the replay TUI.")
     p.add_argument("file")
     p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
+    p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
     args = p.parse_args(argv)
     trace = load_or_report(args.file)
     if trace is None:
@@ -95,10 +97,10 @@ def replay_main(argv: list[str]) -> int:
     if not 0 <= args.step < trace.num_steps:
         err(f"--step {args.step} is outside the trace: choose 0 .. {trace.num_steps - 1}")
         return 2
-    return open_replay(Path(args.file), args.step)
+    return open_replay(Path(args.file), args.step, args.predict)
 
 
-def open_replay(path: Path, start_step: int) -> int:
+def open_replay(path: Path, start_step: int, predict: bool = False) -> int:
     try:
         from tracer.app import run_replay
     except ModuleNotFoundError as e:
@@ -107,7 +109,7 @@ def open_replay(path: Path, start_step: int) -> int:
         err(f"the replay TUI (tracer.app) is not installed; the trace is in {path}: "
             f"use `nanoengine check {path}` or `--no-tui`")
         return 2
-    return run_replay(path, start_step)
+    return run_replay(path, start_step, predict=True) if predict else run_replay(path, start_step)
 
 
 def check_main(argv: list[str]) -> int:
