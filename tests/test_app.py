@@ -182,6 +182,10 @@ async def test_help_lists_the_keys_and_closes(trace):
         assert app.step_index == 0
         await pilot.press("escape")
         assert app.screen is app.screen_stack[0]
+        await pilot.press("tab", "z")                    # zoom the KV pages panel, then restore
+        assert app.screen.maximized is app.kv
+        await pilot.press("z")
+        assert app.screen.maximized is None
 
 
 @run_async

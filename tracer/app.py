@@ -198,7 +198,7 @@ class ReplayApp(App[int]):
 
     def update_status(self) -> None:
         speed = SPEEDS[self.speed_index]
-        state = f"{'▶ playing' if self.playing else '■ paused'} {speed:g} steps/s"
+        state = f"{'▶ playing' if self.playing else '■ paused'} {speed:g} step{'' if speed == 1 else 's'}/s"
         self.query_one(TimelineView).show_position(self.step_index, state)
         header = self.header
         title = header.get("title") or Path(str(getattr(self.trace, "path", "trace"))).name

@@ -18,6 +18,7 @@ KEYS = (
     ("n / p", "next / previous event (admit, prefix hit, prefill done, preempt, finish, violation)"),
     ("Tab / shift+Tab", "move between panels"),
     ("↑ / ↓ in sequences", "select a sequence (also: click a chip, a block or a batch column)"),
+    ("Esc", "clear the selection"),
     ("z", "zoom the focused panel to the full screen (again to restore)"),
     ("a", "animations on / off"),
     ("s", "save an SVG screenshot"),
