@@ -2,8 +2,9 @@
 
     .venv/bin/python -m tracer.tui_bench [--trace FILE] [--steps 10000] [--presses 200] [--size 120x40]
 
-If FILE does not exist, a trace of about --steps steps is recorded into it first (tiny model, two
-sequences at a time, a pool small enough to preempt; a few minutes on a CPU) and kept for later runs.
+If FILE (default: nanoengine_tui_bench_10k.jsonl in the temp folder) does not exist, a trace of
+about --steps steps is recorded into it first (tiny model, two sequences at a time, a pool small
+enough to preempt; about a minute on a CPU) and kept for later runs.
 
 Measured headless (App.run_test):
   first frame  open_trace (as run_replay does) + building the app + mounting + drawing the first
@@ -19,12 +20,13 @@ import argparse
 import asyncio
 import io
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 from rich.console import Console
 
-DEFAULT_TRACE = Path("traces") / "tui_bench_10k.jsonl"
+DEFAULT_TRACE = Path(tempfile.gettempdir()) / "nanoengine_tui_bench_10k.jsonl"   # ~400 MB, kept for reruns
 
 
 def record_long_trace(path: Path, steps: int) -> None:
