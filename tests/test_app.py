@@ -2,7 +2,7 @@
 
 The trace (tiny model, 16 blocks of 4 slots, 12-token budget, 14 steps): seq 0 (A) and 1 (B)
 prefill in chunks; seq 2 (C) arrives before step 4, reuses A's prompt blocks, and is preempted
-at steps 6 and 8. Its steps 8, 10 and 13 carry invariant violations found by the recorder.
+at steps 6 and 8. No step has a violation (tests inject their own).
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@
 
 Tiny model (random weights, byte tokenizer), 16 blocks of 4 slots, a 12-token step budget:
 seq 0 and 1 prefill in chunks, seq 2 (arriving before step 4) shares seq 0's prompt prefix and is
-later preempted twice when the pool runs out of blocks.
+later preempted twice when the pool runs out of blocks. After regenerating it, regenerate the
+snapshot baselines and docs/screenshots too (see tests/test_app_snapshots.py).
 """
 from __future__ import annotations
 
