@@ -1,6 +1,7 @@
 """Find a model, read its config, tokenizer and weights. The default model is fetched once into a cache."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -53,10 +55,9 @@ def load_model(model: str) -> LoadedModel:
 
 def load_folder(path: Path, name: str) -> LoadedModel:
     from safetensors.torch import load_file
-    from transformers import AutoConfig
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model folder")
-    config = AutoConfig.from_pretrained(path)
+    config = read_config(path)
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelLoadError(f"{path} has no *.safetensors weights")
@@ -64,6 +65,19 @@ def load_folder(path: Path, name: str) -> LoadedModel:
     for f in files:
         state_dict.update(load_file(f))
     return LoadedModel(name, config, load_tokenizer(path), state_dict)
+
+
+def read_config(path: Path):
+    """config.json as attributes. Reading it ourselves skips ~2 s of transformers' AutoConfig start-up;
+    AutoConfig is still used for RoPE scaling variants, which need transformers' own config object."""
+    raw = json.loads((path / "config.json").read_text())
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        from transformers import AutoConfig
+        return AutoConfig.from_pretrained(path)
+    defaults = dict(num_key_value_heads=raw.get("num_attention_heads"), tie_word_embeddings=False,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=2048, eos_token_id=None)
+    return SimpleNamespace(**{**defaults, **raw})
 
 
 def load_tokenizer(path: Path, **kwargs):
