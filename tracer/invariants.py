@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 
 # name -> what must hold (one line each; the trace viewer and `nanoengine check` show these)
 INVARIANTS: dict[str, str] = {
@@ -91,6 +92,7 @@ class Context:
     config: dict
     prev: dict[int, dict] | None     # previous step's sequences by id
     tokens: dict[int, list[int]]     # each sequence's tokens before this step
+    memo: dict                       # results a check may reuse while its inputs are unchanged
 
     def violation(self, invariant: str, seq_id: int | None, message: str) -> Violation:
         return Violation(self.step["step"], seq_id, invariant, message)
@@ -312,17 +314,29 @@ def check_block_table_coverage(ctx: Context) -> Iterator[Violation]:
 
 @check("ref_counts")
 def check_ref_counts(ctx: Context) -> Iterator[Violation]:
+    refs = ctx.step["pool"]["ref_counts"]
     holders = Counter(b for s in ctx.seqs.values() for b in s["block_table_after"])
-    for block, ref in enumerate(ctx.step["pool"]["ref_counts"]):
-        if ref != holders.get(block, 0):
+    expected = [0] * len(refs)
+    for block, n in holders.items():
+        if 0 <= block < len(refs):
+            expected[block] = n
+    if list(refs) == expected:      # the common case, compared in C: real pools have thousands of blocks
+        return
+    for block, ref in enumerate(refs):
+        if ref != expected[block]:
             yield ctx.violation("ref_counts", None, f"block {block} has ref count {ref} but "
-                                f"{holders.get(block, 0)} sequences hold it")
+                                f"{expected[block]} sequences hold it")
 
 
 @check("free_blocks")
 def check_free_blocks(ctx: Context) -> Iterator[Violation]:
     pool = ctx.step["pool"]
     free, refs = pool["free_block_ids"], pool["ref_counts"]
+    if ctx.memo.get("free_blocks") == (free, refs):    # unchanged since the last step found it exact
+        return
+    if free_list_is_exact(free, refs):
+        ctx.memo["free_blocks"] = (free, refs)
+        return
     for block, n in Counter(free).items():
         if n > 1:
             yield ctx.violation("free_blocks", None, f"block {block} is on the free list {n} times")
@@ -333,6 +347,16 @@ def check_free_blocks(ctx: Context) -> Iterator[Violation]:
     for block, ref in enumerate(refs):
         if ref == 0 and block not in free_set:
             yield ctx.violation("free_blocks", None, f"block {block} has ref count 0 but is not on the free list")
+
+
+def free_list_is_exact(free, refs) -> bool:
+    """Fast path: distinct free blocks, all with ref count 0, as many as there are ref-0 blocks."""
+    if not free:
+        return 0 not in refs
+    if min(free) < 0 or max(free) >= len(refs) or len(set(free)) != len(free):
+        return False
+    on_free = itemgetter(*free)(refs)
+    return not any(on_free if len(free) > 1 else (on_free,)) and list(refs).count(0) == len(free)
 
 
 @check("pool_shape")
@@ -350,7 +374,8 @@ def check_pool_shape(ctx: Context) -> Iterator[Violation]:
         if bad:
             yield ctx.violation("pool_shape", sid, f"seq {sid} holds block {bad[0]}, outside the pool "
                                 f"of {num_blocks} blocks")
-    bad = [b for b in pool["free_block_ids"] if not 0 <= b < num_blocks]
+    free = pool["free_block_ids"]
+    bad = [b for b in free if not 0 <= b < num_blocks] if free and (min(free) < 0 or max(free) >= num_blocks) else []
     if bad:
         yield ctx.violation("pool_shape", None, f"the free list holds block {bad[0]}, outside the pool")
 
@@ -551,6 +576,7 @@ class InvariantChecker:
         self.config = dict(config or {})
         self.prev: dict[int, dict] | None = None
         self.tokens: dict[int, list[int]] = {}
+        self.memo: dict = {}
         self.add_requests(requests)
 
     def add_requests(self, requests: Iterable[dict]) -> None:
@@ -562,7 +588,7 @@ class InvariantChecker:
         self.add_requests(step.get("new_requests", ()))
         ctx = Context(step, {s["seq_id"]: s for s in step["seqs"]}, list(step["inputs"]["seq_ids"]),
                       self.config.get("block_size") or step["pool"]["block_size"], self.config, self.prev,
-                      self.tokens)
+                      self.tokens, self.memo)
         found = []
         for name, fn in CHECKS:
             try:
