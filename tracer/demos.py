@@ -204,7 +204,9 @@ def demo_main(argv: list[str]) -> int:
         raise ValueError(f"no demo {args.name!r}; choose one of: {', '.join(DEMOS)} (or `nanoengine demo list`)")
     steps = parse_steps(args.steps)
     size = parse_size(args.size)
-    runs = run_demo(demo, args.model, args.out_dir, console)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    runs = run_demo(demo, args.model, args.out_dir, console, threads=args.threads)
     console.print()
     demo.report(console, runs)
     console.print(f"[bold]Look for:[/] {runs[0].scenario.look_for}")
@@ -232,6 +234,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", default=None, help="steps to export, e.g. 3,7,12 (default: the focus step)")
     p.add_argument("--size", default=f"{DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}", help="terminal size of the frames")
     p.add_argument("--out-dir", type=Path, default=Path("traces"), help="where to write the trace(s)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice; 1 is much faster on a busy machine)")
     return p.parse_args(argv)
 
 
@@ -265,11 +269,13 @@ def list_demos(console: Console) -> int:
         table.add_row(demo.name, demo.summary)
     console.print(table)
     console.print("Run one with [bold]nanoengine demo NAME[/] (add --model tiny for an instant run, "
-                  "--no-tui to only record, --export DIR --steps 3,7 for SVG frames).")
+                  "--no-tui to only record, --export DIR --steps 3,7 for SVG frames, --threads 1 on a busy "
+                  "machine).")
     return 0
 
 
-def run_demo(demo: Demo, model: str, out_dir: Path, console: Console | None = None) -> list[ScenarioRun]:
+def run_demo(demo: Demo, model: str, out_dir: Path, console: Console | None = None,
+             threads: int | None = None) -> list[ScenarioRun]:
     """Record every variant of a demo; returns the runs in variant order."""
     scenario = demo.build(model == "tiny")
     runs = []
@@ -279,7 +285,7 @@ def run_demo(demo: Demo, model: str, out_dir: Path, console: Console | None = No
             console.print(f"[bold]{scenario.title}[/]{' (' + variant + ')' if variant else ''}: model {model} ...")
         swaps = static_batching() if variant == "static" else {}
         with plugged(swaps):
-            run = run_scenario(scenario, path, model=model,
+            run = run_scenario(scenario, path, model=model, engine_overrides={"num_threads": threads} if threads else None,
                                title=scenario.title + (f": {variant}" if variant else ""))
         if console:
             console.print(f"  {run.num_steps} steps → {path}; the step that matters: {run.focus_step}")

@@ -94,6 +94,9 @@ def all_lessons(root: Path | None = None) -> list[Lesson]:
 def find_lesson(key: str, root: Path | None = None) -> Lesson:
     """A lesson by number ('1', '01') or name ('request_life', '01_request_life')."""
     lessons = all_lessons(root)
+    if not lessons:
+        raise LessonError(f"no lessons found in {root or lessons_root()}: the lessons ship with the source "
+                          f"checkout (install it with `pip install -e .` from the repository)")
     key = str(key).strip()
     for lesson in lessons:
         if (key.isdigit() and int(key) == lesson.number) or key in (lesson.name, lesson.name.split("_", 1)[1]):
@@ -278,11 +281,6 @@ def reference_solution(lesson: Lesson) -> str:
 def expect(ok: bool, message: str) -> None:
     if not ok:
         raise AssertionError(message)
-
-
-def expect_equal(actual, expected, what: str) -> None:
-    if actual != expected:
-        raise AssertionError(f"{what}: expected {expected!r}, got {actual!r}")
 
 
 def lesson_scenario(check_file: str, **changes) -> Scenario:

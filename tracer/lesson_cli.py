@@ -174,7 +174,7 @@ def cmd_list(args, console: Console) -> int:
     table.add_column("you write")
     table.add_column("status")
     for lesson in all_lessons():
-        table.add_row(str(lesson.number), lesson.title.split(". ", 1)[-1], ", ".join(lesson.targets),
+        table.add_row(str(lesson.number), lesson.title.split(". ", 1)[-1], ", ".join(lesson.targets.values()),
                       lesson_status(folder, lesson, progress) if folder.is_dir() else "[dim]not started[/]")
     console.print(table)
     if not folder.is_dir():
