@@ -217,6 +217,10 @@ def test_lesson_commands_give_one_line_errors(tmp_path, capsys):
     bad.write_text("def check_stop(self, seq, token_id)\n    return None\n")
     assert lesson_main(["check", "1", "--file", str(bad)]) == 2
     assert "line 1: syntax error" in capsys.readouterr().out
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("def check_stop(seq, token_id):\n    return None\n")
+    assert lesson_main(["check", "1", "--file", str(wrong)]) == 2
+    assert "must take (self, seq, token_id)" in capsys.readouterr().out
     assert lesson_main(["trace", "1", "--file", str(find_lesson("1").exercise), "--no-tui",
                         "--out", str(tmp_path / "t.jsonl")]) == 2
     assert "still the stub" in capsys.readouterr().out

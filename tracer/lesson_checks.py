@@ -128,8 +128,27 @@ def student_functions(lesson: Lesson, path: Path) -> dict[str, Callable]:
         fn = getattr(module, name, None)
         if not callable(fn):
             raise LessonError(f"{path} must define a function named {name}(...); it is missing or renamed")
+        expect_same_parameters(fn, stub_parameters(lesson, name), path)
         functions[name] = fn
     return functions
+
+
+def stub_parameters(lesson: Lesson, name: str) -> list[str]:
+    """The parameter names of an exercise function, as the lesson's stub declares them."""
+    for node in ast.parse(lesson.exercise.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return [a.arg for a in node.args.args]
+    return []
+
+
+def expect_same_parameters(fn: Callable, expected: list[str], path: Path) -> None:
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return
+    if expected and len(params) != len(expected):
+        raise LessonError(f"{path}: {fn.__name__} must take ({', '.join(expected)}) like the stub; "
+                          f"yours takes ({', '.join(params)})")
 
 
 def reference_functions(lesson: Lesson) -> dict[str, Callable]:
