@@ -581,7 +581,8 @@ class InvariantChecker:
 
     def add_requests(self, requests: Iterable[dict]) -> None:
         for r in requests:
-            if r.get("prompt_token_ids") is not None:
+            ids = r.get("prompt_token_ids")
+            if ids is not None and len(ids) == r.get("num_prompt_tokens", len(ids)):   # else: prompt unknown
                 self.tokens.setdefault(r["seq_id"], list(r["prompt_token_ids"]))
 
     def check(self, step: dict) -> list[Violation]:

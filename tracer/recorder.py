@@ -84,8 +84,7 @@ class TraceRecorder:
     def __call__(self, record: StepRecord) -> None:
         if self.file.closed or record.step <= self.last_step:
             return   # closed, or registered twice
-        new_ids = [s.seq_id for s in record.seqs if s.seq_id not in self.requests]
-        new_requests = [self.request_entry(sid, record.step) for sid in new_ids]
+        new_requests = [self.request_entry(s, record.step) for s in record.seqs if s.seq_id not in self.requests]
         if self.header is None:
             self.write_header(new_requests)
             new_requests = []
@@ -197,14 +196,15 @@ class TraceRecorder:
         return text
 
     # ---- header and requests --------------------------------------------------------------
-    def request_entry(self, seq_id: int, step: int) -> dict:
-        seq = self.engine.sequences.get(seq_id)
+    def request_entry(self, s: SeqStep, step: int) -> dict:
+        seq_id = s.seq_id
+        seq = self.engine.sequences.get(seq_id)    # gone only if collected while live: prompt unknown
         ids = list(seq.token_ids[:seq.num_prompt_tokens]) if seq is not None else []
         prompt = (seq.prompt if seq is not None else "") or self.engine.tokenizer.decode(ids)
         params = asdict(seq.params) if seq is not None else {}
-        entry = {"seq_id": seq_id, "prompt": prompt, "num_prompt_tokens": len(ids), "prompt_token_ids": ids,
-                 "prompt_token_texts": [self.token_text(t) for t in ids], "params": params,
-                 "first_step": step}
+        entry = {"seq_id": seq_id, "prompt": prompt, "num_prompt_tokens": s.num_prompt_tokens,
+                 "prompt_token_ids": ids, "prompt_token_texts": [self.token_text(t) for t in ids],
+                 "params": params, "first_step": step}
         self.requests[seq_id] = entry
         self.checker.add_requests([entry])
         return entry
