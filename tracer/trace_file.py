@@ -15,6 +15,9 @@ anywhere gives a TraceError, not a crash later.
 
 A last line cut short (a crash or Ctrl-C mid-write) is dropped: the complete prefix loads and
 Trace.warning says so. Any other damage is an error.
+
+tracer.lazy_trace (the TUI's loader for big files) reuses parse_header, check_required,
+validate_line and validators: keep their signatures.
 """
 from __future__ import annotations
 
