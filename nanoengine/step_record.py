@@ -25,6 +25,7 @@ class SeqStep:
     block_table: tuple[int, ...]
     num_tokens_after: int
     num_cached_tokens_after: int
+    num_scheduled_tokens_after: int    # 0: nothing is scheduled outside a step
     block_table_after: tuple[int, ...]
     new_token_ids: tuple[int, ...]     # tokens appended this step (0 or 1)
     finish_reason: str | None          # stop / length / abort / ignored, once FINISHED

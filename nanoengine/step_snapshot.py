@@ -31,6 +31,7 @@ def build_record(step: int, wall_time: float, model_time: float, live: list[Sequ
             status_before=status_before[s.seq_id], status_after=s.status.value,
             num_tokens=num_tokens, num_cached_tokens=num_cached, num_scheduled_tokens=num_scheduled,
             block_table=table, num_tokens_after=s.num_tokens, num_cached_tokens_after=s.num_cached_tokens,
+            num_scheduled_tokens_after=s.num_scheduled_tokens,
             block_table_after=tuple(s.block_table), new_token_ids=new_tokens,
             finish_reason=s.finish_reason.value if s.finish_reason else None))
     return rec.StepRecord(

@@ -132,7 +132,6 @@ class TraceRecorder:
 
     def seq_row(self, s: SeqStep) -> dict:
         row = {f: getattr(s, f) for f in SEQ_FIELDS}
-        row["num_scheduled_tokens_after"] = self.scheduled_after(s)
         row["new_token_texts"] = [self.token_text(t) for t in s.new_token_ids]
         completion = self.completions.setdefault(s.seq_id, [])
         if s.new_token_ids or s.seq_id not in self.rows:
@@ -141,14 +140,6 @@ class TraceRecorder:
         else:
             row["output_text"] = self.rows[s.seq_id]["output_text"]
         return row
-
-    def scheduled_after(self, s: SeqStep) -> int:
-        """The engine's num_scheduled_tokens once the step is over (must be 0)."""
-        value = getattr(s, "num_scheduled_tokens_after", None)
-        if value is None:
-            seq = self.engine.sequences.get(s.seq_id)
-            value = seq.num_scheduled_tokens if seq is not None else 0
-        return value
 
     def carry(self, seq_id: int) -> dict:
         """A sequence gone from the engine's record (finished earlier): still listed, idle."""
