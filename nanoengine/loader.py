@@ -83,6 +83,10 @@ def read_config(path: Path):
 def load_tokenizer(path: Path, **kwargs):
     if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         return ByteTokenizer()   # e.g. a tiny test checkpoint saved without a tokenizer
+    if not kwargs and (path / "tokenizer.json").exists():
+        # Same tokenizer as AutoTokenizer gives, without AutoTokenizer's ~1.5 s detour through AutoConfig.
+        from transformers import PreTrainedTokenizerFast
+        return PreTrainedTokenizerFast.from_pretrained(path)
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(path, **kwargs)
 
