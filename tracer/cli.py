@@ -19,6 +19,9 @@ from nanoengine.cli import add_engine_args, engine_options, sampling_params
 from tracer.trace_file import Trace, TraceError, load_trace
 
 
+TRACE_NUM_KV_BLOCKS = 128
+
+
 def err(message: str) -> None:
     print(f"nanoengine: error: {message}", file=sys.stderr)
 
@@ -32,6 +35,9 @@ def trace_main(argv: list[str]) -> int:
     p.add_argument("--title", default=None, help="a title shown by the viewer")
     p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
     p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+    # A pool of 128 blocks (2,048 tokens at block size 16) fits a few requests and keeps the KV-page
+    # view readable; the engine's own default (sized by memory, ~1,456 blocks) would be mostly empty.
+    p.set_defaults(num_kv_blocks=TRACE_NUM_KV_BLOCKS)
     args = p.parse_args(argv)
     from nanoengine.engine import LLMEngine
     from tracer.recorder import default_trace_path
