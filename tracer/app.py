@@ -30,6 +30,7 @@ from tracer.kv_pages_view import KVPagesView
 from tracer.lazy_trace import StepSummary, open_trace, summaries_of
 from tracer.narration import narrate
 from tracer.predict import PredictScreen, Question, is_correct, make_question
+from tracer.seq_selected import SeqSelected
 from tracer.sequences_view import SequencesView
 from tracer.state_machine_view import StateMachineView
 from tracer.timeline_view import TimelineView, step_mark
@@ -380,13 +381,8 @@ class ReplayApp(App[int]):
         self.batch.select(seq_id)
         self.update_status()
 
-    @on(SequencesView.SeqHighlighted)
-    def seq_highlighted(self, event: SequencesView.SeqHighlighted) -> None:
-        self.select(event.seq_id)
-
-    @on(StateMachineView.SeqClicked)
-    @on(BatchView.SeqClicked)
-    def seq_clicked(self, event) -> None:
+    @on(SeqSelected)
+    def seq_selected(self, event: SeqSelected) -> None:
         self.select(event.seq_id)
 
     @on(KVPagesView.BlockClicked)

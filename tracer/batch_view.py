@@ -12,10 +12,10 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.geometry import Size
-from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracer.seq_selected import SeqSelected
 from tracer.colors import printable, seq_color, seq_style, seq_tag
 
 TOKEN_ROWS = ("input_ids", "input_texts", "positions", "slot_mapping", "logits_indices")
@@ -81,11 +81,6 @@ def request_cells(inputs: dict, group_index: int) -> dict[str, str]:
 
 class BatchView(ScrollView, can_focus=True):
     """Flat batch; click a column to select its sequence."""
-
-    class SeqClicked(Message):
-        def __init__(self, seq_id: int) -> None:
-            super().__init__()
-            self.seq_id = seq_id
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -163,5 +158,5 @@ class BatchView(ScrollView, can_focus=True):
         x = offset.x - LABEL_WIDTH + self.scroll_offset.x
         for start, end, seq_id in self.column_owner:
             if start <= x < end:
-                self.post_message(self.SeqClicked(seq_id))
+                self.post_message(SeqSelected(seq_id))
                 return

@@ -16,10 +16,10 @@ from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
-from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracer.seq_selected import SeqSelected
 from tracer.colors import CHANGED, DIM, STATE_COLORS, STATE_SYMBOLS, printable, seq_style, seq_tag
 
 COLUMNS = ("seq", "status", "tokens", "cached", "sched", "prompt", "gen", "block_table", "text")
@@ -152,14 +152,9 @@ def spans_of(text: Text) -> list[tuple[str, Style]]:
 
 
 class SequencesView(ScrollView, can_focus=True):
-    """One row per sequence; ↑/↓ or a click selects a sequence (SeqHighlighted)."""
+    """One row per sequence; ↑/↓ or a click selects a sequence (SeqSelected)."""
 
     BINDINGS = [Binding("up", "move(-1)", "seq", show=False), Binding("down", "move(1)", "seq", show=False)]
-
-    class SeqHighlighted(Message):
-        def __init__(self, seq_id: int) -> None:
-            super().__init__()
-            self.seq_id = seq_id
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -241,7 +236,7 @@ class SequencesView(ScrollView, can_focus=True):
             index = 0 if delta > 0 else len(self.row_ids) - 1
         else:
             index = max(0, min(len(self.row_ids) - 1, self.row_ids.index(self.selected) + delta))
-        self.post_message(self.SeqHighlighted(self.row_ids[index]))
+        self.post_message(SeqSelected(self.row_ids[index]))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
@@ -249,4 +244,4 @@ class SequencesView(ScrollView, can_focus=True):
             return
         index = offset.y - 1 + self.scroll_offset.y
         if index < len(self.row_ids):
-            self.post_message(self.SeqHighlighted(self.row_ids[index]))
+            self.post_message(SeqSelected(self.row_ids[index]))

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
+from tracer.seq_selected import SeqSelected
 from tracer.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, chip_style, seq_letter
 
 EDGE_OFF = Style(color="#6c6c6c")
@@ -130,11 +130,6 @@ class StateMachineView(Widget, can_focus=True):
     """WAITING, RUNNING and FINISHED boxes with the admit / chunk / done / preempt / finish edges."""
 
     progress: reactive[float] = reactive(1.0)
-
-    class SeqClicked(Message):
-        def __init__(self, seq_id: int) -> None:
-            super().__init__()
-            self.seq_id = seq_id
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -277,7 +272,7 @@ class StateMachineView(Widget, can_focus=True):
             return
         seq_id = self.chip_cells.get((offset.x, offset.y))
         if seq_id is not None:
-            self.post_message(self.SeqClicked(seq_id))
+            self.post_message(SeqSelected(seq_id))
 
 
 def node_slots(box: tuple[int, int], rows: list[int], indent: int, reserved: int) -> list[tuple[int, int]]:
