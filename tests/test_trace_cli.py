@@ -135,8 +135,10 @@ def test_replay_refuses_what_it_cannot_show(partial_trace, tmp_path, capsys):
 
 def test_ctrl_c_during_trace_leaves_a_replayable_trace(tmp_path):
     out = tmp_path / "t.jsonl"
-    cmd = [sys.executable, "-m", "nanoengine.cli", "trace", "hello world", "abc", "--model", "tiny",
-           "--max-tokens", "1900", "--ignore-eos", "--no-tui", "--out", str(out)]
+    # Eight long requests: a run of several seconds, so the interrupt lands mid-run.
+    prompts = [f"prompt {i}" for i in range(8)]
+    cmd = [sys.executable, "-m", "nanoengine.cli", "trace", *prompts, "--model", "tiny", "--max-tokens", "1900",
+           "--num-kv-blocks", "1024", "--ignore-eos", "--no-tui", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 60
