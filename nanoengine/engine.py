@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig
 from nanoengine.loader import load_model
-from nanoengine.model import CausalLM, RotaryEmbedding, head_dim_of
+from nanoengine.model import CausalLM, head_dim_of
 from nanoengine.model_runner import ModelRunner, prepare_inputs
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
@@ -176,7 +178,7 @@ def build_model(hf_config, state_dict, max_positions: int, device, dtype) -> Cau
         torch.manual_seed(0)   # the tiny model: the same random weights every time
         model = CausalLM(hf_config, max_positions)
     else:
-        with torch.device("meta"):
+        with skip_random_init():
             model = CausalLM(hf_config, max_positions)
         missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
         if hf_config.tie_word_embeddings:
@@ -184,8 +186,19 @@ def build_model(hf_config, state_dict, max_positions: int, device, dtype) -> Cau
             missing = [k for k in missing if k != "lm_head.weight"]
         if missing:
             raise ValueError(f"checkpoint lacks weights: {', '.join(missing[:3])} ...")
-        model.model.rotary_emb = RotaryEmbedding(hf_config, max_positions)  # its buffers were on meta
     return model.to(device=device, dtype=dtype).eval()
+
+
+@contextmanager
+def skip_random_init():
+    """The checkpoint overwrites every weight, so skip the random init (and the meta device,
+    whose first use imports ~1.5 s of torch internals)."""
+    saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
+    nn.Linear.reset_parameters = nn.Embedding.reset_parameters = lambda self: None
+    try:
+        yield
+    finally:
+        nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved
 
 
 def eos_ids(hf_config, tokenizer) -> frozenset[int]:

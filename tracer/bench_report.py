@@ -112,7 +112,8 @@ def overhead_table(report: dict):
     if startup:
         text = startup.get("error") or (f"{startup['total_s']:.2f} s")
         how = "" if "error" in startup else (f"import {startup['import_s']:.2f} s + LLM() {startup['build_s']:.2f} s"
-                                             f" + 1 token {startup['first_token_s']:.2f} s")
+                                             f" + 1 token {startup['first_token_s']:.2f} s; process with exit "
+                                             f"{startup.get('process_s', 0):.2f} s")
         table.add_row("start-up to first token", text, how)
     return table
 
