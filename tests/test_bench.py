@@ -38,7 +38,9 @@ def test_report_has_every_run_and_measure(report):
         assert report["runs"][key]["nanoengine_speedup"] > 0
     assert {"num_steps", "model_time_s", "overhead_share", "model_only_s", "total_over_model_only"} <= set(
         report["engine"])
-    assert {"elapsed_s", "overhead", "trace_bytes", "trace_steps"} <= set(report["tracer"])
+    assert {"elapsed_s", "overhead", "trace_bytes", "trace_steps", "recording_s", "recording_share"} <= set(
+        report["tracer"])
+    assert report["tracer"]["recording_s"] > 0   # on the tiny model recording can cost more than its tiny steps
     assert {"total_s", "import_s", "build_s", "first_token_s"} <= set(report["startup"])
     names = [t["name"] for t in report["targets"]]
     assert names == ["throughput vs HF generate", "throughput vs HF generate_batch", "total / model-only time",

@@ -85,12 +85,28 @@ def run_traced(model: str, options: dict, requests: list[BenchRequest], warmup: 
     from tracer.recorder import TraceRecorder
     engine = LLMEngine(model, **options)
     warm_up(engine, warmup)
+    # Direct cost of recording: a step's record.wall_time is taken before the record is built and
+    # the hooks run, so (time of step()) - wall_time is exactly what recording adds to that step.
+    wall_times, step_times = [], []
+    engine.add_step_hook(lambda record: wall_times.append(record.wall_time))
+    untimed_step = engine.step
+
+    def timed_step():
+        start = time.perf_counter()
+        gained = untimed_step()
+        step_times.append(time.perf_counter() - start)
+        return gained
+
+    engine.step = timed_step
     with tempfile.TemporaryDirectory() as tmp:
         path = trace_path or Path(tmp) / "bench-trace.jsonl"
+        wall_times.clear(), step_times.clear()
         with TraceRecorder(engine, path, title="nanoengine bench") as recorder:
             result = drive(engine, requests, "nanoengine + tracer")
+        recording = sum(step_times) - sum(wall_times)
         info = {"trace_bytes": path.stat().st_size, "trace_steps": recorder.num_steps,
-                "violations": len(recorder.violations)}
+                "violations": len(recorder.violations), "recording_s": round(recording, 4),
+                "recording_share": round(recording / (result.elapsed - recording), 4)}
         if trace_path:
             info["trace_path"] = str(trace_path)
     return result, info
