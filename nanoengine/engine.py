@@ -103,35 +103,40 @@ class LLMEngine:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """Run one engine step. Returns the sequences that gained a token."""
+        """One step: schedule -> flatten the batch -> run the model -> postprocess.
+        Returns the sequences that gained a token."""
         start = time.perf_counter()
-        live = list(self.scheduler.running) + list(self.scheduler.waiting)
+        live = self.scheduler.running + list(self.scheduler.waiting)
+        if not live:
+            return []
         before = snapshot_statuses(live) if self.step_hooks else {}
-        aborted = [self.sequences[i] for i in self.to_abort]
-        self.to_abort.clear()
-        for seq in aborted:
-            self.scheduler.finish(seq, FinishReason.ABORT)
+        aborted = self.apply_aborts()
         out = self.scheduler.schedule()
         out.events.extend(("finished", s.seq_id, {"reason": "abort"}) for s in aborted)
-        model_time, appended, inputs, mid = 0.0, [], None, {}
+        model_time, appended, inputs, scheduled = 0.0, [], None, {}
         if out.seqs:
             inputs = prepare_inputs(out.seqs, self.config.block_size)
-            if self.step_hooks:
-                mid = snapshot_scheduled(out.seqs)
+            scheduled = snapshot_scheduled(out.seqs) if self.step_hooks else {}
             t0 = time.perf_counter()
             token_ids = self.runner.run(out.seqs, inputs)
             model_time = time.perf_counter() - t0
             appended = self.scheduler.postprocess(out, token_ids)
             self.check_stop_strings(appended, out)
-        elif not live:
-            return []
         if self.step_hooks:
             record = build_record(self.num_steps, time.perf_counter() - start, model_time, live, before,
-                                  mid, out, inputs, self.block_manager)
+                                  scheduled, out, inputs, self.block_manager)
             for hook in self.step_hooks:
                 hook(record)
         self.num_steps += 1
         return appended
+
+    def apply_aborts(self) -> list[Sequence]:
+        """Aborts take effect inside a step, so the step record shows the RUNNING -> FINISHED edge."""
+        aborted = [s for i in self.to_abort if (s := self.sequences.get(i)) and not s.is_finished]
+        self.to_abort.clear()
+        for seq in aborted:
+            self.scheduler.finish(seq, FinishReason.ABORT)
+        return aborted
 
     def check_stop_strings(self, appended: list[Sequence], out) -> None:
         for seq in appended:
