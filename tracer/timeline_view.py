@@ -49,25 +49,27 @@ class TimelineView(Widget):
         if self.bar_cache and self.bar_cache[0] == width:
             return self.bar_cache[1]
         columns = [""] * width
-        count = len(self.marks)
         for index, kind in enumerate(self.marks):
             if kind:
                 column = self.column_of(index, width)
                 if not columns[column] or MARK_ORDER.index(kind) < MARK_ORDER.index(columns[column]):
                     columns[column] = kind
-        self.bar_cache = (width, columns) if count else None
+        self.bar_cache = (width, columns)
         return columns
 
     def column_of(self, index: int, width: int) -> int:
-        count = max(1, len(self.marks))
-        return min(width - 1, index * width // count)
+        """The nearest column: the first step at the left end of the bar, the last at the right end."""
+        last = len(self.marks) - 1
+        if last <= 0:
+            return 0
+        return (2 * index * (width - 1) + last) // (2 * last)
 
     def index_at(self, column: int, width: int) -> int:
-        count = len(self.marks)
-        if count <= 1:
+        """The step nearest to a column (the inverse of column_of)."""
+        last = len(self.marks) - 1
+        if last <= 0 or width <= 1:
             return 0
-        index = (2 * column + 1) * count // (2 * width)
-        return max(0, min(count - 1, index))
+        return max(0, min(last, (2 * column * last + width - 1) // (2 * (width - 1))))
 
     def render_line(self, y: int) -> Strip:
         width = max(1, self.content_size.width)
