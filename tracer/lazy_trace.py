@@ -13,7 +13,6 @@ where quotes are escaped, so finding them in the line is exact.
 """
 from __future__ import annotations
 
-import json
 import mmap
 import re
 from collections import OrderedDict
@@ -21,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracer.trace_file import (Trace, TraceError, check_required, load_trace, parse_header, validate_line,
-                               validators)
+from tracer.trace_file import (Trace, TraceError, check_order, check_required, cut_short_warning, load_trace,
+                               merge_requests, parse_header, parse_step, parses, validate_line, validators)
 
 LAZY_BYTES = 32 * 2**20
 CACHE_STEPS = 64
@@ -103,8 +102,7 @@ def load_lazy(path: Path) -> LazyTrace:
     warning = None
     if len(spans) > 1 and data[-1:] != b"\n" and not parses(data[spans[-1][0]:spans[-1][1]]):
         spans.pop()            # no newline and not JSON: the write was interrupted
-        warning = (f"{path.name}: the last line (line {len(spans) + 1}) was cut short; "
-                   f"loaded the {len(spans) - 1} complete steps before it")
+        warning = cut_short_warning(path, len(spans))
     try:
         header = parse_header(path, data[spans[0][0]:spans[0][1]].decode("utf-8"))
     except UnicodeDecodeError:
@@ -115,12 +113,9 @@ def load_lazy(path: Path) -> LazyTrace:
     for index in {0, len(steps) - 1} if len(steps) else ():
         validate_line(path, index + 2, steps[index], step_validator)
     summaries = [summarize_line(path, n, data, start, end) for n, (start, end) in enumerate(steps.spans, start=2)]
-    check_rising(path, summaries)
-    requests = {r["seq_id"]: r for r in header.get("requests", [])}
-    for index, (start, end) in enumerate(steps.spans):
-        if has_new_requests(data, start, end):
-            for request in steps[index].get("new_requests", ()):
-                requests.setdefault(request["seq_id"], request)
+    check_order(path, (summary.step for summary in summaries))
+    requests = merge_requests(header, (steps[index] for index, (start, end) in enumerate(steps.spans)
+                                       if has_new_requests(data, start, end)))
     return LazyTrace(path, header, steps, summaries, requests, warning)
 
 
@@ -145,21 +140,12 @@ def line_spans(data) -> list[tuple[int, int]]:
     return spans
 
 
-def parses(line: bytes) -> bool:
-    try:
-        json.loads(line)
-        return True
-    except ValueError:
-        return False
-
-
 def parse_step_line(path: Path, n: int, line: bytes) -> dict:
     try:
-        step = json.loads(line)
-    except ValueError as e:
-        raise TraceError(f"{path}: line {n} is not valid JSON ({e}): the file is damaged") from None
-    if not isinstance(step, dict) or step.get("type") != "step":
-        raise TraceError(f"{path}: line {n} is not a step line")
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: line {n} is not UTF-8 text: the file is damaged") from None
+    step = parse_step(path, n, text)
     check_required(path, n, step)
     return step
 
@@ -189,15 +175,6 @@ def summaries_of(trace) -> list[StepSummary]:
     """The trace's step summaries: read off the raw lines of a LazyTrace, or from parsed steps."""
     summaries = getattr(trace, "summaries", None)
     return summaries if summaries is not None else [summarize_step(step) for step in trace.steps]
-
-
-def check_rising(path: Path, summaries: list[StepSummary]) -> None:
-    last = None
-    for n, summary in enumerate(summaries, start=2):
-        if last is not None and summary.step <= last:
-            raise TraceError(f"{path}: line {n} has step number {summary.step} after step {last}: "
-                             f"step numbers must rise")
-        last = summary.step
 
 
 def has_new_requests(data, start: int, end: int) -> bool:

@@ -16,12 +16,14 @@ anywhere gives a TraceError, not a crash later.
 A last line cut short (a crash or Ctrl-C mid-write) is dropped: the complete prefix loads and
 Trace.warning says so. Any other damage is an error.
 
-tracer.lazy_trace (the TUI's loader for big files) reuses parse_header, check_required,
-validate_line and validators: keep their signatures.
+tracer.lazy_trace (the TUI's loader for big files) reuses parses, cut_short_warning, parse_header,
+parse_step, check_order, check_required, validate_line, validators and merge_requests: keep their
+signatures.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -74,11 +76,8 @@ def load_trace(path: str | Path, validate: str = "sample") -> Trace:
     lines, cut = read_lines(path)
     header = parse_header(path, lines[0])
     steps = [parse_step(path, i + 2, line) for i, line in enumerate(lines[1:])]
-    warning = None
-    if cut:
-        warning = (f"{path.name}: the last line (line {len(lines) + 1}) was cut short; "
-                   f"loaded the {len(steps)} complete steps before it")
-    check_order(path, steps)
+    warning = cut_short_warning(path, len(lines)) if cut else None
+    check_order(path, (step.get("step") for step in steps))
     for n, step in enumerate(steps, start=2):
         check_required(path, n, step)
     header_validator, step_validator = validators()
@@ -116,7 +115,12 @@ def read_lines(path: Path) -> tuple[list[str], bool]:
     return lines, cut
 
 
-def parses(line: str) -> bool:
+def cut_short_warning(path: Path, num_complete_lines: int) -> str:
+    return (f"{path.name}: the last line (line {num_complete_lines + 1}) was cut short; "
+            f"loaded the {num_complete_lines - 1} complete steps before it")
+
+
+def parses(line: str | bytes) -> bool:
     try:
         json.loads(line)
         return True
@@ -152,10 +156,10 @@ def parse_step(path: Path, n: int, line: str) -> dict:
     return step
 
 
-def check_order(path: Path, steps: list[dict]) -> None:
+def check_order(path: Path, numbers: Iterable) -> None:
+    """The steps' numbers (line 2 onwards) are ints that rise."""
     last = None
-    for n, step in enumerate(steps, start=2):
-        number = step.get("step")
+    for n, number in enumerate(numbers, start=2):
         if not isinstance(number, int) or (last is not None and number <= last):
             raise TraceError(f"{path}: line {n} has step number {number!r} after step {last}: "
                              f"step numbers must rise")
@@ -194,7 +198,7 @@ def validate_line(path: Path, n: int, obj: dict, validator: Draft202012Validator
         raise TraceError(f"{path}: line {n} does not match the trace schema: {error.message} (at {where})")
 
 
-def merge_requests(header: dict, steps: list[dict]) -> dict[int, dict]:
+def merge_requests(header: dict, steps: Iterable[dict]) -> dict[int, dict]:
     requests = {r["seq_id"]: r for r in header.get("requests", [])}
     for step in steps:
         for r in step.get("new_requests", ()):
