@@ -94,15 +94,7 @@ def replay_main(argv: list[str]) -> int:
     p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
     p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
     args = p.parse_args(argv)
-    trace = load_or_report(args.file)
-    if trace is None:
-        return 2
-    if not trace.steps:
-        err(f"{args.file} has a header but no steps: nothing to replay (was the run interrupted at once?)")
-        return 2
-    if not 0 <= args.step < trace.num_steps:
-        err(f"--step {args.step} is outside the trace: choose 0 .. {trace.num_steps - 1}")
-        return 2
+    # run_replay opens the trace (lazily when it is big) and refuses a bad file or --step in one line.
     return open_replay(Path(args.file), args.step, args.predict)
 
 
@@ -115,7 +107,7 @@ def open_replay(path: Path, start_step: int, predict: bool = False) -> int:
         err(f"the replay TUI (tracer.app) is not installed; the trace is in {path}: "
             f"use `nanoengine check {path}` or `--no-tui`")
         return 2
-    return run_replay(path, start_step, predict=True) if predict else run_replay(path, start_step)
+    return run_replay(path, start_step, predict=predict)
 
 
 def check_main(argv: list[str]) -> int:
