@@ -21,7 +21,6 @@ from tracer.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, chip_style, seq_
 EDGE_OFF = Style(color="#6c6c6c")
 EDGE_ON = Style(color="#ffd23f", bold=True)
 LABEL_OFF = Style(color="#8a8a8a")
-EDGE_LABELS = {"admit": "admit", "finish": "finish", "preempt": "preempt"}
 GAP = 8                  # columns between two nodes: room for 'preempt' and an arrow
 MIN_WIDTH, MIN_HEIGHT = 36, 6
 
@@ -134,15 +133,11 @@ class StateMachineView(Widget, can_focus=True):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.step: dict = {}
-        self.prev: dict | None = None
         self.moves: list[Move] = []
         self.selected: int | None = None
         self.animations = True
         self.chip_cells: dict[tuple[int, int], int] = {}
         self.strips: list[Strip] | None = None     # the drawing, rebuilt after any change
-
-    def watch_progress(self) -> None:
-        self.strips = None
 
     def on_resize(self, event: events.Resize) -> None:
         self.strips = None
@@ -152,7 +147,7 @@ class StateMachineView(Widget, can_focus=True):
         return super().refresh(*args, **kwargs)
 
     def show(self, step: dict, prev: dict | None, header: dict) -> None:
-        self.step, self.prev = step, prev
+        self.step = step
         self.moves = moves_of(step)
         moving = any(edge != "chunk" for move in self.moves for edge in move.edges)
         if self.animations and moving and self.is_mounted:
@@ -226,10 +221,10 @@ class StateMachineView(Widget, can_focus=True):
     def draw_chips(self, canvas: Canvas, layout: Layout) -> None:
         traveling = self.traveling_positions(layout) if self.progress < 1.0 else {}
         moved = {move.seq_id for move in self.moves if set(move.edges) - {"chunk"}}
-        slots = {"WAITING": node_slots(layout.wait, layout.inner_rows, 1, 0),
-                 "PREFILL": node_slots(layout.run, layout.prefill_rows, 1, 0),
-                 "DECODE": node_slots(layout.run, layout.decode_rows, 1, 0),
-                 "FINISHED": node_slots(layout.fin, layout.inner_rows, 1, 0)}
+        slots = {"WAITING": node_slots(layout.wait, layout.inner_rows),
+                 "PREFILL": node_slots(layout.run, layout.prefill_rows),
+                 "DECODE": node_slots(layout.run, layout.decode_rows),
+                 "FINISHED": node_slots(layout.fin, layout.inner_rows)}
         by_node: dict[str, list[dict]] = {node: [] for node in slots}
         for seq in self.step.get("seqs", []):
             if seq["seq_id"] not in traveling:
@@ -275,11 +270,10 @@ class StateMachineView(Widget, can_focus=True):
             self.post_message(SeqSelected(seq_id))
 
 
-def node_slots(box: tuple[int, int], rows: list[int], indent: int, reserved: int) -> list[tuple[int, int]]:
-    """Chip cells inside a box: every other column, skipping the label on the left and
-    `reserved` columns on the right (the chunk / done marks)."""
+def node_slots(box: tuple[int, int], rows: list[int]) -> list[tuple[int, int]]:
+    """Chip cells inside a box: every other column, one column in from the left border."""
     left, right = box
-    return [(x, y) for y in rows for x in range(left + 1 + indent, right - reserved, 2)]
+    return [(x, y) for y in rows for x in range(left + 2, right, 2)]
 
 
 def draw_box(canvas: Canvas, left: int, top: int, right: int, bottom: int, style: Style) -> None:
