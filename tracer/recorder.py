@@ -40,8 +40,7 @@ from nanoengine.engine import LLMEngine, RequestOutput
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.step_record import SeqStep, StepRecord
 from tracer.invariants import InvariantChecker, Violation
-
-SCHEMA_VERSION = 1
+from tracer.trace_file import SCHEMA_VERSION
 CONFIG_FIELDS = ("block_size", "num_kv_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
                  "enable_prefix_caching", "use_chat_template")
 SEQ_FIELDS = SeqStep.__slots__
