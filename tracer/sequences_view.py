@@ -20,7 +20,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tracer.seq_selected import SeqSelected
-from tracer.colors import CHANGED, DIM, STATE_COLORS, STATE_SYMBOLS, printable, seq_style, seq_tag
+from tracer.colors import CHANGED, DIM, STATE_COLORS, STATE_SYMBOLS, printable, seq_style, seq_tag, state_label
 
 COLUMNS = ("seq", "status", "tokens", "cached", "sched", "prompt", "gen", "block_table", "text")
 MAX_TABLE = 18          # characters of a block table before its middle is elided
@@ -46,7 +46,7 @@ def arrow(before, after) -> str:
 
 def status_cell(seq: dict) -> Text:
     before, after = seq.get("status_before", "?"), seq.get("status_after", "?")
-    label = f"{STATE_SYMBOLS.get(after, '?')} {after}"
+    label = state_label(after)
     if before != after:
         label = f"{STATE_SYMBOLS.get(before, '?')}→{label}"
     return Text(label, Style(color=STATE_COLORS.get(after)))

@@ -16,7 +16,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from tracer.seq_selected import SeqSelected
-from tracer.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, chip_style, seq_letter
+from tracer.colors import CHANGED, STATE_COLORS, chip_style, seq_letter, state_label
 
 EDGE_OFF = Style(color="#6c6c6c")
 EDGE_ON = Style(color="#ffd23f", bold=True)
@@ -184,7 +184,7 @@ class StateMachineView(Widget, can_focus=True):
         for status, (left, right) in (("WAITING", layout.wait), ("RUNNING", layout.run),
                                       ("FINISHED", layout.fin)):
             style = Style(color=STATE_COLORS[status])
-            label = f"{STATE_SYMBOLS[status]} {status}"
+            label = state_label(status)
             center = (left + right + 1) // 2
             canvas.put(max(0, min(layout.width - len(label), center - len(label) // 2)), 0, label,
                        style + Style(bold=True))
