@@ -239,11 +239,11 @@ def check_logits_indices(ctx: Context) -> Iterator[Violation]:
 @check("input_ids")
 def check_input_ids(ctx: Context) -> Iterator[Violation]:
     input_ids = ctx.step["inputs"]["input_ids"]
-    for sid in ctx.batch:
+    for sid, start in starts(ctx).items():
         tokens = ctx.tokens.get(sid)
         if tokens is None:
             continue
-        s, start = ctx.seqs[sid], starts(ctx)[sid]
+        s = ctx.seqs[sid]
         want = tokens[s["num_cached_tokens"]:s["num_cached_tokens"] + s["num_scheduled_tokens"]]
         got = list(input_ids[start:start + s["num_scheduled_tokens"]])
         if got != want:
