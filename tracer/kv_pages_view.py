@@ -184,7 +184,3 @@ class KVPagesView(ScrollView, can_focus=True):
         block = self.block_at(offset.x, offset.y)
         if block is not None:
             self.post_message(self.BlockClicked(block, list(self.pool["owners"][block])))
-
-    def scroll_to_block(self, block: int) -> None:
-        row = block // self.columns()
-        self.scroll_to(y=row, animate=False)
