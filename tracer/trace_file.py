@@ -62,10 +62,15 @@ class Trace:
 
 
 @cache
+def schema_defs() -> dict:
+    """The schema's $defs, read once."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]
+
+
+@cache
 def validators() -> tuple[Draft202012Validator, Draft202012Validator]:
     """(header validator, step validator), built once."""
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    return tuple(Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{name}"})
+    return tuple(Draft202012Validator({"$defs": schema_defs(), "$ref": f"#/$defs/{name}"})
                  for name in ("header", "step"))
 
 
@@ -80,8 +85,8 @@ def load_trace(path: str | Path, validate: str = "sample") -> Trace:
     check_order(path, (step.get("step") for step in steps))
     for n, step in enumerate(steps, start=2):
         check_required(path, n, step)
-    header_validator, step_validator = validators()
     if validate != "none":
+        header_validator, step_validator = validators()
         validate_line(path, 1, header, header_validator)
         numbered = list(enumerate(steps, start=2))
         if validate == "sample" and len(numbered) > 2 * SAMPLE_STEPS:
@@ -168,7 +173,7 @@ def check_order(path: Path, numbers: Iterable) -> None:
 
 @cache
 def required_keys() -> dict[str, frozenset[str]]:
-    defs = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]
+    defs = schema_defs()
     return {name: frozenset(defs[name]["required"]) for name in ("step", "seq", "event", "inputs", "pool")}
 
 
