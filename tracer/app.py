@@ -149,6 +149,7 @@ class ReplayApp(App[int]):
         self.kv.animations = self.animations
         self.machine.focus()
         self.show_step()
+        self.update_topbar()
         warning = getattr(self.trace, "warning", None)
         if warning:
             self.notify(warning, title="truncated trace", severity="warning", timeout=12)
@@ -198,9 +199,13 @@ class ReplayApp(App[int]):
             bar.update(text)
 
     def update_status(self) -> None:
+        """The timeline: the current step and the playback state."""
         speed = SPEEDS[self.speed_index]
         state = f"{'▶ playing' if self.playing else '■ paused'} {speed:g} step{'' if speed == 1 else 's'}/s"
         self.query_one(TimelineView).show_position(self.step_index, state)
+
+    def update_topbar(self) -> None:
+        """The trace's title and config, the selection and the predict score: none of them change with the step."""
         header = self.header
         title = header.get("title") or Path(str(getattr(self.trace, "path", "trace"))).name
         config = header.get("config", {})
@@ -370,7 +375,7 @@ class ReplayApp(App[int]):
                 self.notify(f"✗ it was {question.answer} (you said {answer}). {question.explanation}",
                             severity="warning", timeout=10)
         self.go_to(self.step_index + 1)
-        self.update_status()
+        self.update_topbar()
 
     # ---- selection ------------------------------------------------------------------------
     def select(self, seq_id: int | None, block: int | None = None) -> None:
@@ -379,7 +384,7 @@ class ReplayApp(App[int]):
         self.kv.select(seq_id, block)
         self.seqs.select(seq_id)
         self.batch.select(seq_id)
-        self.update_status()
+        self.update_topbar()
 
     @on(SeqSelected)
     def seq_selected(self, event: SeqSelected) -> None:
