@@ -72,10 +72,12 @@ def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None
     hits = {e["seq_id"] for e in upcoming.get("events", []) if e["kind"] == "prefix_hit"}
     free = list(shown.get("pool", {}).get("free_block_ids", [])) if shown else []
     for seq in upcoming.get("seqs", []):
+        if seq["seq_id"] in hits:     # blocks from the prefix cache are not 'the next free block'
+            continue
         before, after = seq.get("block_table", []), seq.get("block_table_after", [])
         old = previous_table(shown, seq["seq_id"])
-        new = [b for b in before if b not in old and b not in hits_blocks(upcoming, seq["seq_id"])]
-        if seq["seq_id"] in hits or not new or after[:len(before)] != before:
+        new = [b for b in before if b not in old]
+        if not new or after[:len(before)] != before:
             continue
         choices = sorted(set(free[:MAX_BLOCK_CHOICES]) | {new[0]})
         if len(choices) < 2:
@@ -84,11 +86,6 @@ def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None
                         f"Which physical block will it get?", str(new[0]), tuple(map(str, choices)),
                         "New blocks come from the front of the free list (the block freed longest ago).")
     return None
-
-
-def hits_blocks(step: dict, seq_id: int) -> set[int]:
-    return {b for e in step.get("events", []) if e["kind"] == "prefix_hit" and e["seq_id"] == seq_id
-            for b in e.get("detail", {}).get("blocks", [])}
 
 
 def previous_table(shown: dict | None, seq_id: int) -> list[int]:
