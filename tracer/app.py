@@ -81,7 +81,6 @@ class ReplayApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "nanoengine replay"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     BINDINGS = [
