@@ -88,7 +88,6 @@ class BatchView(ScrollView, can_focus=True):
         self.selected: int | None = None
         self.rows: list[list[Segment]] = []
         self.column_owner: list[tuple[int, int, int]] = []   # (x start, x end, seq_id)
-        self.content_width = 0
 
     def show(self, step: dict, prev: dict | None, header: dict) -> None:
         self.step = step
@@ -115,9 +114,8 @@ class BatchView(ScrollView, can_focus=True):
             for name, segments in rows.items():
                 segments.append(Segment(str(qsl[-1]) if name == "query_start_loc" else " " * len(str(qsl[-1]))))
             x += len(str(qsl[-1]))
-        self.content_width = x
         self.rows = [rows[name] for name in ROWS]
-        self.virtual_size = Size(LABEL_WIDTH + self.content_width, len(ROWS))
+        self.virtual_size = Size(LABEL_WIDTH + x, len(ROWS))
         self.refresh()
 
     def add_group(self, rows: dict[str, list[Segment]], inputs: dict, index: int, group: Group) -> int:
