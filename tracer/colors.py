@@ -49,15 +49,10 @@ def seq_color(seq_id: int) -> str:
 
 @lru_cache(maxsize=512)
 def seq_style(seq_id: int, *, selected: bool = False) -> Style:
-    """Coloured letter text; the selected sequence is drawn in reverse video."""
+    """Coloured letter text; selected: black on the colour (a selected sequence, a state-machine chip)."""
     if selected:
         return Style(color="black", bgcolor=seq_color(seq_id), bold=True)
     return Style(color=seq_color(seq_id), bold=True)
-
-
-@lru_cache(maxsize=256)
-def chip_style(seq_id: int) -> Style:
-    return Style(color="black", bgcolor=seq_color(seq_id), bold=True)
 
 
 def seq_tag(seq_id: int) -> str:

@@ -16,7 +16,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from tracer.seq_selected import SeqSelected
-from tracer.colors import CHANGED, STATE_COLORS, chip_style, seq_letter, state_label
+from tracer.colors import CHANGED, STATE_COLORS, seq_letter, seq_style, state_label
 
 EDGE_OFF = Style(color="#6c6c6c")
 EDGE_ON = Style(color="#ffd23f", bold=True)
@@ -232,7 +232,7 @@ class StateMachineView(Widget, can_focus=True):
         for node, seqs in by_node.items():
             self.place_chips(canvas, slots[node], seqs, moved)
         for seq_id, (x, y) in traveling.items():
-            canvas.put(x, y, seq_letter(seq_id), chip_style(seq_id) + CHANGED)
+            canvas.put(x, y, seq_letter(seq_id), seq_style(seq_id, selected=True) + CHANGED)
             self.chip_cells[(x, y)] = seq_id
 
     def place_chips(self, canvas: Canvas, slots: list[tuple[int, int]], seqs: list[dict], moved: set[int]) -> None:
@@ -240,7 +240,7 @@ class StateMachineView(Widget, can_focus=True):
         shown = seqs[:len(slots) - 1] if overflow else seqs
         for (x, y), seq in zip(slots, shown):
             seq_id = seq["seq_id"]
-            style = chip_style(seq_id)
+            style = seq_style(seq_id, selected=True)
             if seq_id in moved:
                 style += CHANGED
             if seq_id == self.selected:
