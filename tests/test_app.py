@@ -17,6 +17,7 @@ import pytest
 from tracer.app import EVENT_KINDS, ReplayApp, run_replay
 from tracer.batch_view import LABEL_WIDTH, BatchView
 from tracer.kv_pages_view import CELL, KVPagesView
+from tracer.timeline_view import TimelineView
 from tracer.lazy_trace import load_lazy, summaries_of, summarize_step
 from tracer.predict import PredictScreen
 from tracer.state_machine_view import StateMachineView
@@ -321,3 +322,13 @@ async def test_a_damaged_step_of_a_lazy_trace_is_a_notice_not_a_crash(tmp_path):
         assert any("line 5" in n.message for n in app._notifications)
         await pilot.press("end", "left")
         assert app.step_index == len(lines) - 3
+
+
+@pytest.mark.parametrize("num_steps, width", [(14, 98), (2, 80), (10_000, 120), (5, 5)])
+def test_scrubber_maps_first_and_last_step_to_the_bar_ends(num_steps, width):
+    timeline = TimelineView([""] * num_steps, list(range(num_steps)))
+    last = num_steps - 1
+    assert timeline.column_of(0, width) == 0 and timeline.column_of(last, width) == width - 1
+    assert timeline.index_at(0, width) == 0 and timeline.index_at(width - 1, width) == last
+    columns = [timeline.column_of(i, width) for i in range(num_steps)]
+    assert columns == sorted(columns) and all(0 <= c < width for c in columns)
