@@ -153,3 +153,16 @@ def test_ctrl_c_during_trace_leaves_a_replayable_trace(tmp_path):
     assert "Traceback" not in stderr
     trace = load_trace(out)
     assert 5 <= trace.num_steps < 1900 and check_trace(trace) == []
+
+
+def test_trace_without_a_terminal_prints_the_summary_and_replay_refuses(tmp_path):
+    out = tmp_path / "t.jsonl"
+    base = [sys.executable, "-m", "nanoengine.cli"]
+    traced = subprocess.run([*base, "trace", "hello", "--model", "tiny", "--max-tokens", "3", "--out", str(out)],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert traced.returncode == 0, traced.stderr
+    assert "Not an interactive terminal" in traced.stderr and "violations" in traced.stdout
+    replay = subprocess.run([*base, "replay", str(out)], stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=120)
+    assert replay.returncode == 2
+    assert "needs an interactive terminal" in replay.stderr and len(replay.stderr.strip().splitlines()) == 1

@@ -414,6 +414,10 @@ def run_replay(path: str | Path, start_step: int = 0, predict: bool = False) -> 
         print(f"nanoengine: error: step {start_step} is outside the trace: choose 0 .. {len(trace.steps) - 1}",
               file=sys.stderr)
         return 2
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(f"nanoengine: error: the replay needs an interactive terminal (input or output is redirected); "
+              f"run `nanoengine replay {path}` in a terminal, or `nanoengine check {path}`", file=sys.stderr)
+        return 2
     focus = trace.header.get("focus_step")
     if start_step == 0 and isinstance(focus, int):
         numbers = [summary.step for summary in summaries_of(trace)]

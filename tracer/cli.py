@@ -52,6 +52,9 @@ def trace_main(argv: list[str]) -> int:
     for seq_id in ids:
         engine.collect(seq_id)
     Console().print(f"Trace written to [bold]{path}[/]")
+    if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        console.print("Not an interactive terminal: printing the summary instead of opening the replay.")
+        args.no_tui = True
     if args.no_tui:
         return summarize_file(path)
     return open_replay(path, 0, args.predict)
