@@ -8,6 +8,14 @@ import torch.nn.functional as F
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    """Decode sequences of similar length batched together, so K/V is padded only to the group's longest."""
+    rows: torch.Tensor        # their token rows in the flat batch
+    block_ids: torch.Tensor   # their block tables, cut to the group's longest sequence, flattened
+    pad: torch.Tensor         # [num_seqs, num_blocks * block_size]: True past each sequence's length
+
+
+@dataclass(slots=True)
 class AttentionMetadata:
     slot_mapping: torch.Tensor      # [T] where each new token's K/V is written
     query_start_loc: torch.Tensor   # [B+1] int32
@@ -15,9 +23,8 @@ class AttentionMetadata:
     block_tables: torch.Tensor      # [B, max_blocks] int32, padded with 0
     max_query_len: int
     max_seq_len: int
-    # For the torch backend: decodes (1 query token) batched, prefill chunks one by one.
-    decode_rows: torch.Tensor       # token rows of the decode sequences
-    decode_seqs: torch.Tensor       # their indices in the batch
+    # For the torch backend: decodes (1 query token) batched by length, prefill chunks one by one.
+    decode_groups: list[DecodeGroup]
     prefills: list[tuple[int, int, int, int]]  # (batch index, first row, num query tokens, seq_len)
 
 
@@ -38,21 +45,13 @@ class TorchAttention:
         out = torch.empty_like(q)
         num_kv_heads, _, block_size, dim = k_cache.shape
         group = q.shape[1] // num_kv_heads
-        if meta.decode_rows.numel():
-            lens = meta.seq_lens[meta.decode_seqs]
-            num_blocks = (int(lens.max()) + block_size - 1) // block_size
-            tables = meta.block_tables[meta.decode_seqs, :num_blocks].flatten()
-            B, L = len(lens), num_blocks * block_size
-            k = k_cache.index_select(1, tables).view(num_kv_heads, B, L, dim)
-            v = v_cache.index_select(1, tables).view(num_kv_heads, B, L, dim)
-            all_decode = B == q.shape[0]        # the common case: skip the row gather and scatter
-            qd = (q if all_decode else q[meta.decode_rows]).view(B, num_kv_heads, group, dim).transpose(0, 1)
-            pad = torch.arange(L, device=q.device)[None, :] >= lens[:, None]        # [B, L]
-            scores = ((qd * scale) @ k.transpose(-1, -2)).masked_fill_(pad[None, :, None, :], float("-inf"))
-            o = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)       # [B, heads, dim]
-            if all_decode:
-                return o
-            out[meta.decode_rows] = o
+        for g in meta.decode_groups:
+            B, L = g.pad.shape
+            k = k_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
+            v = v_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
+            qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)          # [kv_heads, B, group, dim]
+            scores = ((qd * scale) @ k.transpose(-1, -2)).masked_fill_(g.pad[None, :, None, :], float("-inf"))
+            out[g.rows] = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)
         for i, start, n, seq_len in meta.prefills:
             table = meta.block_tables[i, :(seq_len + block_size - 1) // block_size]
             k = k_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]

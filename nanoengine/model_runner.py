@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nanoengine.attention import AttentionMetadata, pick_backend
+from nanoengine.attention import AttentionMetadata, DecodeGroup, pick_backend
 from nanoengine.sampler import sample
 from nanoengine.sequence import Sequence
 
@@ -15,6 +15,14 @@ def compute_slot_mapping(block_tables: torch.Tensor, seq_index: torch.Tensor, po
                          block_size: int) -> torch.Tensor:
     """Where each token's K/V goes: slot = block_table[pos // block_size] * block_size + pos % block_size."""
     return block_tables[seq_index, positions // block_size] * block_size + positions % block_size
+
+
+def group_by_length(seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4) -> list[list[int]]:
+    """Split decode sequences, sorted by length, into a few groups: less K/V padding to gather."""
+    seqs = sorted(seqs, key=seq_lens.__getitem__)
+    num_groups = max(1, min(max_groups, len(seqs) // min_group))
+    return [seqs[g * len(seqs) // num_groups:(g + 1) * len(seqs) // num_groups] for g in range(num_groups)
+            if seqs]
 
 
 @dataclass(slots=True)
@@ -68,15 +76,24 @@ class ModelRunner:
         starts = inputs.query_start_loc.tolist()
         decode_seqs = [i for i, n in enumerate(q_lens) if n == 1]
         to = dict(device=self.device)
+        groups = [self.decode_group(g, starts, inputs) for g in group_by_length(decode_seqs, seq_lens)]
         return AttentionMetadata(
             slot_mapping=inputs.slot_mapping.to(**to),
             query_start_loc=inputs.query_start_loc.to(dtype=torch.int32, **to),
             seq_lens=inputs.seq_lens.to(dtype=torch.int32, **to),
             block_tables=inputs.block_tables.to(dtype=torch.int32, **to),
             max_query_len=max(q_lens), max_seq_len=max(seq_lens),
-            decode_rows=torch.tensor([starts[i] for i in decode_seqs], dtype=torch.int64, **to),
-            decode_seqs=torch.tensor(decode_seqs, dtype=torch.int64, **to),
+            decode_groups=groups,
             prefills=[(i, starts[i], n, seq_lens[i]) for i, n in enumerate(q_lens) if n != 1])
+
+    def decode_group(self, seqs: list[int], starts: list[int], inputs: StepInputs) -> DecodeGroup:
+        index = torch.tensor(seqs)
+        lens = inputs.seq_lens[index]
+        num_blocks = (int(lens.max()) + self.block_size - 1) // self.block_size
+        pad = torch.arange(num_blocks * self.block_size)[None, :] >= lens[:, None]
+        return DecodeGroup(rows=torch.tensor([starts[i] for i in seqs], device=self.device),
+                           block_ids=inputs.block_tables[index, :num_blocks].flatten().to(self.device),
+                           pad=pad.to(self.device))
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], inputs: StepInputs) -> list[int]:
