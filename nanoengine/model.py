@@ -41,10 +41,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
-    def forward(self, positions, q, k):
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)   # [T, 1, dim]: broadcast over heads
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for this step's positions, [T, 1, dim] (broadcast over heads); once per step."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+
+
+def apply_rope(q: torch.Tensor, k: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+    cos, sin = rope
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
 def rope_inv_freq(config) -> torch.Tensor:
@@ -80,14 +84,14 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
-    def forward(self, x, positions, rope, kv_cache, meta: AttentionMetadata, attend):
+    def forward(self, x, rope, kv_cache, meta: AttentionMetadata, attend):
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope(positions, q, k)
+        q, k = apply_rope(q, k, rope)
         k_cache, v_cache = kv_cache
         attend.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         o = attend(q, k_cache, v_cache, meta, self.scale)
@@ -113,8 +117,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, positions, rope, kv_cache, meta, attend):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv_cache, meta, attend)
+    def forward(self, x, rope, kv_cache, meta, attend):
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -141,8 +145,9 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata, attend) -> torch.Tensor:
         x = self.model.embed_tokens(input_ids)
+        rope = self.model.rotary_emb(positions, x.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            x = layer(x, positions, self.model.rotary_emb, kv_cache, meta, attend)
+            x = layer(x, rope, kv_cache, meta, attend)
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
