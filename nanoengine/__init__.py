@@ -1,4 +1,5 @@
 """nanoengine: a compact, vLLM-style paged-KV inference engine you can read and watch."""
+
 from nanoengine.engine import LLM, LLMEngine, RequestOutput
 from nanoengine.sampling_params import SamplingParams
 

@@ -1,4 +1,5 @@
 """Paged attention backends. Each owns its KV-cache layout; all address KV by slot = block * block_size + offset."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,17 +11,18 @@ import torch.nn.functional as F
 @dataclass(slots=True)
 class DecodeGroup:
     """Decode sequences of similar length batched together, so K/V is padded only to the group's longest."""
-    rows: torch.Tensor        # their token rows in the flat batch
-    block_ids: torch.Tensor   # their block tables, cut to the group's longest sequence, flattened
-    pad: torch.Tensor         # [num_seqs, num_blocks * block_size]: True past each sequence's length
+
+    rows: torch.Tensor  # their token rows in the flat batch
+    block_ids: torch.Tensor  # their block tables, cut to the group's longest sequence, flattened
+    pad: torch.Tensor  # [num_seqs, num_blocks * block_size]: True past each sequence's length
 
 
 @dataclass(slots=True)
 class AttentionMetadata:
-    slot_mapping: torch.Tensor      # [T] where each new token's K/V is written
-    query_start_loc: torch.Tensor   # [B+1] int32
-    seq_lens: torch.Tensor          # [B] int32: cached + scheduled tokens
-    block_tables: torch.Tensor      # [B, max_blocks] int32, padded with 0
+    slot_mapping: torch.Tensor  # [T] where each new token's K/V is written
+    query_start_loc: torch.Tensor  # [B+1] int32
+    seq_lens: torch.Tensor  # [B] int32: cached + scheduled tokens
+    block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
     max_query_len: int
     max_seq_len: int
     # For the torch backend: decodes (1 query token) batched by length, prefill chunks one by one.
@@ -49,20 +51,27 @@ class TorchAttention:
             B, L = g.pad.shape
             k = k_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
             v = v_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
-            qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)          # [kv_heads, B, group, dim]
+            qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)  # [kv_heads, B, group, dim]
             scores = ((qd * scale) @ k.transpose(-1, -2)).masked_fill_(g.pad[None, :, None, :], float("-inf"))
             out[g.rows] = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)
         for i, start, n, seq_len in meta.prefills:
-            table = meta.block_tables[i, :(seq_len + block_size - 1) // block_size]
+            table = meta.block_tables[i, : (seq_len + block_size - 1) // block_size]
             k = k_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
             v = v_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
             # Query j sits at position seq_len - n + j and sees keys up to that position.
             mask = None
             if n != seq_len:
                 mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n)
-            o = F.scaled_dot_product_attention(q[start:start + n].transpose(0, 1), k, v, attn_mask=mask,
-                                               is_causal=mask is None, scale=scale, enable_gqa=group > 1)
-            out[start:start + n] = o.transpose(0, 1)
+            o = F.scaled_dot_product_attention(
+                q[start : start + n].transpose(0, 1),
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=mask is None,
+                scale=scale,
+                enable_gqa=group > 1,
+            )
+            out[start : start + n] = o.transpose(0, 1)
         return out
 
 
@@ -78,10 +87,20 @@ class FlashAttention:
 
     def __call__(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         from flash_attn import flash_attn_varlen_func
+
         cu_seqlens_k = F.pad(meta.seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
-        return flash_attn_varlen_func(q, k_cache, v_cache, meta.query_start_loc, cu_seqlens_k,
-                                      meta.max_query_len, meta.max_seq_len, softmax_scale=scale,
-                                      causal=True, block_table=meta.block_tables)
+        return flash_attn_varlen_func(
+            q,
+            k_cache,
+            v_cache,
+            meta.query_start_loc,
+            cu_seqlens_k,
+            meta.max_query_len,
+            meta.max_seq_len,
+            softmax_scale=scale,
+            causal=True,
+            block_table=meta.block_tables,
+        )
 
 
 def pick_backend(name: str, device: torch.device, block_size: int):
@@ -91,7 +110,7 @@ def pick_backend(name: str, device: torch.device, block_size: int):
         import flash_attn  # noqa: F401
     except ImportError:
         if name == "flash":
-            raise ValueError("attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'")
+            raise ValueError("attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'") from None
         return TorchAttention()
     if block_size % 256:
         if name == "flash":

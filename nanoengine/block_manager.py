@@ -1,4 +1,5 @@
 """Paged KV memory: a fixed pool of physical blocks, ref counts, and the prefix cache."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -49,7 +50,7 @@ class BlockManager:
         blocks, hashes, parent = [], [], None
         for i in range((seq.num_tokens - 1) // self.block_size):
             start = i * self.block_size
-            parent = compute_block_hash(parent, seq.token_ids[start:start + self.block_size])
+            parent = compute_block_hash(parent, seq.token_ids[start : start + self.block_size])
             block_id = self.hash_to_block.get(parent)
             if block_id is None:
                 break
@@ -98,7 +99,7 @@ class BlockManager:
         bs = self.block_size
         for i in range(len(seq.block_hashes), seq.num_cached_tokens // bs):
             parent = seq.block_hashes[-1] if seq.block_hashes else None
-            block_hash = compute_block_hash(parent, seq.token_ids[i * bs:(i + 1) * bs])
+            block_hash = compute_block_hash(parent, seq.token_ids[i * bs : (i + 1) * bs])
             seq.block_hashes.append(block_hash)
             block_id = seq.block_table[i]
             # No two live blocks share a hash: a duplicate computed in the same step stays unhashed.

@@ -6,18 +6,19 @@ from dataclasses import dataclass, fields
 @dataclass(slots=True)
 class EngineConfig:
     """Engine knobs. None means: chosen from the model and the machine when the engine starts."""
+
     model: str = "default"
     block_size: int = 16
     num_kv_blocks: int | None = None
-    kv_cache_memory_gb: float = 1.0          # sizes the pool when num_kv_blocks is None
-    max_num_batched_tokens: int = 512        # per-step token budget
+    kv_cache_memory_gb: float = 1.0  # sizes the pool when num_kv_blocks is None
+    max_num_batched_tokens: int = 512  # per-step token budget
     max_num_seqs: int = 64
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
-    use_chat_template: bool = True           # wrap string prompts in the tokenizer's chat template
-    device: str | None = None                # "cpu" / "cuda"; None = cuda when available
-    dtype: str | None = None                 # None = float32 on CPU, bfloat16 on CUDA
-    attention_backend: str = "auto"          # auto / torch / flash
+    use_chat_template: bool = True  # wrap string prompts in the tokenizer's chat template
+    device: str | None = None  # "cpu" / "cuda"; None = cuda when available
+    dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA
+    attention_backend: str = "auto"  # auto / torch / flash
     num_threads: int | None = None
 
     @classmethod

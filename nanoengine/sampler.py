@@ -1,4 +1,5 @@
 """Turn each sequence's logits into its next token."""
+
 from __future__ import annotations
 
 import torch

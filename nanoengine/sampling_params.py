@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class SamplingParams:
     """How to pick each next token and when to stop. temperature 0 means greedy."""
+
     temperature: float = 0.0
-    top_k: int = 0                 # 0 = off
+    top_k: int = 0  # 0 = off
     top_p: float = 1.0
     max_tokens: int = 64
     seed: int | None = None

@@ -1,4 +1,5 @@
 """Continuous batching: which sequences run this step, and how many tokens each computes."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -15,7 +16,7 @@ def choose_victim(running: list[Sequence]) -> Sequence:
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    seqs: list[Sequence] = field(default_factory=list)   # batch order; each has num_scheduled_tokens > 0
+    seqs: list[Sequence] = field(default_factory=list)  # batch order; each has num_scheduled_tokens > 0
     events: list[tuple[str, int, dict]] = field(default_factory=list)
 
     @property
@@ -24,15 +25,21 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int,
-                 max_model_len: int, eos_token_ids: frozenset[int] = frozenset()):
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        max_model_len: int,
+        eos_token_ids: frozenset[int] = frozenset(),
+    ):
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []          # admission order: newest last
+        self.running: list[Sequence] = []  # admission order: newest last
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -47,7 +54,7 @@ class Scheduler:
         for seq in list(self.running):
             if budget == 0:
                 break
-            if seq.status != SequenceStatus.RUNNING:      # preempted earlier in this loop
+            if seq.status != SequenceStatus.RUNNING:  # preempted earlier in this loop
                 continue
             num_new = min(seq.num_uncomputed_tokens, budget)
             if self.make_room(seq, num_new, out):
@@ -95,15 +102,23 @@ class Scheduler:
         seq.num_scheduled_tokens = num_new
         out.seqs.append(seq)
         if seq.prefill_chunk:
-            out.events.append(("prefill_chunk", seq.seq_id, {
-                "chunk": seq.prefill_chunk, "start": seq.num_cached_tokens,
-                "end": seq.num_cached_tokens + num_new, "num_tokens": seq.num_tokens}))
+            out.events.append(
+                (
+                    "prefill_chunk",
+                    seq.seq_id,
+                    {
+                        "chunk": seq.prefill_chunk,
+                        "start": seq.num_cached_tokens,
+                        "end": seq.num_cached_tokens + num_new,
+                        "num_tokens": seq.num_tokens,
+                    },
+                )
+            )
         return num_new
 
     def preempt(self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
         """Preempt by recompute: drop its KV; it will prefill all its tokens again later."""
-        reason = (f"KV cache full: seq {needed_by.seq_id} needed a block, "
-                  f"{self.block_manager.num_free_blocks} free")
+        reason = f"KV cache full: seq {needed_by.seq_id} needed a block, {self.block_manager.num_free_blocks} free"
         self.block_manager.free(seq)
         seq.num_cached_tokens = 0
         seq.prefill_chunk = 0
@@ -122,7 +137,7 @@ class Scheduler:
             seq.num_cached_tokens += seq.num_scheduled_tokens
             seq.num_scheduled_tokens = 0
             self.block_manager.register_full_blocks(seq)
-            if seq.num_cached_tokens < seq.num_tokens:    # mid-prefill: its logits were discarded
+            if seq.num_cached_tokens < seq.num_tokens:  # mid-prefill: its logits were discarded
                 seq.prefill_chunk += 1
                 continue
             if seq.prefill_chunk:

@@ -14,10 +14,10 @@ class SequenceStatus(str, Enum):
 
 
 class FinishReason(str, Enum):
-    STOP = "stop"          # EOS or a stop string
-    LENGTH = "length"      # max_tokens or max_model_len reached
-    ABORT = "abort"        # the user aborted it
-    IGNORED = "ignored"    # could never be scheduled
+    STOP = "stop"  # EOS or a stop string
+    LENGTH = "length"  # max_tokens or max_model_len reached
+    ABORT = "abort"  # the user aborted it
+    IGNORED = "ignored"  # could never be scheduled
 
 
 _seq_ids = itertools.count()
@@ -26,6 +26,7 @@ _seq_ids = itertools.count()
 @dataclass(slots=True, eq=False)
 class Sequence:
     """One request: its tokens, how many of them have KV in the cache, and where."""
+
     token_ids: list[int]
     params: SamplingParams
     prompt: str = ""
@@ -33,11 +34,11 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
     num_prompt_tokens: int = 0
-    num_cached_tokens: int = 0       # tokens whose KV is in the cache; <= num_tokens always
-    num_scheduled_tokens: int = 0    # tokens computed this step; 0 outside a step
+    num_cached_tokens: int = 0  # tokens whose KV is in the cache; <= num_tokens always
+    num_scheduled_tokens: int = 0  # tokens computed this step; 0 outside a step
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hash per full cached block
-    prefill_chunk: int = 0           # 1-based chunk number while prefilling; 0 when decoding
+    prefill_chunk: int = 0  # 1-based chunk number while prefilling; 0 when decoding
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)
@@ -52,7 +53,7 @@ class Sequence:
 
     @property
     def completion_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_blocks(self) -> int:

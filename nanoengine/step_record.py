@@ -1,11 +1,22 @@
-"""The immutable record of one engine step, handed to step hooks.
+"""The immutable record of one engine step, handed to step hooks, and how it is built.
 
-Built only when a hook is registered, so an engine without hooks pays nothing.
+Built only when a hook is registered (StepWatch), so an engine without hooks pays nothing.
 Everything is plain ints, strings, tuples and None, so a hook can serialise it as is.
 """
+
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nanoengine.block_manager import BlockManager
+    from nanoengine.model_runner import StepInputs
+    from nanoengine.scheduler import SchedulerOutput
+    from nanoengine.sequence import Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,58 +26,159 @@ class SeqStep:
     The middle fields (num_tokens ... block_table) are the values the step inputs were
     built from: after schedule(), before postprocess().
     """
+
     seq_id: int
     num_prompt_tokens: int
-    status_before: str                 # at the start of the step: WAITING / RUNNING
-    status_after: str                  # at the end: WAITING / RUNNING / FINISHED
+    status_before: str  # at the start of the step: WAITING / RUNNING
+    status_after: str  # at the end: WAITING / RUNNING / FINISHED
     num_tokens: int
     num_cached_tokens: int
     num_scheduled_tokens: int
     block_table: tuple[int, ...]
     num_tokens_after: int
     num_cached_tokens_after: int
-    num_scheduled_tokens_after: int    # 0: nothing is scheduled outside a step
+    num_scheduled_tokens_after: int  # 0: nothing is scheduled outside a step
     block_table_after: tuple[int, ...]
-    new_token_ids: tuple[int, ...]     # tokens appended this step (0 or 1)
-    finish_reason: str | None          # stop / length / abort / ignored, once FINISHED
+    new_token_ids: tuple[int, ...]  # tokens appended this step (0 or 1)
+    finish_reason: str | None  # stop / length / abort / ignored, once FINISHED
 
 
 @dataclass(frozen=True, slots=True)
 class StepEvent:
-    kind: str      # admitted, prefill_chunk, prefill_done, preempted, finished, prefix_hit
+    kind: str  # admitted, prefill_chunk, prefill_done, preempted, finished, prefix_hit
     seq_id: int
-    detail: dict   # kind-specific: see docs/trace-format.md
+    detail: dict[str, Any]  # kind-specific: see docs/trace-format.md
 
 
 @dataclass(frozen=True, slots=True)
-class StepInputs:
+class InputsRecord:
     """The flat, unpadded batch the model ran on (see model_runner.prepare_inputs)."""
-    seq_ids: tuple[int, ...]           # request order inside the batch
+
+    seq_ids: tuple[int, ...]  # request order inside the batch
     input_ids: tuple[int, ...]
     positions: tuple[int, ...]
-    query_start_loc: tuple[int, ...]   # len = num seqs + 1
+    query_start_loc: tuple[int, ...]  # len = num seqs + 1
     seq_lens: tuple[int, ...]
     slot_mapping: tuple[int, ...]
     block_tables: tuple[tuple[int, ...], ...]
-    logits_indices: tuple[int, ...]    # one per sequence: its last scheduled token
-    discard: tuple[bool, ...]          # True where the sequence is mid-prefill
+    logits_indices: tuple[int, ...]  # one per sequence: its last scheduled token
+    discard: tuple[bool, ...]  # True where the sequence is mid-prefill
 
 
 @dataclass(frozen=True, slots=True)
 class BlockPool:
     """The physical KV blocks at the end of the step."""
+
     block_size: int
-    ref_counts: tuple[int, ...]        # index = physical block id
-    hashes: tuple[int | None, ...]     # prefix-cache hash of full, computed blocks
-    free_block_ids: tuple[int, ...]    # in eviction order (oldest first)
+    ref_counts: tuple[int, ...]  # index = physical block id
+    hashes: tuple[int | None, ...]  # prefix-cache hash of full, computed blocks
+    free_block_ids: tuple[int, ...]  # in eviction order (oldest first)
 
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     step: int
-    wall_time: float                   # seconds for the whole step
-    model_time: float                  # seconds in the model forward + sampling
-    seqs: tuple[SeqStep, ...]          # every live sequence, by seq_id
+    wall_time: float  # seconds for the whole step
+    model_time: float  # seconds in the model forward + sampling
+    seqs: tuple[SeqStep, ...]  # every live sequence, by seq_id
     events: tuple[StepEvent, ...]
-    inputs: StepInputs
+    inputs: InputsRecord
     pool: BlockPool
+
+
+StepHook = Callable[[StepRecord], None]
+Scheduled = tuple[int, int, int, tuple[int, ...]]  # num_tokens, num_cached, num_scheduled, block_table
+
+
+class StepWatch:
+    """Takes the snapshots one step's record needs, then hands the record to the hooks."""
+
+    def __init__(self, step: int, live: list[Sequence], hooks: Seq[StepHook]):
+        self.step, self.live, self.hooks = step, live, hooks
+        self.start = time.perf_counter()
+        self.status_before = {s.seq_id: s.status.value for s in live}
+        self.scheduled: dict[int, Scheduled] = {}
+
+    def saw_schedule(self, seqs: list[Sequence]) -> None:
+        """The values the step inputs are built from, taken between schedule() and postprocess()."""
+        self.scheduled = {
+            s.seq_id: (s.num_tokens, s.num_cached_tokens, s.num_scheduled_tokens, tuple(s.block_table)) for s in seqs
+        }
+
+    def publish(self, model_time: float, out: SchedulerOutput, inputs: StepInputs | None, bm: BlockManager) -> None:
+        record = build_record(self, time.perf_counter() - self.start, model_time, out, inputs, bm)
+        for hook in self.hooks:
+            hook(record)
+
+
+class NoWatch(StepWatch):
+    """The watch of an engine without hooks: records nothing."""
+
+    def __init__(self) -> None:
+        pass
+
+    def saw_schedule(self, seqs: list[Sequence]) -> None:
+        pass
+
+    def publish(self, model_time: float, out: SchedulerOutput, inputs: StepInputs | None, bm: BlockManager) -> None:
+        pass
+
+
+NO_WATCH = NoWatch()
+
+
+def build_record(
+    watch: StepWatch,
+    wall_time: float,
+    model_time: float,
+    out: SchedulerOutput,
+    inputs: StepInputs | None,
+    bm: BlockManager,
+) -> StepRecord:
+    seqs = []
+    for s in sorted(watch.live, key=lambda s: s.seq_id):
+        after = (s.num_tokens, s.num_cached_tokens, 0, tuple(s.block_table))
+        num_tokens, num_cached, num_scheduled, table = watch.scheduled.get(s.seq_id, after)
+        seqs.append(
+            SeqStep(
+                seq_id=s.seq_id,
+                num_prompt_tokens=s.num_prompt_tokens,
+                status_before=watch.status_before[s.seq_id],
+                status_after=s.status.value,
+                num_tokens=num_tokens,
+                num_cached_tokens=num_cached,
+                num_scheduled_tokens=num_scheduled,
+                block_table=table,
+                num_tokens_after=s.num_tokens,
+                num_cached_tokens_after=s.num_cached_tokens,
+                num_scheduled_tokens_after=s.num_scheduled_tokens,
+                block_table_after=tuple(s.block_table),
+                new_token_ids=tuple(s.token_ids[num_tokens:]),
+                finish_reason=s.finish_reason.value if s.finish_reason else None,
+            )
+        )
+    return StepRecord(
+        step=watch.step,
+        wall_time=wall_time,
+        model_time=model_time,
+        seqs=tuple(seqs),
+        events=tuple(StepEvent(kind, seq_id, detail) for kind, seq_id, detail in out.events),
+        inputs=record_inputs(out.seqs, inputs, watch.scheduled),
+        pool=BlockPool(bm.block_size, tuple(bm.ref_counts), tuple(bm.hashes), tuple(bm.free_blocks)),
+    )
+
+
+def record_inputs(seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, Scheduled]) -> InputsRecord:
+    if inputs is None:
+        return InputsRecord((), (), (), (0,), (), (), (), (), ())
+    return InputsRecord(
+        seq_ids=tuple(s.seq_id for s in seqs),
+        input_ids=tuple(inputs.input_ids.tolist()),
+        positions=tuple(inputs.positions.tolist()),
+        query_start_loc=tuple(inputs.query_start_loc.tolist()),
+        seq_lens=tuple(inputs.seq_lens.tolist()),
+        slot_mapping=tuple(inputs.slot_mapping.tolist()),
+        block_tables=tuple(scheduled[s.seq_id][3] for s in seqs),  # unpadded, as the step saw them
+        logits_indices=tuple(inputs.logits_indices.tolist()),
+        discard=tuple(inputs.discard.tolist()),
+    )

@@ -1,4 +1,5 @@
 """A small random-weight Llama for fast tests and demos: no download, same every time."""
+
 from __future__ import annotations
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
@@ -6,6 +7,7 @@ SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 
 class ByteTokenizer:
     """One token per UTF-8 byte (ids 3..258) after three special tokens."""
+
     eos_token_id = 2
     chat_template = None
     vocab_size = 256 + len(SPECIAL_TOKENS)
@@ -23,7 +25,18 @@ class ByteTokenizer:
 
 def tiny_config():
     from transformers import LlamaConfig
-    return LlamaConfig(vocab_size=ByteTokenizer.vocab_size, hidden_size=64, intermediate_size=128,
-                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                       max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+    return LlamaConfig(
+        vocab_size=ByteTokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )

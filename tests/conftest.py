@@ -9,6 +9,7 @@ SCENARIO: 3 prompts sharing a prefix, a 4th added mid-run (prefix hit), one requ
 block_size 4, 12 KV blocks and an 8-token budget, so it shows chunked prefill, preemption,
 prefix-cache hits, finished (length and abort) and a late request.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -23,8 +24,8 @@ from nanoengine.sampling_params import SamplingParams
 
 TINY_OPTIONS = dict(block_size=4, num_kv_blocks=12, max_num_batched_tokens=8, max_num_seqs=4)
 SCENARIO_PROMPTS = ["hello world, how are you", "hello world, how is it", "abc"]
-SCENARIO_LATE_PROMPT = "hello world, how are we"   # added after step 2: a prefix hit
-SCENARIO_ABORT = "zz"                                # added after step 2, aborted after step 4
+SCENARIO_LATE_PROMPT = "hello world, how are we"  # added after step 2: a prefix hit
+SCENARIO_ABORT = "zz"  # added after step 2, aborted after step 4
 SCENARIO_PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
 
 
@@ -51,7 +52,8 @@ def make_tiny_engine(**options) -> LLMEngine:
 
 
 def record_scenario(path: Path, **options) -> Path:
-    from tracer.recorder import TraceRecorder
+    from tracer.trace.recorder import TraceRecorder
+
     engine = make_tiny_engine(**options)
     with torch_threads(1), TraceRecorder(engine, path, title="tiny scenario"):
         for prompt in SCENARIO_PROMPTS:
@@ -75,5 +77,6 @@ def tiny_trace_path(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_trace(tiny_trace_path):
-    from tracer.trace_file import load_trace
+    from tracer.trace.trace_file import load_trace
+
     return load_trace(tiny_trace_path, validate="all")

@@ -1,18 +1,24 @@
 """Checks for lesson 1: check_stop."""
+
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import FinishReason, Sequence
-from tracer.scenarios import Request
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.scenarios import Request
 
 TARGETS = {"check_stop": "Scheduler.check_stop"}
 EOS = 2
 
 
 def scheduler(max_model_len: int = 64) -> Scheduler:
-    return Scheduler(BlockManager(16, 4), max_num_batched_tokens=64, max_num_seqs=8,
-                     max_model_len=max_model_len, eos_token_ids=frozenset({EOS}))
+    return Scheduler(
+        BlockManager(16, 4),
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=max_model_len,
+        eos_token_ids=frozenset({EOS}),
+    )
 
 
 def sequence_after(prompt_len: int, generated: list[int], **params) -> Sequence:
@@ -24,8 +30,10 @@ def sequence_after(prompt_len: int, generated: list[int], **params) -> Sequence:
 
 def ask(fns, seq: Sequence, max_model_len: int = 64):
     result = fns.check_stop(scheduler(max_model_len), seq, seq.token_ids[-1])
-    expect(result is None or isinstance(result, FinishReason),
-           f"check_stop must return a FinishReason member or None, got {result!r}")
+    expect(
+        result is None or isinstance(result, FinishReason),
+        f"check_stop must return a FinishReason member or None, got {result!r}",
+    )
     return result
 
 
@@ -38,41 +46,57 @@ def check_ordinary_token_continues(fns):
 def check_eos_stops(fns):
     """The end-of-sequence token stops the request with FinishReason.STOP."""
     result = ask(fns, sequence_after(5, [40, EOS], max_tokens=10))
-    expect(result == FinishReason.STOP,
-           f"the token just appended is the EOS id {EOS} (it is in self.eos_token_ids) but check_stop "
-           f"returned {result!r}; expected FinishReason.STOP")
+    expect(
+        result == FinishReason.STOP,
+        f"the token just appended is the EOS id {EOS} (it is in self.eos_token_ids) but check_stop "
+        f"returned {result!r}; expected FinishReason.STOP",
+    )
 
 
 def check_ignore_eos(fns):
     """With ignore_eos=True the EOS token is just another token."""
     result = ask(fns, sequence_after(5, [40, EOS], max_tokens=10, ignore_eos=True))
-    expect(result is None, f"the request set ignore_eos=True, so EOS must not stop it; check_stop returned "
-                           f"{result!r}; expected None")
+    expect(
+        result is None,
+        f"the request set ignore_eos=True, so EOS must not stop it; check_stop returned {result!r}; expected None",
+    )
 
 
 def check_max_tokens(fns):
     """The request stops with LENGTH exactly when it has generated max_tokens tokens."""
     before = ask(fns, sequence_after(5, [40, 41], max_tokens=3))
-    expect(before is None, f"after 2 of max_tokens=3 generated tokens check_stop returned {before!r}; "
-                           f"expected None (one more token to go)")
+    expect(
+        before is None,
+        f"after 2 of max_tokens=3 generated tokens check_stop returned {before!r}; "
+        f"expected None (one more token to go)",
+    )
     at = ask(fns, sequence_after(5, [40, 41, 42], max_tokens=3))
-    expect(at == FinishReason.LENGTH, f"after 3 of max_tokens=3 generated tokens check_stop returned {at!r}; "
-                                      f"expected FinishReason.LENGTH. Count generated tokens with "
-                                      f"seq.num_completion_tokens, not seq.num_tokens")
+    expect(
+        at == FinishReason.LENGTH,
+        f"after 3 of max_tokens=3 generated tokens check_stop returned {at!r}; "
+        f"expected FinishReason.LENGTH. Count generated tokens with "
+        f"seq.num_completion_tokens, not seq.num_tokens",
+    )
 
 
 def check_prompt_not_counted(fns):
     """max_tokens counts generated tokens only, not the prompt."""
     result = ask(fns, sequence_after(20, [40], max_tokens=5))
-    expect(result is None, f"a 20-token prompt with 1 generated token and max_tokens=5: check_stop returned "
-                           f"{result!r}; expected None. Use seq.num_completion_tokens")
+    expect(
+        result is None,
+        f"a 20-token prompt with 1 generated token and max_tokens=5: check_stop returned "
+        f"{result!r}; expected None. Use seq.num_completion_tokens",
+    )
 
 
 def check_max_model_len(fns):
     """A sequence that reaches max_model_len (prompt + output) stops with LENGTH."""
     result = ask(fns, sequence_after(14, [40, 41], max_tokens=50), max_model_len=16)
-    expect(result == FinishReason.LENGTH, f"14 prompt + 2 generated tokens = 16 = max_model_len, but "
-                                          f"check_stop returned {result!r}; expected FinishReason.LENGTH")
+    expect(
+        result == FinishReason.LENGTH,
+        f"14 prompt + 2 generated tokens = 16 = max_model_len, but "
+        f"check_stop returned {result!r}; expected FinishReason.LENGTH",
+    )
     below = ask(fns, sequence_after(14, [40], max_tokens=50), max_model_len=16)
     expect(below is None, f"15 tokens with max_model_len=16: check_stop returned {below!r}; expected None")
 
@@ -80,8 +104,11 @@ def check_max_model_len(fns):
 def check_eos_wins_over_length(fns):
     """EOS arriving exactly at max_tokens is reported as STOP."""
     result = ask(fns, sequence_after(5, [40, EOS], max_tokens=2))
-    expect(result == FinishReason.STOP, f"the 2nd of max_tokens=2 tokens is EOS: check_stop returned {result!r}; "
-                                        f"expected FinishReason.STOP (test EOS first)")
+    expect(
+        result == FinishReason.STOP,
+        f"the 2nd of max_tokens=2 tokens is EOS: check_stop returned {result!r}; "
+        f"expected FinishReason.STOP (test EOS first)",
+    )
 
 
 def engine_lesson_scenario(fns):
@@ -91,10 +118,15 @@ def engine_lesson_scenario(fns):
 
 def engine_context_limit(fns):
     """A request that hits max_model_len in the engine stops there, with reason 'length'."""
-    scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 16, "max_model_len": 8},
-                               requests=[Request("Hi!", {"max_tokens": 20, "ignore_eos": True})])
+    scenario = lesson_scenario(
+        __file__,
+        engine={"block_size": 4, "num_kv_blocks": 16, "max_model_len": 8},
+        requests=[Request("Hi!", {"max_tokens": 20, "ignore_eos": True})],
+    )
     run = expect_engine_matches(scenario)
     out = run.outputs[0]
-    expect(len(out.prompt_token_ids) + len(out.token_ids) == 8 and out.finish_reason == "length",
-           f"a 3-token prompt with max_model_len=8 must stop at 8 tokens with reason 'length'; it stopped at "
-           f"{len(out.prompt_token_ids) + len(out.token_ids)} with reason {out.finish_reason!r}")
+    expect(
+        len(out.prompt_token_ids) + len(out.token_ids) == 8 and out.finish_reason == "length",
+        f"a 3-token prompt with max_model_len=8 must stop at 8 tokens with reason 'length'; it stopped at "
+        f"{len(out.prompt_token_ids) + len(out.token_ids)} with reason {out.finish_reason!r}",
+    )

@@ -3,6 +3,7 @@
 Check it:  nanoengine lesson check 1
 Watch it:  nanoengine lesson trace 1
 """
+
 from __future__ import annotations
 
 from nanoengine.sequence import FinishReason, Sequence

@@ -3,6 +3,7 @@
 Check it:  nanoengine lesson check 2
 Watch it:  nanoengine lesson trace 2
 """
+
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput

@@ -1,17 +1,30 @@
 """Checks for lesson 3: blocks_needed and compute_slot_mapping."""
+
 import random
 
 import torch
 
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
 
 TARGETS = {"blocks_needed": "blocks_needed", "compute_slot_mapping": "compute_slot_mapping"}
 
 
 def check_blocks_needed(fns):
     """blocks_needed rounds up: 0→0, 1..block_size→1, block_size+1→2."""
-    cases = [(0, 4, 0), (1, 4, 1), (3, 4, 1), (4, 4, 1), (5, 4, 2), (8, 4, 2), (9, 4, 3),
-             (16, 16, 1), (17, 16, 2), (1, 1, 1), (7, 1, 7), (100, 3, 34)]
+    cases = [
+        (0, 4, 0),
+        (1, 4, 1),
+        (3, 4, 1),
+        (4, 4, 1),
+        (5, 4, 2),
+        (8, 4, 2),
+        (9, 4, 3),
+        (16, 16, 1),
+        (17, 16, 2),
+        (1, 1, 1),
+        (7, 1, 7),
+        (100, 3, 34),
+    ]
     for num_tokens, block_size, expected in cases:
         got = fns.blocks_needed(num_tokens, block_size)
         expect(isinstance(got, int), f"blocks_needed({num_tokens}, {block_size}) returned {got!r}, not an int")
@@ -23,8 +36,10 @@ def slots(fns, tables: list[list[int]], seq_index: list[int], positions: list[in
     bt = torch.tensor([t + [0] * (width - len(t)) for t in tables])
     got = fns.compute_slot_mapping(bt, torch.tensor(seq_index), torch.tensor(positions), block_size)
     expect(isinstance(got, torch.Tensor), f"compute_slot_mapping must return a torch tensor, got {type(got).__name__}")
-    expect(tuple(got.shape) == (len(positions),), f"compute_slot_mapping must return one slot per token: shape "
-                                                  f"({len(positions)},), got {tuple(got.shape)}")
+    expect(
+        tuple(got.shape) == (len(positions),),
+        f"compute_slot_mapping must return one slot per token: shape ({len(positions)},), got {tuple(got.shape)}",
+    )
     expect(not got.is_floating_point(), f"slots are integers; got a {got.dtype} tensor")
     return got.tolist()
 
@@ -44,11 +59,13 @@ def check_slot_mapping_one_sequence(fns):
 def check_slot_mapping_batch(fns):
     """A step with a decode token and a prefill chunk: each token uses its own sequence's table."""
     tables = [[5, 2], [1, 7, 3]]
-    seq_index, positions = [0, 1, 1, 1], [6, 4, 5, 6]       # seq 0 decodes position 6; seq 1 prefills 4..6
+    seq_index, positions = [0, 1, 1, 1], [6, 4, 5, 6]  # seq 0 decodes position 6; seq 1 prefills 4..6
     got = slots(fns, tables, seq_index, positions, 4)
     want = expected_slots(tables, seq_index, positions, 4)
-    expect(got == want, f"tables {tables}, seq_index {seq_index}, positions {positions}, block_size 4: "
-                        f"got {got}, expected {want}")
+    expect(
+        got == want,
+        f"tables {tables}, seq_index {seq_index}, positions {positions}, block_size 4: got {got}, expected {want}",
+    )
 
 
 def check_slot_mapping_random(fns):

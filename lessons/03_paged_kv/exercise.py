@@ -3,6 +3,7 @@
 Check it:  nanoengine lesson check 3
 Watch it:  nanoengine lesson trace 3
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,9 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     raise NotImplementedError("blocks_needed is not written yet")
 
 
-def compute_slot_mapping(block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor,
-                         block_size: int) -> torch.Tensor:
+def compute_slot_mapping(
+    block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """The KV slot of every token in the step.
 
     block_tables: [num_seqs, max_blocks] int tensor, row i = sequence i's block table (padded with 0)

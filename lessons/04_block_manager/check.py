@@ -1,11 +1,15 @@
 """Checks for lesson 4: can_allocate, allocate, free."""
+
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import Sequence
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
 
-TARGETS = {"can_allocate": "BlockManager.can_allocate", "allocate": "BlockManager.allocate",
-           "free": "BlockManager.free"}
+TARGETS = {
+    "can_allocate": "BlockManager.can_allocate",
+    "allocate": "BlockManager.allocate",
+    "free": "BlockManager.free",
+}
 
 
 def new_seq(num_tokens: int) -> Sequence:
@@ -17,8 +21,10 @@ def check_can_allocate(fns):
     bm = BlockManager(8, 4)
     for n, expected in ((0, True), (1, True), (8, True), (9, False)):
         got = fns.can_allocate(bm, n)
-        expect(got is expected or got == expected, f"8 free blocks: can_allocate({n}) returned {got!r}, "
-                                                   f"expected {expected}")
+        expect(
+            got is expected or got == expected,
+            f"8 free blocks: can_allocate({n}) returned {got!r}, expected {expected}",
+        )
     bm.take_free_block(), bm.take_free_block(), bm.take_free_block()
     expect(not fns.can_allocate(bm, 6), "with 5 of 8 blocks free, can_allocate(6) must be False")
     expect(fns.can_allocate(bm, 5), "with 5 of 8 blocks free, can_allocate(5) must be True")
@@ -29,8 +35,10 @@ def check_allocate_prefill(fns):
     bm, seq = BlockManager(8, 4), new_seq(6)
     fns.allocate(bm, seq, 6)
     expect(seq.block_table == [0, 1], f"a fresh pool's first blocks are 0 and 1; the table is {seq.block_table}")
-    expect(bm.ref_counts[:3] == [1, 1, 0], f"ref counts of blocks 0-2 are {bm.ref_counts[:3]}; expected [1, 1, 0] "
-                                           f"(use self.take_free_block())")
+    expect(
+        bm.ref_counts[:3] == [1, 1, 0],
+        f"ref counts of blocks 0-2 are {bm.ref_counts[:3]}; expected [1, 1, 0] (use self.take_free_block())",
+    )
     expect(bm.num_free_blocks == 6, f"{bm.num_free_blocks} blocks are free after taking 2 of 8; expected 6")
 
 
@@ -40,58 +48,70 @@ def check_allocate_decode(fns):
     fns.allocate(bm, seq, 6)
     seq.num_cached_tokens = 6
     seq.token_ids.append(99)
-    fns.allocate(bm, seq, 1)          # position 6: still block 1
-    expect(seq.block_table == [0, 1], f"position 6 fits in the 2nd block (slots 4-7), but the table grew to "
-                                      f"{seq.block_table}")
+    fns.allocate(bm, seq, 1)  # position 6: still block 1
+    expect(
+        seq.block_table == [0, 1],
+        f"position 6 fits in the 2nd block (slots 4-7), but the table grew to {seq.block_table}",
+    )
     seq.num_cached_tokens = 8
     seq.token_ids += [98, 97]
-    fns.allocate(bm, seq, 1)          # position 8: a 3rd block
+    fns.allocate(bm, seq, 1)  # position 8: a 3rd block
     expect(seq.block_table == [0, 1, 2], f"position 8 needs a 3rd block; the table is {seq.block_table}")
 
 
 def check_allocate_uses_free_list_order(fns):
     """allocate takes blocks from the front of the free list (take_free_block), evicting stale hashes."""
     bm, a = BlockManager(6, 4), new_seq(16)
-    fns.allocate(bm, a, 16)                       # blocks 0-3
+    fns.allocate(bm, a, 16)  # blocks 0-3
     a.num_cached_tokens = 16
-    bm.register_full_blocks(a)                    # all four hashed
-    for block in reversed(a.block_table):         # free by hand, so this check does not depend on your free()
+    bm.register_full_blocks(a)  # all four hashed
+    for block in reversed(a.block_table):  # free by hand, so this check does not depend on your free()
         bm.ref_counts[block] -= 1
         bm.free_blocks[block] = None
     a.block_table = []
     b = new_seq(12)
     fns.allocate(bm, b, 12)
-    expect(b.block_table == [4, 5, 3], f"free list is [4, 5, 3, 2, 1, 0]; a 12-token prefill must take "
-                                       f"[4, 5, 3], got {b.block_table}")
-    expect(bm.hashes[3] is None, "block 3 held a cached prefix; taking it for new data must evict its hash "
-                                 "(self.take_free_block() does)")
+    expect(
+        b.block_table == [4, 5, 3],
+        f"free list is [4, 5, 3, 2, 1, 0]; a 12-token prefill must take [4, 5, 3], got {b.block_table}",
+    )
+    expect(
+        bm.hashes[3] is None,
+        "block 3 held a cached prefix; taking it for new data must evict its hash (self.take_free_block() does)",
+    )
 
 
 def check_free(fns):
     """free() zeroes ref counts, returns blocks tail first, and empties the table."""
     bm, seq = BlockManager(8, 4), new_seq(10)
-    bm.allocate(seq, 10)                          # blocks 0, 1, 2 (the engine's allocate)
+    bm.allocate(seq, 10)  # blocks 0, 1, 2 (the engine's allocate)
     seq.block_hashes = [123]
     fns.free(bm, seq)
     expect(bm.ref_counts[:3] == [0, 0, 0], f"after free the ref counts of blocks 0-2 are {bm.ref_counts[:3]}")
-    expect(list(bm.free_blocks)[-3:] == [2, 1, 0], f"freed blocks join the back of the free list tail first: "
-                                                   f"expected it to end with [2, 1, 0], got {list(bm.free_blocks)}")
-    expect(seq.block_table == [] and seq.block_hashes == [],
-           f"after free the sequence must hold nothing: block_table {seq.block_table}, "
-           f"block_hashes {seq.block_hashes}")
+    expect(
+        list(bm.free_blocks)[-3:] == [2, 1, 0],
+        f"freed blocks join the back of the free list tail first: "
+        f"expected it to end with [2, 1, 0], got {list(bm.free_blocks)}",
+    )
+    expect(
+        seq.block_table == [] and seq.block_hashes == [],
+        f"after free the sequence must hold nothing: block_table {seq.block_table}, block_hashes {seq.block_hashes}",
+    )
     expect(bm.num_free_blocks == 8, f"all 8 blocks must be free again, {bm.num_free_blocks} are")
 
 
 def check_free_shared_block(fns):
     """A block shared by two sequences stays allocated until both have freed it."""
     bm, a, b = BlockManager(8, 4), new_seq(8), new_seq(8)
-    bm.allocate(a, 8)                             # blocks 0, 1
-    b.block_table = [0, 2]                        # b shares block 0 (as a prefix-cache hit would)
+    bm.allocate(a, 8)  # blocks 0, 1
+    b.block_table = [0, 2]  # b shares block 0 (as a prefix-cache hit would)
     bm.ref_counts[0] += 1
-    bm.take_free_block()                          # block 2 for b
+    bm.take_free_block()  # block 2 for b
     fns.free(bm, a)
-    expect(bm.ref_counts[0] == 1, f"block 0 is still held by another sequence: its ref count must go 2 → 1, "
-                                  f"got {bm.ref_counts[0]}")
+    expect(
+        bm.ref_counts[0] == 1,
+        f"block 0 is still held by another sequence: its ref count must go 2 → 1, got {bm.ref_counts[0]}",
+    )
     expect(0 not in bm.free_blocks, "block 0 is still in use and must not be on the free list")
     expect(1 in bm.free_blocks, "block 1 was only a's and must be free now")
     fns.free(bm, b)

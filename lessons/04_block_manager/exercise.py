@@ -3,6 +3,7 @@
 Check it:  nanoengine lesson check 4
 Watch it:  nanoengine lesson trace 4
 """
+
 from __future__ import annotations
 
 from nanoengine.sequence import Sequence

@@ -1,8 +1,9 @@
 """Checks for lesson 5: compute_block_hash and find_cached_prefix."""
+
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import Sequence
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
 
 TARGETS = {"compute_block_hash": "compute_block_hash", "find_cached_prefix": "BlockManager.find_cached_prefix"}
 
@@ -11,10 +12,15 @@ def check_hash_is_deterministic_int(fns):
     """The hash is a non-negative int, and the same inputs give the same hash."""
     for parent, tokens in ((None, [1, 2, 3, 4]), (12345, [5, 6, 7, 8]), (None, [0])):
         a, b = fns.compute_block_hash(parent, list(tokens)), fns.compute_block_hash(parent, list(tokens))
-        expect(isinstance(a, int) and not isinstance(a, bool),
-               f"compute_block_hash({parent}, {tokens}) returned {a!r}; it must be an int")
-        expect(a >= 0, f"compute_block_hash({parent}, {tokens}) returned the negative {a}; mask it non-negative "
-                       f"(& 0x7FFF_FFFF_FFFF_FFFF)")
+        expect(
+            isinstance(a, int) and not isinstance(a, bool),
+            f"compute_block_hash({parent}, {tokens}) returned {a!r}; it must be an int",
+        )
+        expect(
+            a >= 0,
+            f"compute_block_hash({parent}, {tokens}) returned the negative {a}; mask it non-negative "
+            f"(& 0x7FFF_FFFF_FFFF_FFFF)",
+        )
         expect(a == b, f"compute_block_hash({parent}, {tokens}) gave {a} then {b}: it must be deterministic")
 
 
@@ -24,10 +30,14 @@ def check_hash_depends_on_tokens_and_parent(fns):
     base = h(None, [1, 2, 3, 4])
     expect(h(None, [1, 2, 3, 5]) != base, "changing a token must change the hash")
     expect(h(None, [4, 3, 2, 1]) != base, "the same tokens in another order must hash differently")
-    expect(h(base, [1, 2, 3, 4]) != base, "the same tokens after a parent block must hash differently from "
-                                          "a first block: include parent_hash")
-    expect(h(h(None, [9, 9, 9, 9]), [5, 6, 7, 8]) != h(base, [5, 6, 7, 8]),
-           "the same block after different parents must hash differently")
+    expect(
+        h(base, [1, 2, 3, 4]) != base,
+        "the same tokens after a parent block must hash differently from a first block: include parent_hash",
+    )
+    expect(
+        h(h(None, [9, 9, 9, 9]), [5, 6, 7, 8]) != h(base, [5, 6, 7, 8]),
+        "the same block after different parents must hash differently",
+    )
 
 
 def cached_manager(tokens: list[int], block_size: int = 4, num_blocks: int = 16, enable: bool = True):
@@ -36,14 +46,16 @@ def cached_manager(tokens: list[int], block_size: int = 4, num_blocks: int = 16,
     seq = Sequence(list(tokens), SamplingParams())
     bm.allocate(seq, len(tokens))
     seq.num_cached_tokens = len(tokens)
-    bm.register_full_blocks(seq)     # hashes with *your* compute_block_hash (it is plugged in)
+    bm.register_full_blocks(seq)  # hashes with *your* compute_block_hash (it is plugged in)
     return bm, seq
 
 
 def lookup(fns, bm: BlockManager, tokens: list[int]):
     result = fns.find_cached_prefix(bm, Sequence(list(tokens), SamplingParams()))
-    expect(isinstance(result, tuple) and len(result) == 2,
-           f"find_cached_prefix must return a pair (block ids, hashes), got {result!r}")
+    expect(
+        isinstance(result, tuple) and len(result) == 2,
+        f"find_cached_prefix must return a pair (block ids, hashes), got {result!r}",
+    )
     blocks, hashes = result
     expect(len(blocks) == len(hashes), f"one hash per block: got {len(blocks)} blocks and {len(hashes)} hashes")
     return list(blocks), list(hashes)
@@ -51,22 +63,30 @@ def lookup(fns, bm: BlockManager, tokens: list[int]):
 
 def check_full_prefix_hit(fns):
     """A prompt that extends a cached one reuses every full cached block, in order."""
-    a = list(range(10, 20))                        # 10 tokens: blocks 0,1 full, block 2 part-full
+    a = list(range(10, 20))  # 10 tokens: blocks 0,1 full, block 2 part-full
     bm, seq_a = cached_manager(a)
     blocks, hashes = lookup(fns, bm, a[:8] + [77, 78, 79])
-    expect(blocks == seq_a.block_table[:2], f"the first 8 tokens match A's two full blocks {seq_a.block_table[:2]}, "
-                                            f"but find_cached_prefix returned blocks {blocks}")
-    expect(hashes == seq_a.block_hashes[:2], "the hashes returned must be the blocks' chained keys, the same ones "
-                                             "register_full_blocks stored")
+    expect(
+        blocks == seq_a.block_table[:2],
+        f"the first 8 tokens match A's two full blocks {seq_a.block_table[:2]}, "
+        f"but find_cached_prefix returned blocks {blocks}",
+    )
+    expect(
+        hashes == seq_a.block_hashes[:2],
+        "the hashes returned must be the blocks' chained keys, the same ones register_full_blocks stored",
+    )
 
 
 def check_partial_hit_stops_at_miss(fns):
     """The walk stops at the first block that is not cached."""
-    a = list(range(10, 22))                        # 12 tokens: 3 full blocks
+    a = list(range(10, 22))  # 12 tokens: 3 full blocks
     bm, seq_a = cached_manager(a)
     blocks, _ = lookup(fns, bm, a[:4] + [99, 99, 99, 99] + a[8:12] + [5])
-    expect(blocks == seq_a.block_table[:1], f"block 1 differs, so only block 0 can be reused (and block 2, though "
-                                            f"its tokens match, follows a different prefix); got {blocks}")
+    expect(
+        blocks == seq_a.block_table[:1],
+        f"block 1 differs, so only block 0 can be reused (and block 2, though "
+        f"its tokens match, follows a different prefix); got {blocks}",
+    )
 
 
 def check_no_hit_for_shifted_text(fns):
@@ -79,11 +99,13 @@ def check_no_hit_for_shifted_text(fns):
 
 def check_last_token_is_never_cached(fns):
     """Even an exact repeat leaves the last block to compute, so the step has logits to sample."""
-    a = list(range(10, 26))                        # 16 tokens: exactly 4 full blocks
+    a = list(range(10, 26))  # 16 tokens: exactly 4 full blocks
     bm, seq_a = cached_manager(a)
     blocks, _ = lookup(fns, bm, a)
-    expect(blocks == seq_a.block_table[:3], f"a 16-token repeat may reuse only (16 - 1) // 4 = 3 blocks, got "
-                                            f"{len(blocks)}: {blocks}")
+    expect(
+        blocks == seq_a.block_table[:3],
+        f"a 16-token repeat may reuse only (16 - 1) // 4 = 3 blocks, got {len(blocks)}: {blocks}",
+    )
     blocks, _ = lookup(fns, bm, a + [7])
     expect(blocks == seq_a.block_table[:4], f"with one more token all 4 blocks may be reused, got {blocks}")
 
@@ -94,15 +116,18 @@ def check_disabled(fns):
     bm, _ = cached_manager(a)
     bm.enable_prefix_caching = False
     blocks, hashes = lookup(fns, bm, a + [1])
-    expect(blocks == [] and hashes == [], f"enable_prefix_caching is False: expected ([], []), got "
-                                          f"({blocks}, {hashes})")
+    expect(
+        blocks == [] and hashes == [], f"enable_prefix_caching is False: expected ([], []), got ({blocks}, {hashes})"
+    )
 
 
 def engine_lesson_scenario(fns):
     """The engine, running the lesson's scenario with your prefix cache, matches the engine's own."""
     run = expect_engine_matches(lesson_scenario(__file__))
-    expect(sum(run.prefix_hits.values()) == 24, f"B should reuse 24 cached tokens, the run saved "
-                                                f"{sum(run.prefix_hits.values())}")
+    expect(
+        sum(run.prefix_hits.values()) == 24,
+        f"B should reuse 24 cached tokens, the run saved {sum(run.prefix_hits.values())}",
+    )
 
 
 def engine_block_size_one(fns):

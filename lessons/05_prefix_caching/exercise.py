@@ -3,6 +3,7 @@
 Check it:  nanoengine lesson check 5
 Watch it:  nanoengine lesson trace 5
 """
+
 from __future__ import annotations
 
 from nanoengine.sequence import Sequence

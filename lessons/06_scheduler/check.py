@@ -1,22 +1,27 @@
 """Checks for lesson 6: schedule."""
+
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
 
 TARGETS = {"schedule": "Scheduler.schedule"}
 
 
 def make(budget: int = 16, max_num_seqs: int = 4, num_blocks: int = 32) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, 4), max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
-                     max_model_len=256, eos_token_ids=frozenset())
+    return Scheduler(
+        BlockManager(num_blocks, 4),
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        max_model_len=256,
+        eos_token_ids=frozenset(),
+    )
 
 
 def add(sched: Scheduler, num_tokens: int, name: str) -> Sequence:
-    start = 10 + 30 * (ord(name) - ord("A"))      # different tokens per request: no prefix-cache hits
-    seq = Sequence(list(range(start, start + num_tokens)), SamplingParams(max_tokens=50, ignore_eos=True),
-                   prompt=name)
+    start = 10 + 30 * (ord(name) - ord("A"))  # different tokens per request: no prefix-cache hits
+    seq = Sequence(list(range(start, start + num_tokens)), SamplingParams(max_tokens=50, ignore_eos=True), prompt=name)
     sched.add(seq)
     return seq
 
@@ -63,15 +68,18 @@ def check_token_budget(fns):
     sched = make(budget=16)
     add(sched, 10, "A"), add(sched, 10, "B"), add(sched, 10, "C")
     out, got = batch_now(fns, sched)
-    expect(got == [("A", 10), ("B", 6)], f"budget 16, three 10-token prompts: expected [('A', 10), ('B', 6)] "
-                                         f"(B gets a 6-token chunk, C waits), got {got}")
+    expect(
+        got == [("A", 10), ("B", 6)],
+        f"budget 16, three 10-token prompts: expected [('A', 10), ('B', 6)] "
+        f"(B gets a 6-token chunk, C waits), got {got}",
+    )
 
 
 def check_continues_a_chunked_prefill(fns):
     """A running sequence mid-prefill gets the rest of its prompt, up to the budget."""
     sched = make(budget=16)
     add(sched, 10, "A"), add(sched, 10, "B")
-    step(fns, sched)                      # A 10, B 6
+    step(fns, sched)  # A 10, B 6
     out, got = batch_now(fns, sched)
     expect(got == [("A", 1), ("B", 4)], f"B has 4 prompt tokens left: expected [('A', 1), ('B', 4)], got {got}")
 
@@ -82,16 +90,17 @@ def check_max_num_seqs(fns):
     for name in "ABC":
         add(sched, 3, name)
     out, got = batch_now(fns, sched)
-    expect([n for n, _ in got] == ["A", "B"], f"max_num_seqs=2 and three short requests: only A and B may run, "
-                                              f"got {got}")
+    expect(
+        [n for n, _ in got] == ["A", "B"], f"max_num_seqs=2 and three short requests: only A and B may run, got {got}"
+    )
 
 
 def check_fifo_no_overtaking(fns):
     """If the head of the queue does not fit, nothing behind it is admitted either."""
-    sched = make(budget=64, num_blocks=4)         # 4 blocks of 4 = 16 tokens of KV
+    sched = make(budget=64, num_blocks=4)  # 4 blocks of 4 = 16 tokens of KV
     add(sched, 12, "A")
-    step(fns, sched)                              # A holds 3 blocks (4 after it grows)
-    add(sched, 12, "B"), add(sched, 2, "C")       # B needs 3 blocks: does not fit; C would
+    step(fns, sched)  # A holds 3 blocks (4 after it grows)
+    add(sched, 12, "B"), add(sched, 2, "C")  # B needs 3 blocks: does not fit; C would
     out, got = batch_now(fns, sched)
     expect(got == [("A", 1)], f"B does not fit, so C must wait behind it (first come, first served); got {got}")
 
@@ -101,21 +110,25 @@ def check_stops_when_budget_is_spent(fns):
     sched = make(budget=16)
     for name in "ABC":
         add(sched, 4, name)
-    step(fns, sched)                              # all three prefilled: 12 tokens
+    step(fns, sched)  # all three prefilled: 12 tokens
     sched.max_num_batched_tokens = 2
     out, got = batch_now(fns, sched)
-    expect(got == [("A", 1), ("B", 1)], f"budget 2 with three decoding sequences: expected [('A', 1), ('B', 1)], "
-                                        f"got {got}")
+    expect(
+        got == [("A", 1), ("B", 1)], f"budget 2 with three decoding sequences: expected [('A', 1), ('B', 1)], got {got}"
+    )
 
 
 def check_uses_make_room(fns):
     """When a running sequence needs a block and none is free, the newest one is preempted (make_room)."""
     sched = make(budget=64, num_blocks=4)
-    add(sched, 8, "A"), add(sched, 8, "B")        # 2 blocks each: the pool is full
+    add(sched, 8, "A"), add(sched, 8, "B")  # 2 blocks each: the pool is full
     step(fns, sched)
-    out, got = batch_now(fns, sched)              # A's 9th token needs a 3rd block
-    expect(got == [("A", 1)], f"the pool is full and A needs a block: B must be preempted (call "
-                              f"self.make_room(seq, num_new, out)); expected [('A', 1)], got {got}")
+    out, got = batch_now(fns, sched)  # A's 9th token needs a 3rd block
+    expect(
+        got == [("A", 1)],
+        f"the pool is full and A needs a block: B must be preempted (call "
+        f"self.make_room(seq, num_new, out)); expected [('A', 1)], got {got}",
+    )
     expect([kind for kind, _, _ in out.events] == ["preempted"], f"expected one 'preempted' event, got {out.events}")
 
 
@@ -126,6 +139,9 @@ def engine_lesson_scenario(fns):
 
 def engine_tight_memory(fns):
     """With a small pool (preemptions) and a budget of 5 it still matches."""
-    run = expect_engine_matches(lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 7,
-                                                                  "max_num_seqs": 3, "max_num_batched_tokens": 5}))
+    run = expect_engine_matches(
+        lesson_scenario(
+            __file__, engine={"block_size": 4, "num_kv_blocks": 7, "max_num_seqs": 3, "max_num_batched_tokens": 5}
+        )
+    )
     expect(run.event_counts["preempted"] >= 1, "this run should preempt a request; none was preempted")

@@ -3,10 +3,10 @@
 Check it:  nanoengine lesson check 6
 Watch it:  nanoengine lesson trace 6
 """
+
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import SequenceStatus
 
 
 def schedule(self) -> SchedulerOutput:

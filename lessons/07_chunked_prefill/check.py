@@ -1,16 +1,22 @@
 """Checks for lesson 7: try_admit."""
+
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
 
 TARGETS = {"try_admit": "Scheduler.try_admit"}
 
 
 def make(num_blocks: int = 16) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, 4), max_num_batched_tokens=64, max_num_seqs=8,
-                     max_model_len=256, eos_token_ids=frozenset())
+    return Scheduler(
+        BlockManager(num_blocks, 4),
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=256,
+        eos_token_ids=frozenset(),
+    )
 
 
 def add(sched: Scheduler, tokens: list[int]) -> Sequence:
@@ -34,8 +40,10 @@ def check_admits_whole_prompt(fns):
     expect(ok, "a 10-token prompt, budget 64, 16 free blocks: try_admit must return True")
     expect(seq.num_scheduled_tokens == 10, f"num_scheduled_tokens is {seq.num_scheduled_tokens}; expected 10")
     expect(seq.status == SequenceStatus.RUNNING, f"status is {seq.status.value}; expected RUNNING")
-    expect(list(sched.waiting) == [] and sched.running == [seq], "the sequence must move from self.waiting "
-                                                                 "(popleft) to self.running (append)")
+    expect(
+        list(sched.waiting) == [] and sched.running == [seq],
+        "the sequence must move from self.waiting (popleft) to self.running (append)",
+    )
     expect(len(seq.block_table) == 3, f"10 tokens need 3 blocks of 4; the table is {seq.block_table}")
     expect(seq.prefill_chunk == 1, f"prefill_chunk must be 1 (the first chunk), got {seq.prefill_chunk}")
     expect([k for k, _, _ in out.events] == ["admitted"], f"expected one 'admitted' event, got {out.events}")
@@ -44,25 +52,34 @@ def check_admits_whole_prompt(fns):
 def check_first_chunk_fits_budget(fns):
     """A prompt longer than the budget gets a first chunk of exactly `budget` tokens, and only its blocks."""
     sched = make()
-    seq = add(sched, range(10, 40))               # 30 tokens
+    seq = add(sched, range(10, 40))  # 30 tokens
     ok, _ = admit(fns, sched, seq, budget=6)
-    expect(ok and seq.num_scheduled_tokens == 6, f"a 30-token prompt with budget 6 must be admitted with a "
-                                                 f"6-token chunk; got ok={ok}, num_scheduled_tokens="
-                                                 f"{seq.num_scheduled_tokens}")
-    expect(len(seq.block_table) == 2, f"a 6-token chunk needs 2 blocks (not the 8 of the whole prompt); the "
-                                      f"table has {len(seq.block_table)}")
+    expect(
+        ok and seq.num_scheduled_tokens == 6,
+        f"a 30-token prompt with budget 6 must be admitted with a "
+        f"6-token chunk; got ok={ok}, num_scheduled_tokens="
+        f"{seq.num_scheduled_tokens}",
+    )
+    expect(
+        len(seq.block_table) == 2,
+        f"a 6-token chunk needs 2 blocks (not the 8 of the whole prompt); the table has {len(seq.block_table)}",
+    )
 
 
 def check_rejects_without_blocks(fns):
     """If the chunk's blocks do not fit, return False and leave everything as it was."""
     sched = make(num_blocks=2)
-    seq = add(sched, range(10, 22))               # 12 tokens: 3 blocks
+    seq = add(sched, range(10, 22))  # 12 tokens: 3 blocks
     ok, out = admit(fns, sched, seq, budget=64)
     expect(ok is False, "12 tokens need 3 blocks but only 2 exist: try_admit must return False")
-    expect(list(sched.waiting) == [seq] and sched.running == [], "a rejected sequence stays at the head of "
-                                                                 "self.waiting and is not running")
-    expect(seq.block_table == [] and sched.block_manager.num_free_blocks == 2,
-           "a rejected sequence must not take any block (check can_allocate before allocating)")
+    expect(
+        list(sched.waiting) == [seq] and sched.running == [],
+        "a rejected sequence stays at the head of self.waiting and is not running",
+    )
+    expect(
+        seq.block_table == [] and sched.block_manager.num_free_blocks == 2,
+        "a rejected sequence must not take any block (check can_allocate before allocating)",
+    )
     expect(seq.status == SequenceStatus.WAITING and out.events == [], "a rejected sequence stays WAITING, no events")
 
 
@@ -80,33 +97,44 @@ def cached_prefix(sched: Scheduler, tokens: list[int]) -> Sequence:
 def check_prefix_hit(fns):
     """Cached prefix blocks are reused: num_cached_tokens covers them, only the rest is scheduled."""
     sched = make()
-    cached_prefix(sched, list(range(10, 22)))     # 3 full blocks cached
+    cached_prefix(sched, list(range(10, 22)))  # 3 full blocks cached
     seq = add(sched, list(range(10, 22)) + [5, 6, 7])
     ok, out = admit(fns, sched, seq, budget=64)
     expect(ok, "try_admit must admit a request whose prefix is cached")
-    expect(seq.num_cached_tokens == 12 and seq.num_scheduled_tokens == 3,
-           f"3 cached blocks = 12 tokens reused, 3 to compute; got num_cached_tokens={seq.num_cached_tokens}, "
-           f"num_scheduled_tokens={seq.num_scheduled_tokens} (use bm.use_cached_prefix)")
-    expect(seq.block_table[:3] == [0, 1, 2], f"the table must start with the cached blocks [0, 1, 2], got "
-                                             f"{seq.block_table}")
+    expect(
+        seq.num_cached_tokens == 12 and seq.num_scheduled_tokens == 3,
+        f"3 cached blocks = 12 tokens reused, 3 to compute; got num_cached_tokens={seq.num_cached_tokens}, "
+        f"num_scheduled_tokens={seq.num_scheduled_tokens} (use bm.use_cached_prefix)",
+    )
+    expect(
+        seq.block_table[:3] == [0, 1, 2],
+        f"the table must start with the cached blocks [0, 1, 2], got {seq.block_table}",
+    )
     hits = [d for k, _, d in out.events if k == "prefix_hit"]
-    expect(hits == [{"blocks": [0, 1, 2], "tokens_saved": 12}],
-           f"expected the event ('prefix_hit', seq_id, {{'blocks': [0, 1, 2], 'tokens_saved': 12}}), got {out.events}")
+    expect(
+        hits == [{"blocks": [0, 1, 2], "tokens_saved": 12}],
+        f"expected the event ('prefix_hit', seq_id, {{'blocks': [0, 1, 2], 'tokens_saved': 12}}), got {out.events}",
+    )
 
 
 def check_cached_free_blocks_count(fns):
     """Reusing cached blocks that sit in the free list uses up free blocks too."""
     sched = make(num_blocks=4)
-    cached_prefix(sched, list(range(10, 22)))     # blocks 0-2 cached, ref count 0, still in the free list
-    seq = add(sched, list(range(10, 22)) + list(range(50, 58)))   # 20 tokens: 3 cached + 2 new blocks
+    cached_prefix(sched, list(range(10, 22)))  # blocks 0-2 cached, ref count 0, still in the free list
+    seq = add(sched, list(range(10, 22)) + list(range(50, 58)))  # 20 tokens: 3 cached + 2 new blocks
     try:
         ok, _ = admit(fns, sched, seq, budget=64)
-    except KeyError:   # the free list ran dry inside allocate
-        raise AssertionError("try_admit admitted a request whose blocks did not fit, and allocate ran out of "
-                             "free blocks: the 3 cached blocks sit in the free list, so they count too. Add "
-                             "bm.num_free_in(hit_blocks) to the blocks you ask can_allocate for") from None
-    expect(ok is False, "the pool has 4 blocks: the 3 cached ones (in the free list) + 2 new = 5 > 4, so "
-                        "try_admit must return False. Count bm.num_free_in(hit_blocks) in the check")
+    except KeyError:  # the free list ran dry inside allocate
+        raise AssertionError(
+            "try_admit admitted a request whose blocks did not fit, and allocate ran out of "
+            "free blocks: the 3 cached blocks sit in the free list, so they count too. Add "
+            "bm.num_free_in(hit_blocks) to the blocks you ask can_allocate for"
+        ) from None
+    expect(
+        ok is False,
+        "the pool has 4 blocks: the 3 cached ones (in the free list) + 2 new = 5 > 4, so "
+        "try_admit must return False. Count bm.num_free_in(hit_blocks) in the check",
+    )
     expect(list(sched.waiting) == [seq] and seq.block_table == [], "a rejected sequence must be left untouched")
 
 
@@ -119,7 +147,10 @@ def engine_lesson_scenario(fns):
 def engine_prefix_and_chunks(fns):
     """Prefix hits, chunks and a tight pool together still match the engine's own run."""
     scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 20, "max_num_batched_tokens": 7})
-    scenario.requests.append(type(scenario.requests[0])(
-        "A long prompt: chunked prefill splits it over many steps.", {"max_tokens": 3, "ignore_eos": True}, 8))
+    scenario.requests.append(
+        type(scenario.requests[0])(
+            "A long prompt: chunked prefill splits it over many steps.", {"max_tokens": 3, "ignore_eos": True}, 8
+        )
+    )
     run = expect_engine_matches(scenario)
     expect(run.event_counts["prefix_hit"] >= 1, "the last request should reuse the long prompt's first blocks")

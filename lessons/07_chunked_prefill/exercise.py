@@ -3,11 +3,11 @@
 Check it:  nanoengine lesson check 7
 Watch it:  nanoengine lesson trace 7
 """
+
 from __future__ import annotations
 
-from nanoengine.block_manager import blocks_needed
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence, SequenceStatus
+from nanoengine.sequence import Sequence
 
 
 def try_admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:

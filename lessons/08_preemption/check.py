@@ -1,16 +1,22 @@
 """Checks for lesson 8: choose_victim, preempt, make_room."""
+
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
 
 TARGETS = {"choose_victim": "choose_victim", "preempt": "Scheduler.preempt", "make_room": "Scheduler.make_room"}
 
 
 def make(num_blocks: int) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, 4), max_num_batched_tokens=64, max_num_seqs=8,
-                     max_model_len=256, eos_token_ids=frozenset())
+    return Scheduler(
+        BlockManager(num_blocks, 4),
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=256,
+        eos_token_ids=frozenset(),
+    )
 
 
 def running(sched: Scheduler, *sizes: int) -> list[Sequence]:
@@ -29,8 +35,11 @@ def check_choose_victim(fns):
     """choose_victim picks the most recently admitted sequence (the last one)."""
     seqs = [Sequence([i + 3], SamplingParams()) for i in range(4)]
     got = fns.choose_victim(list(seqs))
-    expect(got is seqs[-1], f"running is [A, B, C, D] (oldest first); choose_victim must return D, got "
-                            f"{'ABCD'[seqs.index(got)] if got in seqs else got!r}")
+    expect(
+        got is seqs[-1],
+        f"running is [A, B, C, D] (oldest first); choose_victim must return D, got "
+        f"{'ABCD'[seqs.index(got)] if got in seqs else got!r}",
+    )
     one = [seqs[0]]
     expect(fns.choose_victim(one) is seqs[0], "with one running sequence, it is the victim")
 
@@ -42,14 +51,18 @@ def check_preempt_resets_the_sequence(fns):
     tokens_before = list(b.token_ids)
     out = SchedulerOutput()
     fns.preempt(sched, b, out, a)
-    expect(b.block_table == [] and sched.block_manager.num_free_blocks == 16 - 3,
-           f"after preempt B must hold no blocks (free them with self.block_manager.free(seq)); it holds "
-           f"{b.block_table}, {sched.block_manager.num_free_blocks} of 16 blocks are free (A holds 3)")
+    expect(
+        b.block_table == [] and sched.block_manager.num_free_blocks == 16 - 3,
+        f"after preempt B must hold no blocks (free them with self.block_manager.free(seq)); it holds "
+        f"{b.block_table}, {sched.block_manager.num_free_blocks} of 16 blocks are free (A holds 3)",
+    )
     expect(b.num_cached_tokens == 0, f"B's KV is gone: num_cached_tokens must be 0, got {b.num_cached_tokens}")
     expect(b.prefill_chunk == 0, f"prefill_chunk must be reset to 0, got {b.prefill_chunk}")
     expect(b.status == SequenceStatus.WAITING, f"B must be WAITING, is {b.status.value}")
-    expect(b.token_ids == tokens_before, "preempt must keep token_ids (prompt and generated tokens): they are "
-                                         "recomputed later")
+    expect(
+        b.token_ids == tokens_before,
+        "preempt must keep token_ids (prompt and generated tokens): they are recomputed later",
+    )
 
 
 def check_preempt_queues_at_head(fns):
@@ -61,12 +74,16 @@ def check_preempt_queues_at_head(fns):
     out = SchedulerOutput()
     fns.preempt(sched, b, out, a)
     expect(sched.running == [a], "B must be removed from self.running")
-    expect(list(sched.waiting) == [b, later], "B must go to the HEAD of self.waiting (appendleft), before the "
-                                              "request that was already waiting")
+    expect(
+        list(sched.waiting) == [b, later],
+        "B must go to the HEAD of self.waiting (appendleft), before the request that was already waiting",
+    )
     kinds = [(k, sid) for k, sid, _ in out.events]
     expect(kinds == [("preempted", b.seq_id)], f"expected one event ('preempted', B's seq_id, {{...}}), got {kinds}")
-    expect(isinstance(out.events[0][2], dict) and "reason" in out.events[0][2],
-           "the event's detail must be a dict with a 'reason'")
+    expect(
+        isinstance(out.events[0][2], dict) and "reason" in out.events[0][2],
+        "the event's detail must be a dict with a 'reason'",
+    )
 
 
 def check_make_room_when_it_fits(fns):
@@ -82,9 +99,9 @@ def check_make_room_when_it_fits(fns):
 def check_make_room_preempts_newest(fns):
     """When the pool is full, make_room preempts the newest sequence and returns True for the older one."""
     sched = make(6)
-    a, b, c = running(sched, 8, 8, 8)             # 2 blocks each: the pool is full
+    a, b, c = running(sched, 8, 8, 8)  # 2 blocks each: the pool is full
     out = SchedulerOutput()
-    ok = fns.make_room(sched, a, 1, out)          # A's 9th token needs a 3rd block
+    ok = fns.make_room(sched, a, 1, out)  # A's 9th token needs a 3rd block
     expect(ok is True, f"after preempting C, A's block fits: make_room must return True, got {ok!r}")
     expect(sched.running == [a, b] and list(sched.waiting) == [c], "C, the newest, must be the one preempted")
 
@@ -94,11 +111,16 @@ def check_make_room_preempts_until_it_fits(fns):
     sched = make(6)
     a, b, c = running(sched, 8, 8, 8)
     out = SchedulerOutput()
-    ok = fns.make_room(sched, a, 12, out)         # 20 tokens: 5 blocks, 3 more than A has
-    expect(ok is True and sched.running == [a], f"A needs 3 more blocks: both C and B must be preempted; "
-                                                f"running is now {len(sched.running)} sequence(s), ok={ok!r}")
-    expect(list(sched.waiting) == [b, c], "preempted sequences go to the head of the queue: B (preempted last) "
-                                          "first, then C")
+    ok = fns.make_room(sched, a, 12, out)  # 20 tokens: 5 blocks, 3 more than A has
+    expect(
+        ok is True and sched.running == [a],
+        f"A needs 3 more blocks: both C and B must be preempted; "
+        f"running is now {len(sched.running)} sequence(s), ok={ok!r}",
+    )
+    expect(
+        list(sched.waiting) == [b, c],
+        "preempted sequences go to the head of the queue: B (preempted last) first, then C",
+    )
 
 
 def check_make_room_self_preemption(fns):
@@ -119,6 +141,7 @@ def engine_lesson_scenario(fns):
 
 def engine_heavy_pressure(fns):
     """With an even smaller pool and a token budget of 8 (many preemptions) it still matches."""
-    run = expect_engine_matches(lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 8,
-                                                                  "max_num_batched_tokens": 8}))
+    run = expect_engine_matches(
+        lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 8, "max_num_batched_tokens": 8})
+    )
     expect(run.event_counts["preempted"] >= 2, "this run should preempt at least twice")

@@ -3,10 +3,11 @@
 Check it:  nanoengine lesson check 8
 Watch it:  nanoengine lesson trace 8
 """
+
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence, SequenceStatus
+from nanoengine.sequence import Sequence
 
 
 def choose_victim(running: list[Sequence]) -> Sequence:

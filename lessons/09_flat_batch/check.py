@@ -1,14 +1,14 @@
 """Checks for lesson 9: prepare_inputs."""
+
 import torch
 
 from nanoengine.model_runner import StepInputs
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import Sequence
-from tracer.lesson_checks import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
 
 TARGETS = {"prepare_inputs": "prepare_inputs"}
-INT_FIELDS = ("input_ids", "positions", "query_start_loc", "seq_lens", "slot_mapping", "block_tables",
-              "logits_indices")
+INT_FIELDS = ("input_ids", "positions", "query_start_loc", "seq_lens", "slot_mapping", "block_tables", "logits_indices")
 
 
 def seq(token_ids, num_cached: int, num_scheduled: int, block_table: list[int]) -> Sequence:
@@ -18,9 +18,9 @@ def seq(token_ids, num_cached: int, num_scheduled: int, block_table: list[int]) 
 
 
 def readme_batch() -> list[Sequence]:
-    a = seq([70, 71, 72, 73], 3, 1, [0])                   # decoding: its 4th token
-    b = seq([81, 104, 122], 0, 3, [1])                     # "New"
-    c = seq(list(range(100, 126)), 0, 8, [2, 3])           # a 26-token prompt, chunk 1
+    a = seq([70, 71, 72, 73], 3, 1, [0])  # decoding: its 4th token
+    b = seq([81, 104, 122], 0, 3, [1])  # "New"
+    c = seq(list(range(100, 126)), 0, 8, [2, 3])  # a 26-token prompt, chunk 1
     return [a, b, c]
 
 
@@ -34,8 +34,10 @@ def flatten(fns, seqs, block_size: int = 4) -> dict[str, list]:
         if name == "discard":
             expect(value.dtype == torch.bool, f"discard must be a bool tensor, got {value.dtype}")
         else:
-            expect(value.dtype == torch.int64, f"{name} must be an int64 tensor (torch.tensor of ints is), "
-                                               f"got {value.dtype}")
+            expect(
+                value.dtype == torch.int64,
+                f"{name} must be an int64 tensor (torch.tensor of ints is), got {value.dtype}",
+            )
         got[name] = value.tolist()
     return got
 
@@ -47,22 +49,31 @@ def expect_field(got: dict, name: str, expected, why: str) -> None:
 def check_query_start_loc(fns):
     """query_start_loc: where each sequence starts in the flat row, ending with the total."""
     got = flatten(fns, readme_batch())
-    expect_field(got, "query_start_loc", [0, 1, 4, 12], "It is the running sum of num_scheduled_tokens "
-                                                        "(1, 3, 8), starting at 0.")
+    expect_field(
+        got, "query_start_loc", [0, 1, 4, 12], "It is the running sum of num_scheduled_tokens (1, 3, 8), starting at 0."
+    )
 
 
 def check_input_ids(fns):
     """input_ids: each sequence's scheduled tokens, back to back."""
     got = flatten(fns, readme_batch())
-    expect_field(got, "input_ids", [73, 81, 104, 122] + list(range(100, 108)),
-                 "Take token_ids[num_cached_tokens : num_cached_tokens + num_scheduled_tokens] of each sequence.")
+    expect_field(
+        got,
+        "input_ids",
+        [73, 81, 104, 122] + list(range(100, 108)),
+        "Take token_ids[num_cached_tokens : num_cached_tokens + num_scheduled_tokens] of each sequence.",
+    )
 
 
 def check_positions(fns):
     """positions: num_cached_tokens + the offset inside the chunk, per sequence (not the flat index)."""
     got = flatten(fns, readme_batch())
-    expect_field(got, "positions", [3, 0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7],
-                 "A token's position counts from the start of its own sequence.")
+    expect_field(
+        got,
+        "positions",
+        [3, 0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7],
+        "A token's position counts from the start of its own sequence.",
+    )
 
 
 def check_seq_lens_and_logits(fns):
@@ -82,8 +93,12 @@ def check_block_tables_and_slots(fns):
     """block_tables are padded with 0; slot_mapping follows the tables (lesson 3)."""
     got = flatten(fns, readme_batch())
     expect_field(got, "block_tables", [[0, 0], [1, 0], [2, 3]], "Pad each block table with 0 to the longest.")
-    expect_field(got, "slot_mapping", [3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15],
-                 "Use compute_slot_mapping(block_tables, seq_index, positions, block_size).")
+    expect_field(
+        got,
+        "slot_mapping",
+        [3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15],
+        "Use compute_slot_mapping(block_tables, seq_index, positions, block_size).",
+    )
 
 
 def check_later_chunk(fns):
@@ -92,15 +107,21 @@ def check_later_chunk(fns):
     got = flatten(fns, [c], block_size=4)
     expect_field(got, "positions", list(range(8, 18)), "Chunk 2 of C covers positions 8..17.")
     expect_field(got, "input_ids", list(range(108, 118)), "Chunk 2 of C is token_ids[8:18].")
-    expect_field(got, "slot_mapping", [20, 21, 22, 23, 24, 25, 26, 27, 28, 29],
-                 "Positions 8..17 live in C's 3rd to 5th blocks (5, 6, 7).")
+    expect_field(
+        got,
+        "slot_mapping",
+        [20, 21, 22, 23, 24, 25, 26, 27, 28, 29],
+        "Positions 8..17 live in C's 3rd to 5th blocks (5, 6, 7).",
+    )
     expect_field(got, "seq_lens", [18], "8 cached + 10 scheduled.")
 
 
 def check_all_decodes(fns):
     """A batch of decodes: one token per sequence, at position num_cached_tokens."""
-    seqs = [seq(list(range(50, 50 + n + 1)), n, 1, list(range(i * 3, i * 3 + (n + 4) // 4)))
-            for i, n in enumerate((5, 8, 2))]
+    seqs = [
+        seq(list(range(50, 50 + n + 1)), n, 1, list(range(i * 3, i * 3 + (n + 4) // 4)))
+        for i, n in enumerate((5, 8, 2))
+    ]
     got = flatten(fns, seqs)
     expect_field(got, "query_start_loc", [0, 1, 2, 3], "Each decode schedules one token.")
     expect_field(got, "positions", [5, 8, 2], "A decode computes the token at position num_cached_tokens.")
@@ -115,7 +136,8 @@ def engine_lesson_scenario(fns):
 def engine_mixed_batches(fns):
     """A small pool, chunks of 5 and a prefix hit: the trace checker's batch invariants all hold."""
     scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 12, "max_num_batched_tokens": 5})
-    scenario.requests.append(type(scenario.requests[0])("Flatten this batch, thanks", {"max_tokens": 4,
-                                                                                      "ignore_eos": True}, 3))
+    scenario.requests.append(
+        type(scenario.requests[0])("Flatten this batch, thanks", {"max_tokens": 4, "ignore_eos": True}, 3)
+    )
     run = expect_engine_matches(scenario)
     expect(run.event_counts["prefix_hit"] >= 1, "the last request should reuse cached blocks")

@@ -3,13 +3,10 @@
 Check it:  nanoengine lesson check 9
 Watch it:  nanoengine lesson trace 9
 """
+
 from __future__ import annotations
 
-import itertools
-
-import torch
-
-from nanoengine.model_runner import StepInputs, compute_slot_mapping
+from nanoengine.model_runner import StepInputs
 from nanoengine.sequence import Sequence
 
 

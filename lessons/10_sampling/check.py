@@ -1,12 +1,13 @@
 """Checks for lesson 10: sample and sample_one."""
+
 import math
 from collections import Counter
 
 import torch
 
 from nanoengine.sampling_params import SamplingParams
-from tracer.lesson_checks import expect, expect_engine_matches, expect_no_violations, lesson_scenario
-from tracer.scenarios import ScenarioError, run_scenario
+from tracer.teach.lessons import expect, expect_engine_matches, expect_no_violations, lesson_scenario
+from tracer.teach.scenarios import ScenarioError, run_scenario
 
 TARGETS = {"sample": "sample", "sample_one": "sample_one"}
 
@@ -18,8 +19,10 @@ def draw_many(fns, logits: list[float], n: int = 600, seed: int = 7, **params) -
     counts = Counter()
     for num_tokens in range(n):
         token = fns.sample_one(row.clone(), p, num_tokens)
-        expect(isinstance(token, int) and not isinstance(token, bool),
-               f"sample_one must return a Python int, got {token!r}")
+        expect(
+            isinstance(token, int) and not isinstance(token, bool),
+            f"sample_one must return a Python int, got {token!r}",
+        )
         expect(0 <= token < len(logits), f"sample_one returned {token}, outside the vocabulary 0..{len(logits) - 1}")
         counts[token] += 1
     return counts
@@ -29,8 +32,10 @@ def check_sample_greedy(fns):
     """Greedy rows take the argmax; sample returns a list of Python ints, one per row."""
     logits = torch.tensor([[1.0, 3.0, 2.0], [5.0, 0.0, 0.0], [0.0, 0.0, 9.0]])
     got = fns.sample(logits, [SamplingParams()] * 3, [4, 4, 4])
-    expect(isinstance(got, list) and all(type(t) is int for t in got),
-           f"sample must return a list of Python ints (tensor.tolist()), got {got!r}")
+    expect(
+        isinstance(got, list) and all(type(t) is int for t in got),
+        f"sample must return a list of Python ints (tensor.tolist()), got {got!r}",
+    )
     expect(got == [1, 0, 2], f"greedy rows must take the argmax [1, 0, 2], got {got}")
 
 
@@ -39,8 +44,11 @@ def check_sample_calls_sample_one(fns):
     logits = torch.zeros(20, 8)
     params = [SamplingParams(temperature=1.0, seed=s) for s in range(20)]
     got = fns.sample(logits, params, [3] * 20)
-    expect(len(set(got)) > 2, f"20 seeded requests drawing from a uniform distribution over 8 tokens gave {got}: "
-                              f"the non-greedy rows must go through sample_one")
+    expect(
+        len(set(got)) > 2,
+        f"20 seeded requests drawing from a uniform distribution over 8 tokens gave {got}: "
+        f"the non-greedy rows must go through sample_one",
+    )
 
 
 def check_temperature(fns):
@@ -49,8 +57,11 @@ def check_temperature(fns):
     counts = draw_many(fns, logits, temperature=1.0)
     p0 = math.exp(2) / (math.exp(2) + math.exp(1) + 1)
     share = counts[0] / 600
-    expect(abs(share - p0) < 0.07, f"with temperature 1 token 0 should be drawn ~{p0:.0%} of the time, "
-                                   f"it was {share:.0%}: softmax(logits / temperature)")
+    expect(
+        abs(share - p0) < 0.07,
+        f"with temperature 1 token 0 should be drawn ~{p0:.0%} of the time, "
+        f"it was {share:.0%}: softmax(logits / temperature)",
+    )
     cold = draw_many(fns, logits, temperature=0.2)[0] / 600
     expect(cold > 0.95, f"with temperature 0.2 token 0 should be drawn >95% of the time, it was {cold:.0%}")
 
@@ -66,8 +77,11 @@ def check_top_p(fns):
     logits = [math.log(x) for x in (0.5, 0.3, 0.15, 0.05)]
     for top_p, allowed in ((0.7, {0, 1}), (0.9, {0, 1, 2}), (0.45, {0})):
         counts = draw_many(fns, logits, n=400, temperature=1.0, top_p=top_p)
-        expect(set(counts) == allowed, f"probabilities [0.5, 0.3, 0.15, 0.05] with top_p={top_p} may only draw "
-                                       f"{sorted(allowed)}, drew {dict(counts)}")
+        expect(
+            set(counts) == allowed,
+            f"probabilities [0.5, 0.3, 0.15, 0.05] with top_p={top_p} may only draw "
+            f"{sorted(allowed)}, drew {dict(counts)}",
+        )
 
 
 def check_seeded_draws_repeat(fns):
@@ -76,10 +90,16 @@ def check_seeded_draws_repeat(fns):
     p = SamplingParams(temperature=1.0, seed=11)
     first = [fns.sample_one(row.clone(), p, n) for n in range(10)]
     again = [fns.sample_one(row.clone(), p, n) for n in range(10)]
-    expect(first == again, f"seed 11 must give the same draws for num_tokens 0..9 every time: {first} vs {again}. "
-                           f"Seed a torch.Generator with p.seed * 1_000_003 + num_tokens")
-    expect(len(set(first)) > 3, f"uniform draws at 10 different num_tokens gave {first}: include num_tokens in "
-                                f"the seed, so each position gets its own draw")
+    expect(
+        first == again,
+        f"seed 11 must give the same draws for num_tokens 0..9 every time: {first} vs {again}. "
+        f"Seed a torch.Generator with p.seed * 1_000_003 + num_tokens",
+    )
+    expect(
+        len(set(first)) > 3,
+        f"uniform draws at 10 different num_tokens gave {first}: include num_tokens in "
+        f"the seed, so each position gets its own draw",
+    )
     unseeded = fns.sample_one(row.clone(), SamplingParams(temperature=1.0), 0)
     expect(isinstance(unseeded, int) and 0 <= unseeded < 50, f"an unseeded draw returned {unseeded!r}")
 
@@ -99,11 +119,17 @@ def engine_seeds_survive_batching(fns):
     except ScenarioError as e:
         raise AssertionError(str(e)) from None
     for i in (1, 2):
-        expect(first.outputs[i].token_ids == second.outputs[i].token_ids,
-               f"request {i} (seeded) generated {first.outputs[i].token_ids} and then {second.outputs[i].token_ids}: "
-               f"seeded sampling must repeat")
-    expect(alone.outputs[0].token_ids == first.outputs[1].token_ids,
-           f"request 1 alone generated {alone.outputs[0].token_ids} but {first.outputs[1].token_ids} in the batch: "
-           f"its draws must not depend on the other requests (seed with its own seed and num_tokens)")
-    expect(first.outputs[1].token_ids != first.outputs[0].token_ids,
-           "the sampled request generated exactly the greedy text: is temperature applied?")
+        expect(
+            first.outputs[i].token_ids == second.outputs[i].token_ids,
+            f"request {i} (seeded) generated {first.outputs[i].token_ids} and then {second.outputs[i].token_ids}: "
+            f"seeded sampling must repeat",
+        )
+    expect(
+        alone.outputs[0].token_ids == first.outputs[1].token_ids,
+        f"request 1 alone generated {alone.outputs[0].token_ids} but {first.outputs[1].token_ids} in the batch: "
+        f"its draws must not depend on the other requests (seed with its own seed and num_tokens)",
+    )
+    expect(
+        first.outputs[1].token_ids != first.outputs[0].token_ids,
+        "the sampled request generated exactly the greedy text: is temperature applied?",
+    )

@@ -3,6 +3,7 @@
 Check it:  nanoengine lesson check 10
 Watch it:  nanoengine lesson trace 10
 """
+
 from __future__ import annotations
 
 import torch

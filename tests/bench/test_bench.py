@@ -1,0 +1,135 @@
+"""Smoke tests for `nanoengine bench` on the tiny model: the report's shape and the workload, no timings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracer.bench.metrics import latencies, percentile
+from tracer.bench.workload import QUICK, STANDARD, WorkloadSpec, build_workload
+from tracer.cli.bench import bench_main
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_KEYS = {"elapsed_s", "num_prompt_tokens", "num_output_tokens", "output_tok_s", "total_tok_s", "ttft_ms", "tpot_ms"}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    # One thread: on a shared 2-core machine two OpenMP threads can make small ops 30x slower.
+    # A small paged cache for generate_batch: its default sizing fills GBs of buffers on CPU (~20 s).
+    code = bench_main(
+        [
+            "--quick",
+            "--model",
+            "tiny",
+            "--json",
+            "--threads",
+            "1",
+            "--cb-num-blocks",
+            "16",
+            "--cb-max-batch-tokens",
+            "256",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    return json.loads(out.read_text())
+
+
+def test_report_has_every_run_and_measure(report):
+    assert set(report["runs"]) == {"nanoengine", "hf_generate", "hf_generate_batch"}
+    for run in report["runs"].values():
+        assert RUN_KEYS <= set(run)
+        assert set(run["ttft_ms"]) == {"p50", "p90", "p99"}
+        assert run["num_output_tokens"] == report["workload"]["num_output_tokens"]
+    for key in ("hf_generate", "hf_generate_batch"):
+        assert report["runs"][key]["nanoengine_speedup"] > 0
+    assert {"num_steps", "model_time_s", "overhead_share", "model_only_s", "total_over_model_only"} <= set(
+        report["engine"]
+    )
+    assert {"elapsed_s", "overhead", "trace_bytes", "trace_steps", "recording_s", "recording_share"} <= set(
+        report["tracer"]
+    )
+    assert report["tracer"]["recording_s"] > 0  # on the tiny model recording can cost more than its tiny steps
+    assert {"total_s", "import_s", "build_s", "first_token_s"} <= set(report["startup"])
+    names = [t["name"] for t in report["targets"]]
+    assert names == [
+        "throughput vs HF generate",
+        "throughput vs HF generate_batch",
+        "total / model-only time",
+        "tracer overhead",
+        "start-up to first token",
+    ]
+    assert all(isinstance(t["met"], bool) for t in report["targets"])
+
+
+def test_baselines_compute_the_same_greedy_tokens(report):
+    # The HF baselines run the tiny model with nanoengine's exact weights: greedy outputs must agree
+    # for nearly every request (a float near-tie may flip one).
+    n = report["workload"]["num_requests"]
+    for key in ("hf_generate", "hf_generate_batch"):
+        assert report["runs"][key]["matching_requests"] >= n - 1
+
+
+def test_tables_show_every_system_and_target(report, capsys):
+    from tracer.bench.report import print_report
+
+    print_report(report)
+    text = capsys.readouterr().out
+    for word in ("HF generate_batch", "TTFT p50", "model-only time", "tracer overhead", "start-up to first token"):
+        assert word in text
+
+
+def test_engine_steps_cover_the_longest_request(report):
+    assert report["engine"]["num_steps"] >= QUICK.max_output_len
+    assert report["tracer"]["trace_steps"] == report["engine"]["num_steps"]
+
+
+def test_workload_is_seeded_and_in_range():
+    a, b = build_workload(STANDARD, 49152), build_workload(STANDARD, 49152)
+    assert a == b and len(a) == 32
+    assert all(16 <= r.num_prompt_tokens <= 256 and 16 <= r.max_tokens <= 256 for r in a)
+    assert all(100 <= t < 10_000 for r in a for t in r.prompt_token_ids)
+    assert build_workload(WorkloadSpec(seed=1), 49152) != a
+
+
+def test_bad_workload_is_a_clear_error(capsys):
+    from tracer.cli.main import main
+
+    assert main(["bench", "--model", "tiny", "--input-len", "50", "10"]) == 2
+    assert "input lengths must satisfy" in capsys.readouterr().err
+
+
+def test_latency_math():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    ttft, tpot = latencies([[1.5, 2.0, 2.5], [3.0]], start=1.0)
+    assert ttft == [0.5, 2.0] and tpot == [0.5]
+
+
+def test_gpu_script_runs_on_cpu_with_tiny_shape(tmp_path):
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tracer" / "bench" / "gpu.py"),
+            "--tiny-shape",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["device"] == "cpu" and data["model_shape"]["model_type"] == "qwen3"
+    assert {"nanoengine", "hf_generate"} <= set(data["runs"])

@@ -1,0 +1,205 @@
+"""`nanoengine trace --no-tui`, `nanoengine check` and `nanoengine replay` argument handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
+
+from tracer.cli.main import main
+from tracer.trace.invariants import check_trace
+from tracer.trace.recorder import TraceRecorder
+from tracer.trace.trace_file import load_trace
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TINY_FLAGS = [
+    "--model",
+    "tiny",
+    "--max-tokens",
+    "6",
+    "--ignore-eos",
+    "--block-size",
+    "4",
+    "--num-kv-blocks",
+    "12",
+    "--max-num-batched-tokens",
+    "8",
+]
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("nanoengine: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def partial_trace(tmp_path) -> Path:
+    """A real run stopped after 3 prefill steps: nothing has finished yet."""
+    engine = make_tiny_engine()
+    path = tmp_path / "partial.jsonl"
+    with TraceRecorder(engine, path):
+        for prompt in SCENARIO_PROMPTS:
+            engine.add_request(prompt, SCENARIO_PARAMS)
+        for _ in range(3):
+            engine.step()
+    return path
+
+
+def test_trace_no_tui_writes_the_default_path_and_prints_a_summary(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "hello world, how are you", "hello world, how is it", "abc", *TINY_FLAGS, "--no-tui"]) == 0
+    out = capsys.readouterr().out
+    written = list((tmp_path / "traces").glob("trace-*.jsonl"))
+    assert len(written) == 1 and f"traces/{written[0].name}" in out.replace("\n", "")
+    for label in ("steps", "preemptions", "prefix-cache hits", "chunked prefills", "Requests"):
+        assert label in out
+    trace = load_trace(written[0])
+    assert f"│ steps             │ {trace.num_steps}" in out
+    assert ("No invariant violations" in out) == (check_trace(trace) == [])
+
+
+def test_trace_out_and_title(tmp_path, capsys):
+    out = tmp_path / "sub" / "mine.jsonl"
+    assert main(["trace", "abc", *TINY_FLAGS, "--out", str(out), "--title", "my run", "--no-tui"]) == 0
+    assert load_trace(out).title == "my run" and "my run" in capsys.readouterr().out
+
+
+def test_trace_with_a_bad_prompt_fails_in_one_line_before_writing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "x" * 100, *TINY_FLAGS, "--max-model-len", "50", "--no-tui"]) == 2
+    assert "max_model_len is 50" in one_line_error(capsys)
+    assert not (tmp_path / "traces").exists()
+
+
+def test_check_passes_a_clean_trace(partial_trace, capsys):
+    assert main(["check", str(partial_trace)]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def test_check_fails_on_a_violation_and_shows_it(partial_trace, tmp_path, capsys):
+    lines = partial_trace.read_text().splitlines()
+    step = json.loads(lines[2])
+    step["inputs"]["positions"][0] += 1
+    lines[2] = json.dumps(step)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n")
+    assert main(["check", str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert "Invariant violations" in out and "positions" in out and "invariant violations in 3 steps" in out
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("", "is empty"),
+        ("not json\n", "not a nanoengine trace"),
+        ('{"type": "header", "schema_version": 7}\n', "newer than this nanoengine reads"),
+    ],
+)
+def test_check_on_a_broken_file_is_a_one_line_error(tmp_path, capsys, content, expected):
+    path = tmp_path / "t.jsonl"
+    path.write_text(content)
+    assert main(["check", str(path)]) == 2
+    assert expected in one_line_error(capsys)
+
+
+def test_check_full_validates_every_line(partial_trace, tmp_path, capsys):
+    lines = partial_trace.read_text().splitlines()
+    lines += lines[1:] * 3  # 12 steps, so line 3 is outside the default sample
+    for i in range(1, len(lines)):
+        step = json.loads(lines[i])
+        step["step"] = i - 1
+        if i == 6:
+            step["wall_time"] = "slow"
+        lines[i] = json.dumps(step)
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    main(["check", str(path)])
+    capsys.readouterr()
+    assert main(["check", str(path), "--full"]) == 2
+    assert "line 7 does not match the trace schema" in one_line_error(capsys)
+
+
+def test_check_warns_about_a_cut_short_trace_and_checks_its_prefix(partial_trace, tmp_path, capsys):
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(partial_trace.read_text()[:-100])
+    assert main(["check", str(cut)]) == 0
+    captured = capsys.readouterr()
+    assert "cut short" in captured.err and "2 steps" in captured.out
+
+
+def test_replay_refuses_what_it_cannot_show(partial_trace, tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such trace file" in one_line_error(capsys)
+    assert main(["replay", str(partial_trace), "--step", "3"]) == 2
+    assert "choose 0 .. 2" in one_line_error(capsys)
+    empty = tmp_path / "empty.jsonl"
+    with TraceRecorder(make_tiny_engine(), empty):
+        pass
+    assert main(["replay", str(empty)]) == 2
+    assert "no steps" in one_line_error(capsys)
+
+
+def test_ctrl_c_during_trace_leaves_a_replayable_trace(tmp_path):
+    out = tmp_path / "t.jsonl"
+    # Eight long requests: a run of several seconds, so the interrupt lands mid-run.
+    prompts = [f"prompt {i}" for i in range(8)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tracer.cli.main",
+        "trace",
+        *prompts,
+        "--model",
+        "tiny",
+        "--max-tokens",
+        "1900",
+        "--num-kv-blocks",
+        "1024",
+        "--ignore-eos",
+        "--no-tui",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and out.read_text().count("\n") >= 6:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Interrupted" in stderr and f"nanoengine replay {out}" in " ".join(stderr.split())
+    assert "Traceback" not in stderr
+    trace = load_trace(out)
+    assert 5 <= trace.num_steps < 1900 and check_trace(trace) == []
+
+
+def test_trace_without_a_terminal_prints_the_summary_and_replay_refuses(tmp_path):
+    out = tmp_path / "t.jsonl"
+    base = [sys.executable, "-m", "tracer.cli.main"]
+    traced = subprocess.run(
+        [*base, "trace", "hello", "--model", "tiny", "--max-tokens", "3", "--out", str(out)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert traced.returncode == 0, traced.stderr
+    assert "Not an interactive terminal" in traced.stderr and "violations" in traced.stdout
+    replay = subprocess.run(
+        [*base, "replay", str(out)], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+    )
+    assert replay.returncode == 2
+    assert "needs an interactive terminal" in replay.stderr and len(replay.stderr.strip().splitlines()) == 1

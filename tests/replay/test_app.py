@@ -1,0 +1,341 @@
+"""The replay TUI driven with Pilot on the fixed trace tests/data/replay_small.jsonl.
+
+The trace (tiny model, 16 blocks of 4 slots, 12-token budget, 14 steps): seq 0 (A) and 1 (B)
+prefill in chunks; seq 2 (C) arrives before step 4, reuses A's prompt blocks, and is preempted
+at steps 6 and 8. No step has a violation (tests inject their own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from tracer.replay.app import EVENT_KINDS, ReplayApp, run_replay
+from tracer.replay.predict import PredictScreen
+from tracer.replay.views.batch import LABEL_WIDTH, BatchView
+from tracer.replay.views.kv_pages import CELL, KVPagesView
+from tracer.replay.views.state_machine import StateMachineView
+from tracer.replay.views.timeline import TimelineView
+from tracer.trace.trace_file import TraceError, load_lazy, load_trace, summarize_step
+
+TRACE = Path(__file__).parents[1] / "data" / "replay_small.jsonl"
+SIZE = (100, 30)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_trace(TRACE)
+
+
+def run_async(test):
+    """Run an async test with asyncio (no pytest async plugin needed)."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+def make_app(trace, tmp_path=None, **kwargs) -> ReplayApp:
+    return ReplayApp(trace, animations=False, screenshot_dir=tmp_path or ".", **kwargs)
+
+
+def text_of(strip) -> str:
+    return "".join(segment.text for segment in strip)
+
+
+@run_async
+async def test_arrow_keys_home_and_end_move_the_step(trace):
+    app = make_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.step_index == 0
+        await pilot.press("right", "right", "right")
+        assert app.step_index == 3
+        await pilot.press("left")
+        assert app.step_index == 2
+        await pilot.press("end")
+        assert app.step_index == len(trace.steps) - 1
+        await pilot.press("right")  # stays on the last step
+        assert app.step_index == len(trace.steps) - 1
+        await pilot.press("home", "left")
+        assert app.step_index == 0
+
+
+@run_async
+async def test_play_advances_then_pauses(trace):
+    app = make_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("plus", "plus", "plus")  # 8 steps per second
+        await pilot.press("space")
+        assert app.playing
+        await pilot.pause(0.6)
+        await pilot.press("space")
+        assert not app.playing
+        reached = app.step_index
+        assert 1 <= reached < len(trace.steps)
+        await pilot.pause(0.4)
+        assert app.step_index == reached
+
+
+@run_async
+async def test_play_stops_at_the_end(trace):
+    app = make_app(trace, start_step=len(trace.steps) - 2)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(6):
+            await pilot.press("plus")
+        await pilot.press("space")
+        await pilot.pause(0.5)
+        assert app.step_index == len(trace.steps) - 1 and not app.playing
+
+
+@run_async
+async def test_g_jumps_to_a_typed_step(trace):
+    app = make_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("g", "1", "1", "enter")
+        assert app.current_step["step"] == 11
+        await pilot.press("g", "5", "escape")  # cancel keeps the step
+        assert app.current_step["step"] == 11
+
+
+@run_async
+async def test_n_and_p_land_on_event_steps(trace):
+    events = [
+        i for i, s in enumerate(trace.steps) if s["violations"] or any(e["kind"] in EVENT_KINDS for e in s["events"])
+    ]
+    app = make_app(trace, start_step=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        assert app.step_index == min(i for i in events if i > 2)
+        assert any(e["kind"] in EVENT_KINDS for e in app.current_step["events"])
+        first = app.step_index
+        await pilot.press("n")
+        assert app.step_index == min(i for i in events if i > first)
+        await pilot.press("p")
+        assert app.step_index == first
+
+
+@run_async
+async def test_selecting_a_sequence_numbers_its_blocks_in_block_table_order(trace):
+    app = make_app(trace, start_step=6)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("tab", "tab")  # state machine -> KV pages -> sequences
+        assert app.focused is app.seqs
+        await pilot.press("down", "down")  # select A, then B
+        assert app.selected_seq == 1
+        table = next(s for s in app.current_step["seqs"] if s["seq_id"] == 1)["block_table_after"]
+        assert app.kv.table_index == {block: i + 1 for i, block in enumerate(table)}
+        columns = app.kv.columns()
+        for position, block in enumerate(table, start=1):
+            line = text_of(app.kv.render_line(1 + block // columns - app.kv.scroll_offset.y))
+            start = app.kv.label_width() + (block % columns) * CELL
+            assert line[start] == "B" and line[start + 2 : start + 4] == f"{position:>2}"
+        await pilot.press("escape")
+        assert app.selected_seq is None and app.kv.table_index == {}
+
+
+@run_async
+async def test_clicking_a_block_selects_its_owner(trace):
+    app = make_app(trace, start_step=9)
+    async with app.run_test(size=SIZE) as pilot:
+        kv = app.query_one(KVPagesView)
+        block = 7  # B's first block at step 9
+        x = kv.label_width() + (block % kv.columns()) * CELL + 1
+        y = 1 + 1 + block // kv.columns()  # title line, summary line, then rows
+        await pilot.click(KVPagesView, offset=(x, y))
+        assert app.selected_block == block
+        assert app.selected_seq == 1
+        assert text_of(kv.render_line(0)).startswith("block 7: B#1")
+
+
+@run_async
+async def test_clicking_a_chip_or_a_batch_column_selects_that_sequence(trace):
+    app = make_app(trace, start_step=6)
+    async with app.run_test(size=SIZE) as pilot:
+        ((x, y),) = [cell for cell, seq_id in app.machine.chip_cells.items() if seq_id == 1]
+        await pilot.click(StateMachineView, offset=(x, y + 1))  # + the title line
+        assert app.selected_seq == 1
+        start = next(start for start, _, seq_id in app.batch.column_owner if seq_id == 2)
+        await pilot.click(BatchView, offset=(LABEL_WIDTH + start, 1 + 2))
+        assert app.selected_seq == 2
+
+
+@run_async
+async def test_s_saves_an_svg_screenshot(trace, tmp_path):
+    app = make_app(trace, tmp_path, start_step=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s")
+        path = app.last_screenshot
+        assert path is not None and path.parent == tmp_path and path.name == "nanoengine-step-4.svg"
+        assert path.read_text(encoding="utf-8").lstrip().startswith("<svg")
+
+
+@run_async
+async def test_help_lists_the_keys_and_closes(trace):
+    app = make_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("right")  # step keys do nothing under the dialog
+        assert app.step_index == 0
+        await pilot.press("escape")
+        assert app.screen is app.screen_stack[0]
+        await pilot.press("tab", "z")  # zoom the KV pages panel, then restore
+        assert app.screen.maximized is app.kv
+        await pilot.press("z")
+        assert app.screen.maximized is None
+
+
+@run_async
+async def test_stepping_and_jumping_draw_the_same_screen(trace):
+    """Views are memoryless: step 6 reached by stepping looks the same as step 6 reached by a jump."""
+    stepped, jumped = make_app(trace), make_app(trace)
+    async with stepped.run_test(size=SIZE) as pilot:
+        await pilot.press(*["right"] * 6)
+        first = stepped.export_screenshot()
+    async with jumped.run_test(size=SIZE) as pilot:
+        await pilot.press("end", "g", "6", "enter")
+        second = jumped.export_screenshot()
+    assert first == second
+
+
+@run_async
+async def test_violations_show_on_their_step_only(trace):
+    trace = copy.deepcopy(trace)
+    trace.steps[2]["violations"] = [
+        {"step": 2, "seq_id": 1, "invariant": "slots_in_table", "message": "slot 99 is outside seq 1's blocks"}
+    ]
+    trace.steps[8]["violations"] = []
+    app = make_app(trace, start_step=1)
+    async with app.run_test(size=SIZE) as pilot:
+        bar = app.query_one("#violations")
+        assert not bar.display
+        await pilot.press("right")
+        assert bar.display
+        assert "slots_in_table seq B#1: slot 99 is outside seq 1's blocks" in str(bar.render())
+        await pilot.press("right")
+        assert not bar.display
+
+
+@run_async
+async def test_predict_mode_asks_then_reveals_and_scores(trace):
+    app = make_app(trace, predict=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right")
+        assert isinstance(app.screen, PredictScreen)
+        assert app.step_index == 0  # the next step stays hidden
+        question = app.screen.question
+        assert question.prompt == "Step 1 runs seq A#0 first. What is slot_mapping[0]?"
+        await pilot.press(*question.answer, "enter")
+        assert app.step_index == 1 and (app.score_right, app.score_asked) == (1, 1)
+        await pilot.press("right")  # a multiple-choice question about step 2
+        question = app.screen.question
+        assert question.choices
+        wrong = next(c for c in question.choices if c != question.answer)
+        await pilot.press(*["down"] * question.choices.index(wrong), "enter")
+        assert app.step_index == 2 and (app.score_right, app.score_asked) == (1, 2)
+        await pilot.press("right", "escape")  # Esc reveals without scoring
+        assert app.step_index == 3 and app.score_asked == 2
+
+
+@run_async
+async def test_80x24_fits_every_panel(trace):
+    app = make_app(trace, start_step=8)
+    async with app.run_test(size=(80, 24)):
+        for widget_id in ("topbar", "timeline", "narration", "machine", "kv", "seqs", "batch"):
+            region = app.query_one(f"#{widget_id}").region
+            assert region.height > 0 and region.bottom <= 23, widget_id
+        assert app.machine.region.height >= 7
+
+
+@run_async
+async def test_truncated_trace_opens_its_prefix_with_a_warning(tmp_path):
+    lines = TRACE.read_text(encoding="utf-8").splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:6]) + "\n" + lines[6][:100], encoding="utf-8")
+    trace = load_trace(cut)
+    assert trace.warning and len(trace.steps) == 5
+    app = make_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("end")
+        assert app.current_step["step"] == 4
+        assert any("cut short" in n.message for n in app._notifications)
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("", "is empty"),
+        ("not json at all\n", "not a nanoengine trace"),
+        (json.dumps({"type": "header", "schema_version": 1}) + "\n{broken\n", "line 2"),
+    ],
+)
+def test_broken_trace_is_a_one_line_error(tmp_path, capsys, content, expected):
+    path = tmp_path / "broken.jsonl"
+    path.write_text(content, encoding="utf-8")
+    assert run_replay(path) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_file_and_bad_start_step(tmp_path, capsys):
+    assert run_replay(tmp_path / "nope.jsonl") == 2
+    assert "no such trace file" in capsys.readouterr().err
+    assert run_replay(TRACE, start_step=99) == 2
+    assert "outside the trace" in capsys.readouterr().err
+
+
+def test_lazy_opening_matches_the_full_loader(trace):
+    lazy = load_lazy(TRACE)
+    assert lazy.header == trace.header and lazy.requests == trace.requests
+    assert list(lazy.steps) == trace.steps
+    assert lazy.summaries == [summarize_step(step) for step in trace.steps]
+
+
+def damage(line: str) -> str:
+    """Break the JSON inside the long `seqs` part, where the lazy scan does not look."""
+    assert '"seqs":[' in line
+    return line.replace('"seqs":[', '"seqs":[[[', 1)
+
+
+def test_lazy_opening_of_a_cut_and_a_damaged_file(tmp_path):
+    lines = TRACE.read_text(encoding="utf-8").splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:6]) + "\n" + lines[6][:100], encoding="utf-8")
+    lazy = load_lazy(cut)
+    assert len(lazy.steps) == 5 and "cut short" in lazy.warning
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("\n".join(lines[:4] + [damage(lines[4])] + lines[5:]) + "\n", encoding="utf-8")
+    lazy = load_lazy(damaged)  # opens: only the first and last steps are parsed up front
+    with pytest.raises(TraceError, match="line 5"):
+        lazy.steps[3]
+
+
+@run_async
+async def test_a_damaged_step_of_a_lazy_trace_is_a_notice_not_a_crash(tmp_path):
+    lines = TRACE.read_text(encoding="utf-8").splitlines()
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("\n".join(lines[:4] + [damage(lines[4])] + lines[5:]) + "\n", encoding="utf-8")
+    app = make_app(load_lazy(damaged))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right", "right", "right")
+        assert app.step_index == 2  # step index 3 (line 5) cannot be shown
+        assert any("line 5" in n.message for n in app._notifications)
+        await pilot.press("end", "left")
+        assert app.step_index == len(lines) - 3
+
+
+@pytest.mark.parametrize("num_steps, width", [(14, 98), (2, 80), (10_000, 120), (5, 5)])
+def test_scrubber_maps_first_and_last_step_to_the_bar_ends(num_steps, width):
+    timeline = TimelineView([""] * num_steps, list(range(num_steps)))
+    last = num_steps - 1
+    assert timeline.column_of(0, width) == 0 and timeline.column_of(last, width) == width - 1
+    assert timeline.index_at(0, width) == 0 and timeline.index_at(width - 1, width) == last
+    columns = [timeline.column_of(i, width) for i in range(num_steps)]
+    assert columns == sorted(columns) and all(0 <= c < width for c in columns)

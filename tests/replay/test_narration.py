@@ -1,0 +1,144 @@
+"""The narration sentence: a pure function of one step dict and the header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracer.replay.narration import estimate_chunks, narrate
+from tracer.trace.trace_file import load_trace
+
+TRACE = Path(__file__).parents[1] / "data" / "replay_small.jsonl"
+HEADER = {"config": {"max_num_batched_tokens": 4}}
+
+
+def seq(seq_id: int, before: str = "RUNNING", after: str = "RUNNING", **fields) -> dict:
+    row = {
+        "seq_id": seq_id,
+        "num_prompt_tokens": 8,
+        "status_before": before,
+        "status_after": after,
+        "num_tokens": 9,
+        "num_cached_tokens": 8,
+        "num_scheduled_tokens": 1,
+        "new_token_ids": [],
+        "new_token_texts": [],
+    }
+    row.update(fields)
+    return row
+
+
+def step(number: int, seqs: list[dict], events: list[dict], batch: list[int]) -> dict:
+    return {"step": number, "seqs": seqs, "events": events, "inputs": {"seq_ids": batch}}
+
+
+def event(kind: str, seq_id: int, **detail) -> dict:
+    return {"kind": kind, "seq_id": seq_id, "detail": detail}
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_trace(TRACE)
+
+
+def test_chunk_estimate_uses_remaining_tokens_and_budget():
+    assert estimate_chunks({"chunk": 1, "end": 4, "num_tokens": 10}, 4) == 3  # 6 left -> 2 more
+    assert estimate_chunks({"chunk": 3, "end": 10, "num_tokens": 10}, 4) == 3  # last chunk
+    assert estimate_chunks({"chunk": 2, "end": 5, "num_tokens": 10}, 0) == 2  # unknown budget
+
+
+def test_admission_with_first_chunk():
+    s = step(
+        0,
+        [seq(0, "WAITING", "RUNNING", num_scheduled_tokens=4)],
+        [event("admitted", 0), event("prefill_chunk", 0, chunk=1, start=0, end=4, num_tokens=8)],
+        [0],
+    )
+    assert (
+        narrate(s, HEADER) == "Step 0: seq 0 (A) was admitted to RUNNING and prefilled 4 prompt tokens (chunk 1 of 2)."
+    )
+
+
+def test_last_chunk_generates_and_decode_is_listed():
+    s = step(
+        7,
+        [
+            seq(0, new_token_ids=[5], new_token_texts=[" Paris"]),
+            seq(2, num_scheduled_tokens=3, new_token_ids=[9], new_token_texts=[" The"]),
+        ],
+        [event("prefill_chunk", 2, chunk=3, start=5, end=8, num_tokens=8), event("prefill_done", 2, chunks=3)],
+        [0, 2],
+    )
+    assert narrate(s, HEADER) == (
+        "Step 7: seq 2 (C) prefilled 3 prompt tokens (chunk 3 of 3) and generated ' The'; seq 0 (A) generated ' Paris'."
+    )
+
+
+def test_preemption_and_finish_are_told():
+    s = step(
+        9,
+        [
+            seq(0, after="FINISHED", new_token_ids=[2], new_token_texts=["!"]),
+            seq(1, after="WAITING", num_scheduled_tokens=0),
+        ],
+        [event("preempted", 1, reason="KV cache full"), event("finished", 0, reason="length")],
+        [0],
+    )
+    text = narrate(s, HEADER)
+    assert text == (
+        "Step 9: seq 0 (A) generated '!' and finished (length); "
+        "seq 1 (B) was preempted back to WAITING (KV cache full)."
+    )
+
+
+def test_recompute_after_preemption_counts_tokens_not_prompt_tokens():
+    s = step(
+        4,
+        [seq(1, "WAITING", "RUNNING", num_prompt_tokens=3)],
+        [event("admitted", 1), event("prefill_chunk", 1, chunk=1, start=0, end=4, num_tokens=6)],
+        [1],
+    )
+    assert "prefilled 4 tokens (chunk 1 of 2)" in narrate(s, HEADER)
+
+
+def test_prefix_hit_tells_the_saving():
+    s = step(
+        3,
+        [seq(2, "WAITING", "RUNNING")],
+        [event("admitted", 2), event("prefix_hit", 2, blocks=[0, 1], tokens_saved=8)],
+        [2],
+    )
+    assert "reused 8 cached tokens (2 blocks from the prefix cache)" in narrate(s, HEADER)
+
+
+def test_many_decodes_are_summarised():
+    seqs = [seq(i, new_token_ids=[1], new_token_texts=["x"]) for i in range(6)]
+    assert (
+        narrate(step(5, seqs, [], list(range(6))), HEADER)
+        == "Step 5: 6 sequences (seq 0, 1, 2, ...) each generated one token."
+    )
+
+
+def test_idle_step():
+    assert (
+        narrate(step(11, [seq(0, "FINISHED", "FINISHED", num_scheduled_tokens=0)], [], []), HEADER)
+        == "Step 11: nothing was scheduled."
+    )
+
+
+def test_every_step_of_the_fixture_names_each_scheduled_sequence(trace):
+    header = dict(trace.header, requests=list(trace.requests.values()))
+    for s in trace.steps:
+        text = narrate(s, header)
+        assert text.startswith(f"Step {s['step']}: ") and text.endswith(".")
+        for seq_id in s["inputs"]["seq_ids"]:
+            assert f"seq {seq_id} (" in text
+
+
+def test_fixture_chunks_match_the_recorded_events(trace):
+    header = dict(trace.header, requests=list(trace.requests.values()))
+    texts = [narrate(s, header) for s in trace.steps]
+    assert "seq 1 (B) prefilled 11 prompt tokens (chunk 2 of 3)" in texts[3]
+    assert "seq 1 (B) prefilled 3 prompt tokens (chunk 3 of 3)" in texts[4]
+    assert "seq 2 (C) was preempted back to WAITING" in texts[8]

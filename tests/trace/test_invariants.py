@@ -1,0 +1,349 @@
+"""Each invariant fires on a deliberately broken copy of a real recorded step, and only then.
+
+The steps come from the tiny scenario trace (conftest.py). Each MUTATIONS entry breaks one step (or
+the config) the way a buggy engine would, and returns the index of the broken step.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+from conftest import SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
+
+from tracer.trace.invariants import INVARIANTS, InvariantChecker, Violation, check_record, check_steps
+
+MUTATIONS = {}
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def mutation(name):
+    def register(fn):
+        MUTATIONS[name] = fn
+        return fn
+
+    return register
+
+
+def seq(step: dict, seq_id: int) -> dict:
+    return next(q for q in step["seqs"] if q["seq_id"] == seq_id)
+
+
+def first(steps: list[dict], pred) -> int:
+    return next(i for i, s in enumerate(steps) if pred(s))
+
+
+def batched(step: dict, k: int = 0) -> dict:
+    return seq(step, step["inputs"]["seq_ids"][k])
+
+
+def multi_batch(steps) -> int:
+    """A step with at least two sequences and a decode in its batch."""
+    return first(steps, lambda s: len(s["inputs"]["seq_ids"]) >= 2 and batched(s)["num_scheduled_tokens"] == 1)
+
+
+def decode_step(steps) -> int:
+    return first(
+        steps,
+        lambda s: (
+            s["inputs"]["seq_ids"]
+            and batched(s)["num_scheduled_tokens"] == 1
+            and batched(s)["status_after"] == "RUNNING"
+            and s["step"] < steps[-1]["step"]
+        ),
+    )
+
+
+def prefill_step(steps) -> int:
+    return first(steps, lambda s: any(s["inputs"]["discard"]))
+
+
+@mutation("scheduled_zero_after")
+def leave_scheduled_tokens(steps, config):
+    i = decode_step(steps)
+    batched(steps[i])["num_scheduled_tokens_after"] = 1
+    return i
+
+
+@mutation("batch_membership")
+def schedule_outside_the_batch(steps, config):
+    i = first(steps, lambda s: any(q["status_after"] == "WAITING" and not q["num_scheduled_tokens"] for q in s["seqs"]))
+    next(q for q in steps[i]["seqs"] if q["status_after"] == "WAITING")["num_scheduled_tokens"] = 2
+    return i
+
+
+@mutation("cached_le_tokens")
+def cache_too_much(steps, config):
+    i = decode_step(steps)
+    q = batched(steps[i])
+    q["num_cached_tokens_after"] = q["num_tokens_after"] + 1
+    return i
+
+
+@mutation("scheduled_within_tokens")
+def schedule_past_the_end(steps, config):
+    i = prefill_step(steps)
+    q = batched(steps[i])
+    q["num_scheduled_tokens"] = q["num_tokens"] + 5
+    return i
+
+
+@mutation("token_count")
+def drop_an_input_token(steps, config):
+    i = prefill_step(steps)
+    steps[i]["inputs"]["input_ids"].pop()
+    return i
+
+
+@mutation("batch_shapes")
+def drop_a_seq_len(steps, config):
+    i = multi_batch(steps)
+    steps[i]["inputs"]["seq_lens"].pop()
+    return i
+
+
+@mutation("query_start_loc")
+def start_query_at_one(steps, config):
+    i = multi_batch(steps)
+    steps[i]["inputs"]["query_start_loc"][0] = 1
+    return i
+
+
+@mutation("positions")
+def shift_a_position(steps, config):
+    i = multi_batch(steps)
+    steps[i]["inputs"]["positions"][-1] += 1
+    return i
+
+
+@mutation("seq_lens")
+def grow_a_seq_len(steps, config):
+    i = multi_batch(steps)
+    steps[i]["inputs"]["seq_lens"][0] += 1
+    return i
+
+
+@mutation("logits_indices")
+def sample_the_wrong_token(steps, config):
+    i = multi_batch(steps)
+    steps[i]["inputs"]["logits_indices"][-1] -= 1
+    return i
+
+
+@mutation("input_ids")
+def feed_the_wrong_token(steps, config):
+    i = multi_batch(steps)
+    ids = steps[i]["inputs"]["input_ids"]
+    ids[0] = 3 + (ids[0] - 3 + 1) % 256
+    return i
+
+
+@mutation("block_tables_match")
+def pad_a_batch_block_table(steps, config):
+    i = multi_batch(steps)
+    steps[i]["inputs"]["block_tables"][0].append(0)
+    return i
+
+
+@mutation("slot_mapping")
+def write_the_next_slot(steps, config):
+    i = multi_batch(steps)
+    steps[i]["inputs"]["slot_mapping"][0] += 1 if steps[i]["inputs"]["positions"][0] % 4 != 3 else -1
+    return i
+
+
+@mutation("slot_in_own_block")
+def write_into_a_free_block(steps, config):
+    i = first(steps, lambda s: s["inputs"]["seq_ids"] and s["pool"]["free_block_ids"])
+    inp, bs = steps[i]["inputs"], steps[i]["pool"]["block_size"]
+    inp["slot_mapping"][0] = steps[i]["pool"]["free_block_ids"][-1] * bs + inp["positions"][0] % bs
+    return i
+
+
+@mutation("slot_unique")
+def write_a_slot_twice(steps, config):
+    i = prefill_step(steps)
+    slots = steps[i]["inputs"]["slot_mapping"]
+    slots[1] = slots[0]
+    return i
+
+
+@mutation("block_table_coverage")
+def lose_a_block(steps, config):
+    i = decode_step(steps)
+    q = batched(steps[i])
+    q["block_table_after"] = q["block_table_after"][:1]
+    return i
+
+
+@mutation("ref_counts")
+def count_a_ghost_reference(steps, config):
+    i = decode_step(steps)
+    steps[i]["pool"]["ref_counts"][batched(steps[i])["block_table_after"][0]] += 1
+    return i
+
+
+@mutation("free_blocks")
+def forget_a_free_block(steps, config):
+    i = first(steps, lambda s: s["pool"]["free_block_ids"])
+    steps[i]["pool"]["free_block_ids"].pop()
+    return i
+
+
+@mutation("pool_shape")
+def grow_the_pool(steps, config):
+    steps[0]["pool"]["ref_counts"].append(0)
+    steps[0]["pool"]["free_block_ids"].append(len(steps[0]["pool"]["ref_counts"]) - 1)
+    return 0
+
+
+@mutation("unique_prefix_hash")
+def duplicate_a_hash(steps, config):
+    i = first(steps, lambda s: None in s["pool"]["hashes"] and any(h is not None for h in s["pool"]["hashes"]))
+    hashes = steps[i]["pool"]["hashes"]
+    hashes[hashes.index(None)] = next(h for h in hashes if h is not None)
+    return i
+
+
+@mutation("prefix_caching_off")
+def hash_with_caching_off(steps, config):
+    config["enable_prefix_caching"] = False
+    return first(steps, lambda s: any(h is not None for h in s["pool"]["hashes"]))
+
+
+@mutation("prefix_hit")
+def overstate_a_prefix_hit(steps, config):
+    i = first(steps, lambda s: any(e["kind"] == "prefix_hit" for e in s["events"]))
+    next(e for e in steps[i]["events"] if e["kind"] == "prefix_hit")["detail"]["tokens_saved"] += 1
+    return i
+
+
+@mutation("mid_prefill_discard")
+def keep_mid_prefill_logits(steps, config):
+    i = prefill_step(steps)
+    steps[i]["inputs"]["discard"] = [False] * len(steps[i]["inputs"]["discard"])
+    return i
+
+
+@mutation("token_gain")
+def decode_without_a_token(steps, config):
+    i = decode_step(steps)
+    q = batched(steps[i])
+    q["new_token_ids"], q["new_token_texts"] = [], []
+    q["num_tokens_after"] -= 1
+    return i
+
+
+@mutation("token_growth")
+def grow_without_a_token(steps, config):
+    i = decode_step(steps)
+    batched(steps[i])["num_tokens_after"] += 1
+    return i
+
+
+@mutation("cached_advance")
+def forget_a_computed_token(steps, config):
+    i = decode_step(steps)
+    batched(steps[i])["num_cached_tokens_after"] -= 1
+    return i
+
+
+@mutation("status_edges")
+def finish_a_waiting_sequence_by_length(steps, config):
+    i = first(steps, lambda s: any(q["status_before"] == q["status_after"] == "WAITING" for q in s["seqs"]))
+    q = next(q for q in steps[i]["seqs"] if q["status_before"] == q["status_after"] == "WAITING")
+    q["status_after"], q["finish_reason"] = "FINISHED", "length"
+    steps[i]["events"].append({"kind": "finished", "seq_id": q["seq_id"], "detail": {"reason": "length"}})
+    return i
+
+
+@mutation("finish_reason")
+def give_a_running_sequence_a_reason(steps, config):
+    i = decode_step(steps)
+    batched(steps[i])["finish_reason"] = "stop"
+    return i
+
+
+@mutation("continuity")
+def change_the_prompt_length(steps, config):
+    i = decode_step(steps) + 1
+    steps[i]["seqs"][0]["num_prompt_tokens"] += 1
+    return i
+
+
+@mutation("finished_holds_no_blocks")
+def keep_blocks_after_finishing(steps, config):
+    i = first(steps, lambda s: any(q["status_after"] == "FINISHED" for q in s["seqs"]))
+    next(q for q in steps[i]["seqs"] if q["status_after"] == "FINISHED")["block_table_after"] = [0]
+    return i
+
+
+@mutation("no_leak")
+def leak_a_block(steps, config):
+    pool = steps[-1]["pool"]
+    pool["ref_counts"][0] = 1
+    pool["free_block_ids"].remove(0)
+    return len(steps) - 1
+
+
+@mutation("token_budget")
+def exceed_the_budget(steps, config):
+    config["max_num_batched_tokens"] = 2
+    return prefill_step(steps)
+
+
+def test_every_invariant_has_a_mutation_test():
+    assert set(MUTATIONS) == set(INVARIANTS)
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_invariant_fires_on_a_broken_step(tiny_trace, name):
+    config, requests = tiny_trace.header["config"], tiny_trace.header["requests"]
+    steps = copy.deepcopy(tiny_trace.steps)
+    broken_config = dict(config)
+    i = MUTATIONS[name](steps, broken_config)
+    number = steps[i]["step"]
+    before = [v for v in check_steps(tiny_trace.steps, config, requests) if v.step == number]
+    after = check_steps(steps, broken_config, requests)
+    assert not [v for v in before if v.invariant == name], "the unbroken step already violates it"
+    fired = [v for v in after if v.invariant == name and v.step == number]
+    assert fired, f"{name} did not fire on step {number}; got {after}"
+    for v in fired:
+        assert v.message and "\n" not in v.message and "malformed" not in v.message
+
+
+def test_violations_name_step_sequence_and_invariant(tiny_trace):
+    steps = copy.deepcopy(tiny_trace.steps)
+    i = decode_step(steps)
+    batched(steps[i])["num_tokens_after"] += 1
+    found = [v for v in check_steps(steps, tiny_trace.config) if v.invariant == "token_growth"]
+    sid = batched(steps[i])["seq_id"]
+    assert found[0] == Violation(steps[i]["step"], sid, "token_growth", found[0].message)
+    assert f"seq {sid}" in found[0].message
+    assert Violation.from_dict(found[0].to_dict()) == found[0]
+
+
+def test_a_malformed_step_is_reported_not_crashed_on(tiny_trace):
+    steps = copy.deepcopy(tiny_trace.steps)
+    i = multi_batch(steps)
+    steps[i]["inputs"]["positions"] = []
+    steps[i]["seqs"][0]["num_tokens"] = "many"
+    found = {v.invariant for v in InvariantChecker(tiny_trace.config).check(steps[i])}
+    assert {"token_count", "positions"} <= found
+
+
+def test_checker_runs_on_live_step_records():
+    engine = make_tiny_engine()
+    records = []
+    engine.add_step_hook(records.append)
+    for prompt in SCENARIO_PROMPTS:
+        engine.add_request(prompt, SCENARIO_PARAMS)
+    while engine.has_unfinished():
+        engine.step()
+    assert all(check_record(r, engine.config.block_size) == [] for r in records)
+    record = next(r for r in records if len(r.inputs.seq_ids) >= 2)
+    shifted = tuple(p + 1 for p in record.inputs.positions)
+    broken = dataclasses.replace(record, inputs=dataclasses.replace(record.inputs, positions=shifted))
+    assert {v.invariant for v in check_record(broken, engine.config.block_size)} >= {"positions", "slot_mapping"}

@@ -1,0 +1,176 @@
+"""nanoengine's side of the benchmark: the timed run, the run with the step recorder on, the
+model-only replay and the start-up time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nanoengine.engine import LLMEngine
+from nanoengine.sampling_params import SamplingParams
+from tracer.bench.metrics import RunResult, latencies, synchronize
+from tracer.bench.model_only import ForwardProbe, replay_forwards
+from tracer.bench.workload import BenchRequest
+
+
+@dataclass(slots=True)
+class EngineRun:
+    result: RunResult
+    num_steps: int = 0
+    model_time: float = 0.0  # seconds inside runner.run (forward + sampling): StepRecord.model_time
+    model_only_time: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        elapsed = self.result.elapsed
+        d = {
+            "num_steps": self.num_steps,
+            "model_time_s": round(self.model_time, 4),
+            "overhead_share": round(1 - self.model_time / elapsed, 4),
+            **self.extra,
+        }
+        if self.model_only_time is not None:
+            d["model_only_s"] = round(self.model_only_time, 4)
+            d["total_over_model_only"] = round(elapsed / self.model_only_time, 4)
+        return d
+
+
+def greedy_params(request: BenchRequest) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=request.max_tokens, ignore_eos=True)
+
+
+def run_requests(engine: LLMEngine, requests: list[BenchRequest], name: str = "nanoengine") -> RunResult:
+    """Add every request at t = 0, step until all are done, timestamp each token as it appears."""
+    synchronize(engine.device)
+    start = time.perf_counter()
+    ids = [engine.add_request(list(r.prompt_token_ids), greedy_params(r)) for r in requests]
+    index = {seq_id: i for i, seq_id in enumerate(ids)}
+    token_times: list[list[float]] = [[] for _ in requests]
+    while engine.has_unfinished():
+        gained = engine.step()
+        now = time.perf_counter()
+        for seq in gained:
+            token_times[index[seq.seq_id]].append(now)
+    elapsed = time.perf_counter() - start
+    outputs = [engine.collect(i).token_ids for i in ids]
+    ttft, tpot = latencies(token_times, start)
+    return RunResult(
+        name,
+        elapsed,
+        sum(r.num_prompt_tokens for r in requests),
+        sum(min(len(o), r.max_tokens) for o, r in zip(outputs, requests)),
+        ttft,
+        tpot,
+        outputs,
+    )
+
+
+def warm_up(engine: LLMEngine, requests: list[BenchRequest]) -> None:
+    run_requests(engine, requests, "warm-up")
+
+
+def run_engine(
+    model: str, options: dict, requests: list[BenchRequest], warmup: list[BenchRequest], model_only: bool = True
+) -> EngineRun:
+    """The main timed run on a fresh engine; then the model-only replay of its forward passes."""
+    engine = LLMEngine(model, **options)
+    warm_up(engine, warmup)
+    probe = ForwardProbe(engine)
+    result = run_requests(engine, requests)
+    probe.detach()
+    run = EngineRun(
+        result,
+        probe.num_steps,
+        probe.model_time,
+        extra={
+            "num_kv_blocks": engine.config.num_kv_blocks,
+            "block_size": engine.config.block_size,
+            "max_num_batched_tokens": engine.config.max_num_batched_tokens,
+            "max_num_seqs": engine.config.max_num_seqs,
+        },
+    )
+    if model_only:
+        run.model_only_time = replay_forwards(engine, probe.inputs)
+    return run
+
+
+def run_traced(
+    model: str, options: dict, requests: list[BenchRequest], warmup: list[BenchRequest], trace_path: Path | None = None
+) -> tuple[RunResult, dict]:
+    """The same workload on a fresh engine with the step recorder writing a JSONL trace."""
+    from tracer.trace.recorder import TraceRecorder
+
+    engine = LLMEngine(model, **options)
+    warm_up(engine, warmup)
+    # Direct cost of recording: a step's record.wall_time is taken before the record is built and
+    # the hooks run, so (time of step()) - wall_time is exactly what recording adds to that step.
+    wall_times, step_times = [], []
+    engine.add_step_hook(lambda record: wall_times.append(record.wall_time))
+    untimed_step = engine.step
+
+    def timed_step():
+        start = time.perf_counter()
+        gained = untimed_step()
+        step_times.append(time.perf_counter() - start)
+        return gained
+
+    engine.step = timed_step
+    with tempfile.TemporaryDirectory() as tmp:
+        path = trace_path or Path(tmp) / "bench-trace.jsonl"
+        wall_times.clear(), step_times.clear()
+        with TraceRecorder(engine, path, title="nanoengine bench") as recorder:
+            result = run_requests(engine, requests, "nanoengine + tracer")
+        recording = sum(step_times) - sum(wall_times)
+        info = {
+            "trace_bytes": path.stat().st_size,
+            "trace_steps": recorder.num_steps,
+            "violations": len(recorder.violations),
+            "recording_s": round(recording, 4),
+            "recording_share": round(recording / (result.elapsed - recording), 4),
+        }
+        if trace_path:
+            info["trace_path"] = str(trace_path)
+    return result, info
+
+
+STARTUP_SCRIPT = """\
+import json, sys, time
+t0 = time.perf_counter()
+from nanoengine import LLM, SamplingParams
+t1 = time.perf_counter()
+llm = LLM(model=sys.argv[1], **json.loads(sys.argv[2]))
+t2 = time.perf_counter()
+llm.generate("Hello", SamplingParams(max_tokens=1))
+t3 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1, "first_token_s": t3 - t2,
+                  "first_token_at": time.time()}))
+"""
+
+
+def measure_startup(model: str, options: dict, timeout: float = 300) -> dict:
+    """A fresh `python -c` that imports nanoengine, builds LLM() from cached weights and generates
+    one token. total_s: from launching the process (interpreter start included) to the first token;
+    process_s: the whole process, its exit (torch's slow teardown) included."""
+    cmd = [sys.executable, "-c", STARTUP_SCRIPT, model, json.dumps(options)]
+    launched = time.time()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"start-up run took over {timeout:.0f} s"}
+    total = time.perf_counter() - start
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"start-up run failed: {last}"}
+    parts = json.loads(proc.stdout.strip().splitlines()[-1])
+    first_token = parts.pop("first_token_at") - launched
+    return {
+        "total_s": round(first_token, 3),
+        "process_s": round(total, 3),
+        **{k: round(v, 3) for k, v in parts.items()},
+    }

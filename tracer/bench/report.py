@@ -1,0 +1,186 @@
+"""Turn a benchmark report (the JSON dict) into target verdicts and rich tables."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True)
+class Target:
+    name: str
+    value: float | None
+    limit: float
+    higher_is_better: bool
+    unit: str  # "x", "%" (value is a fraction) or "s"
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value >= self.limit if self.higher_is_better else self.value <= self.limit
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "met": self.met}
+
+
+def evaluate_targets(report: dict) -> list[dict]:
+    runs, engine = report["runs"], report["engine"]
+    tracer, startup = report.get("tracer") or {}, report.get("startup") or {}
+    targets = [
+        Target("throughput vs HF generate", runs.get("hf_generate", {}).get("nanoengine_speedup"), 2.0, True, "x"),
+        Target(
+            "throughput vs HF generate_batch",
+            runs.get("hf_generate_batch", {}).get("nanoengine_speedup"),
+            3.0,
+            True,
+            "x",
+        ),
+        Target("total / model-only time", engine.get("total_over_model_only"), 1.15, False, "x"),
+        Target("tracer overhead", tracer.get("recording_share"), 0.03, False, "%"),
+        Target("start-up to first token", startup.get("total_s"), 3.0, False, "s"),
+    ]
+    return [t.to_dict() for t in targets]
+
+
+# ---- rendering ------------------------------------------------------------------------------------
+RUN_LABELS = {"nanoengine": "nanoengine", "hf_generate": "HF generate", "hf_generate_batch": "HF generate_batch"}
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "%":
+        return f"{value * 100:+.1f} %"
+    if unit == "s":
+        return f"{value:.2f} s"
+    return f"{value:.2f}x"
+
+
+def fmt_limit(target: dict) -> str:
+    sign = ">=" if target["higher_is_better"] else "<="
+    limit = target["limit"]
+    text = {"%": f"{limit * 100:.0f} %", "s": f"{limit:g} s"}.get(target["unit"], f"{limit:g}x")
+    return f"{sign} {text}"
+
+
+def fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def throughput_table(report: dict):
+    from rich.table import Table
+
+    w = report["workload"]
+    table = Table(
+        title=f"Throughput: {w['num_requests']} requests, prompts {w['min_input_len']}-{w['max_input_len']}, "
+        f"outputs {w['min_output_len']}-{w['max_output_len']} tokens "
+        f"({w['num_prompt_tokens']} + {w['num_output_tokens']}), greedy, ignore_eos"
+    )
+    table.add_column("system")
+    for name in ("time s", "output tok/s", "total tok/s", "nanoengine speed-up", "same tokens"):
+        table.add_column(name, justify="right")
+    n = w["num_requests"]
+    for key, run in report["runs"].items():
+        speedup, same = run.get("nanoengine_speedup"), run.get("matching_requests")
+        table.add_row(
+            RUN_LABELS.get(key, key),
+            f"{run['elapsed_s']:.2f}",
+            f"{run['output_tok_s']:.1f}",
+            f"{run['total_tok_s']:.1f}",
+            "-" if speedup is None else f"{speedup:.2f}x",
+            "-" if same is None else f"{same}/{n}",
+        )
+    return table
+
+
+def latency_table(report: dict):
+    from rich.table import Table
+
+    table = Table(title="Latency (ms; every request arrives at t = 0)")
+    table.add_column("system")
+    for name in ("TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99"):
+        table.add_column(name, justify="right")
+    for key, run in report["runs"].items():
+        table.add_row(
+            RUN_LABELS.get(key, key),
+            *(fmt_ms(v) for v in run["ttft_ms"].values()),
+            *(fmt_ms(v) for v in run["tpot_ms"].values()),
+        )
+    return table
+
+
+def overhead_table(report: dict):
+    from rich.table import Table
+
+    engine, tracer, startup = report["engine"], report.get("tracer"), report.get("startup")
+    table = Table(title="Overheads")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_column("how", style="dim")
+    table.add_row("engine steps", str(engine["num_steps"]), "")
+    table.add_row(
+        "time in runner.run (forward + sampling)",
+        f"{engine['model_time_s']:.2f} s",
+        "the engine's StepRecord.model_time, summed",
+    )
+    table.add_row(
+        "engine overhead share",
+        f"{engine['overhead_share'] * 100:.1f} %",
+        "share of the run outside runner.run: scheduling, inputs, bookkeeping",
+    )
+    if "model_only_s" in engine:
+        table.add_row("model-only time", f"{engine['model_only_s']:.2f} s", "the same forward passes replayed bare")
+    if tracer:
+        table.add_row(
+            "with the step recorder",
+            f"{tracer['elapsed_s']:.2f} s",
+            f"trace {tracer['trace_bytes'] / 1e6:.1f} MB, {tracer['trace_steps']} steps; "
+            f"{tracer['overhead'] * 100:+.1f} % against the plain run (run-to-run noise included)",
+        )
+        if "recording_share" in tracer:
+            table.add_row(
+                "time spent recording",
+                f"{tracer['recording_s']:.2f} s",
+                f"{tracer['recording_share'] * 100:.2f} % of generation: building step records, "
+                f"checking invariants, writing JSONL",
+            )
+    if startup:
+        text = startup.get("error") or (f"{startup['total_s']:.2f} s")
+        how = (
+            ""
+            if "error" in startup
+            else (
+                f"import {startup['import_s']:.2f} s + LLM() {startup['build_s']:.2f} s"
+                f" + 1 token {startup['first_token_s']:.2f} s; process with exit "
+                f"{startup.get('process_s', 0):.2f} s"
+            )
+        )
+        table.add_row("start-up to first token", text, how)
+    return table
+
+
+def targets_table(report: dict):
+    from rich.table import Table
+
+    table = Table(title="Targets")
+    for name, justify in (("target", "left"), ("value", "right"), ("goal", "right"), ("", "left")):
+        table.add_column(name, justify=justify)
+    for t in report["targets"]:
+        verdict = {True: "[green]met", False: "[red]not met", None: "[dim]not measured"}[t["met"]]
+        table.add_row(t["name"], fmt_value(t["value"], t["unit"]), fmt_limit(t), verdict)
+    return table
+
+
+def print_report(report: dict) -> None:
+    from rich.console import Console
+
+    console = Console()
+    console.print(
+        f"[bold]nanoengine bench[/]  model {report['model']}, {report['device']}, {report['dtype']}, "
+        f"{report['threads']} threads, torch {report['versions']['torch']}, "
+        f"transformers {report['versions']['transformers']}"
+    )
+    console.print(throughput_table(report))
+    console.print(latency_table(report))
+    console.print(overhead_table(report))
+    console.print(targets_table(report))

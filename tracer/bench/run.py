@@ -1,0 +1,213 @@
+"""`nanoengine bench`: throughput vs Hugging Face transformers, engine and tracer overheads, start-up.
+
+The workload and every measurement are described in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tracer.bench.metrics import count_matching
+from tracer.bench.workload import STANDARD, BenchRequest, WorkloadSpec, build_workload, workload_summary
+
+SCHEMA = "nanoengine-bench/1"
+
+
+@dataclass(slots=True)
+class BenchSettings:
+    model: str = "default"
+    workload: WorkloadSpec = STANDARD
+    device: str | None = None  # None: cuda when available
+    dtype: str | None = None  # None: float32 on CPU, bfloat16 on CUDA
+    threads: int | None = None
+    engine_options: dict = field(default_factory=dict)  # LLMEngine knobs (max_num_seqs, ...)
+    hf_batch_size: int | None = None  # static generate batch size; None: all requests at once
+    cb_options: dict = field(default_factory=dict)  # ContinuousBatchingConfig fields; none: its sizing
+    repeat: int = 1  # nanoengine runs (plain and traced), fastest kept
+    skip_hf: bool = False
+    skip_generate_batch: bool = False
+    skip_model_only: bool = False
+    skip_tracer: bool = False
+    skip_startup: bool = False
+    trace_out: Path | None = None
+
+
+# ---- the run ------------------------------------------------------------------------------------
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def resolve_device(settings: BenchSettings):
+    import torch
+
+    name = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda, but torch sees no CUDA device: use --device cpu")
+    dtype = settings.dtype or ("bfloat16" if name == "cuda" else "float32")
+    return torch.device(name), dtype
+
+
+def vocab_size_of(model: str) -> int:
+    from nanoengine.loader import DEFAULT_MODEL, ensure_default_model, load_model
+    from nanoengine.tiny import tiny_config
+
+    if model == "tiny":
+        return tiny_config().vocab_size
+    path = ensure_default_model() if model in ("default", DEFAULT_MODEL) else Path(model).expanduser()
+    if (path / "config.json").exists():
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path).vocab_size
+    return load_model(model).config.vocab_size
+
+
+def warmup_requests(spec: WorkloadSpec, vocab_size: int) -> list[BenchRequest]:
+    """Two short requests with other token ids (no prefix-cache hits on the real workload)."""
+    warm = WorkloadSpec(
+        num_requests=2,
+        min_input_len=8,
+        max_input_len=32,
+        min_output_len=4,
+        max_output_len=8,
+        seed=spec.seed + 1_000_003,
+    )
+    return build_workload(warm, vocab_size)
+
+
+def run_benchmark(settings: BenchSettings) -> dict:
+    import torch
+    import transformers
+
+    import nanoengine
+    from tracer.bench.engine import measure_startup
+    from tracer.bench.report import evaluate_targets
+
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device, dtype = resolve_device(settings)
+    options = {**settings.engine_options, "device": device.type, "dtype": dtype}
+    if settings.threads:
+        options["num_threads"] = settings.threads
+    vocab_size = vocab_size_of(settings.model)
+    requests = build_workload(settings.workload, vocab_size)
+    warmup = warmup_requests(settings.workload, vocab_size)
+    summary = workload_summary(settings.workload, requests)
+    log(
+        f"workload: {len(requests)} requests, {summary['num_prompt_tokens']} prompt + "
+        f"{summary['num_output_tokens']} output tokens; model {settings.model}, {device.type}, {dtype}, "
+        f"{torch.get_num_threads()} threads"
+    )
+
+    engine_run = run_nanoengine(settings, options, requests, warmup)
+    main = engine_run.result
+    runs = {"nanoengine": main.to_dict()}
+    if not settings.skip_hf:
+        kv_tokens = engine_run.extra["num_kv_blocks"] * engine_run.extra["block_size"]
+        for key, result in run_hf_baselines(settings, requests, warmup, device, dtype, kv_tokens).items():
+            runs[key] = {
+                **result.to_dict(),
+                "nanoengine_speedup": round(main.output_tok_s / result.output_tok_s, 3),
+                "matching_requests": count_matching(main.outputs, result.outputs),
+            }
+    tracer = None if settings.skip_tracer else measure_tracer(settings, options, requests, warmup, main.elapsed)
+    startup = None
+    if not settings.skip_startup:
+        log("start-up time (fresh python process) ...")
+        startup = measure_startup(settings.model, options)
+
+    report = {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": settings.model,
+        "device": device.type,
+        "dtype": dtype,
+        "threads": torch.get_num_threads(),
+        "versions": {
+            "nanoengine": nanoengine.__version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": sys.version.split()[0],
+        },
+        "workload": summary,
+        "engine_options": options,
+        "runs": runs,
+        "engine": engine_run.to_dict(),
+        "tracer": tracer,
+        "startup": startup,
+    }
+    report["targets"] = evaluate_targets(report)
+    return report
+
+
+def run_nanoengine(settings: BenchSettings, options: dict, requests, warmup):
+    """The timed nanoengine run(s), each on a fresh engine; the fastest is kept."""
+    from tracer.bench.engine import run_engine
+
+    best = None
+    for i in range(settings.repeat):
+        log(f"nanoengine run {i + 1}/{settings.repeat} ...")
+        run = run_engine(settings.model, options, requests, warmup, model_only=not settings.skip_model_only)
+        if best is None or run.result.elapsed < best.result.elapsed:
+            best = run
+        gc.collect()
+    return best
+
+
+def cb_options_for(settings: BenchSettings, kv_tokens: int) -> dict:
+    """generate_batch's cache holds as many tokens as nanoengine's, unless told otherwise. Left to size
+    itself on CPU, it claims 90% of the machine's free RAM (and fills its attention-mask buffers)."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    page_size = ContinuousBatchingConfig().page_size
+    return {"num_blocks": -(-kv_tokens // page_size), **settings.cb_options}
+
+
+def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype, kv_tokens: int) -> dict:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from tracer.bench.hf import load_hf_model, run_hf_generate, run_hf_generate_batch, warm_up_generate
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the "eos_token_id should be positive" notice is what ignore_eos means
+    hf_logging.disable_progress_bar()
+    results = {}
+    try:
+        hf_model = load_hf_model(settings.model, device, getattr(torch, dtype))
+        log(f"HF generate (static batch of {settings.hf_batch_size or len(requests)}) ...")
+        warm_up_generate(hf_model, warmup)
+        results["hf_generate"] = run_hf_generate(hf_model, requests, settings.hf_batch_size)
+        if not settings.skip_generate_batch:
+            log("HF generate_batch (continuous batching) ...")
+            results["hf_generate_batch"] = run_hf_generate_batch(
+                hf_model, requests, warmup, cb_options_for(settings, kv_tokens)
+            )
+        del hf_model
+        gc.collect()
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+    return results
+
+
+def measure_tracer(settings: BenchSettings, options: dict, requests, warmup, plain_elapsed: float) -> dict:
+    from tracer.bench.engine import run_traced
+
+    best, info = None, {}
+    for i in range(settings.repeat):
+        log(f"nanoengine with the step recorder, run {i + 1}/{settings.repeat} ...")
+        result, run_info = run_traced(settings.model, options, requests, warmup, settings.trace_out)
+        if best is None or result.elapsed < best.elapsed:
+            best, info = result, run_info
+        gc.collect()
+    return {
+        "elapsed_s": round(best.elapsed, 4),
+        "plain_elapsed_s": round(plain_elapsed, 4),
+        "overhead": round(best.elapsed / plain_elapsed - 1, 4),
+        "output_tok_s": round(best.output_tok_s, 2),
+        **info,
+    }

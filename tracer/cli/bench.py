@@ -1,0 +1,112 @@
+"""`nanoengine bench`: the command line of the benchmark (the run itself is tracer.bench.run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from tracer.bench.run import BenchSettings, run_benchmark
+from tracer.bench.workload import QUICK, STANDARD
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="nanoengine bench",
+        description="Benchmark nanoengine against Hugging Face transformers on the standard workload "
+        "(see docs/benchmarks.md).",
+    )
+    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny' or a model folder")
+    p.add_argument("--quick", action="store_true", help="a short run: 8 requests, prompts 16-64, outputs 8-32 tokens")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    p.add_argument("--out", type=Path, help="also write the JSON results to this file")
+    p.add_argument("--num-requests", type=int)
+    p.add_argument("--input-len", type=int, nargs=2, metavar=("MIN", "MAX"), help="prompt lengths in tokens")
+    p.add_argument("--output-len", type=int, nargs=2, metavar=("MIN", "MAX"), help="output lengths in tokens")
+    p.add_argument("--seed", type=int, help="workload seed (default 0)")
+    p.add_argument("--device", choices=("cpu", "cuda"))
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--num-kv-blocks", type=int)
+    p.add_argument("--kv-cache-memory-gb", type=float)
+    p.add_argument("--attention-backend", choices=("auto", "torch", "flash"))
+    p.add_argument("--hf-batch-size", type=int, help="static generate batch size (default: all requests)")
+    p.add_argument(
+        "--cb-num-blocks",
+        type=int,
+        help="generate_batch's KV cache in blocks of 256 tokens (default: as many tokens as nanoengine's)",
+    )
+    p.add_argument("--cb-max-batch-tokens", type=int, help="generate_batch's per-step token budget")
+    p.add_argument("--repeat", type=int, default=1, help="repeat the nanoengine runs, keep the fastest")
+    p.add_argument("--skip-hf", action="store_true", help="no transformers baselines")
+    p.add_argument("--skip-generate-batch", action="store_true", help="no transformers continuous batching baseline")
+    p.add_argument("--skip-model-only", action="store_true")
+    p.add_argument("--skip-tracer", action="store_true")
+    p.add_argument("--skip-startup", action="store_true")
+    p.add_argument("--trace-out", type=Path, help="keep the tracer run's JSONL trace here")
+    return p.parse_args(argv)
+
+
+def settings_from_args(args: argparse.Namespace) -> BenchSettings:
+    spec = QUICK if args.quick else STANDARD
+    if args.num_requests is not None:
+        spec = replace(spec, num_requests=args.num_requests)
+    if args.input_len:
+        spec = replace(spec, min_input_len=args.input_len[0], max_input_len=args.input_len[1])
+    if args.output_len:
+        spec = replace(spec, min_output_len=args.output_len[0], max_output_len=args.output_len[1])
+    if args.seed is not None:
+        spec = replace(spec, seed=args.seed)
+    spec.validate()
+    knobs = {
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "max_num_seqs": args.max_num_seqs,
+        "num_kv_blocks": args.num_kv_blocks,
+        "kv_cache_memory_gb": args.kv_cache_memory_gb,
+        "attention_backend": args.attention_backend,
+    }
+    cb_options = {"num_blocks": args.cb_num_blocks, "max_batch_tokens": args.cb_max_batch_tokens}
+    for name, value in (
+        ("--threads", args.threads),
+        ("--hf-batch-size", args.hf_batch_size),
+        ("--repeat", args.repeat),
+        ("--cb-num-blocks", args.cb_num_blocks),
+        ("--cb-max-batch-tokens", args.cb_max_batch_tokens),
+    ):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    return BenchSettings(
+        model=args.model,
+        workload=spec,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        engine_options={k: v for k, v in knobs.items() if v is not None},
+        hf_batch_size=args.hf_batch_size,
+        cb_options={k: v for k, v in cb_options.items() if v is not None},
+        repeat=args.repeat,
+        skip_hf=args.skip_hf,
+        skip_generate_batch=args.skip_generate_batch,
+        skip_model_only=args.skip_model_only,
+        skip_tracer=args.skip_tracer,
+        skip_startup=args.skip_startup,
+        trace_out=args.trace_out,
+    )
+
+
+def bench_main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    report = run_benchmark(settings_from_args(args))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from tracer.bench.report import print_report
+
+        print_report(report)
+    return 0

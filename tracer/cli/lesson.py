@@ -1,0 +1,356 @@
+"""`nanoengine lesson ...`: read a lesson, write its exercise, check it, watch it run.
+
+nanoengine lesson start            copy the exercises into ./my-lessons (or $NANOENGINE_LESSONS_DIR)
+nanoengine lesson list             every lesson and how far you got
+nanoengine lesson show N           the lesson text
+nanoengine lesson hint N           hints for the exercise
+nanoengine lesson check N          test your functions, then run the engine with them
+nanoengine lesson trace N          record the lesson's scenario with your code; open the TUI there
+nanoengine lesson reset N          put the stub back (your version is kept as exercise.py.bak)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from tracer.teach.lessons import (
+    CheckResult,
+    Lesson,
+    LessonError,
+    all_lessons,
+    describe_exception,
+    exit_code,
+    find_lesson,
+    reference_functions,
+    run_lesson_checks,
+    shorten,
+    student_functions,
+)
+
+PROGRESS_FILE = ".progress.json"
+ICONS = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "stub": "[yellow]…[/]", "skipped": "[dim]·[/]"}
+
+
+def default_workdir() -> Path:
+    return Path(os.environ.get("NANOENGINE_LESSONS_DIR") or "my-lessons")
+
+
+def lesson_main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    console = Console(highlight=False)
+    try:
+        return args.handler(args, console)
+    except LessonError as e:
+        console.print(f"[red]nanoengine lesson: {e}[/]", soft_wrap=True)
+        return 2
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="nanoengine lesson",
+        description="Lessons with exercises that plug into the "
+        "live engine. Start with `nanoengine lesson start`, then `lesson show 1`.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="{start,list,show,hint,check,trace,reset}")
+    sub.required = True
+
+    def command(name: str, handler, help_text: str, lesson_arg: bool = True) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help_text, description=help_text)
+        if lesson_arg:
+            c.add_argument("lesson", help="lesson number or name, e.g. 1 or request_life")
+        c.add_argument(
+            "--dir",
+            type=Path,
+            default=None,
+            help="your lessons folder (default: $NANOENGINE_LESSONS_DIR or ./my-lessons)",
+        )
+        c.set_defaults(handler=handler)
+        return c
+
+    start = command("start", cmd_start, "copy the exercise stubs into your lessons folder", lesson_arg=False)
+    start.add_argument("--force", action="store_true", help="overwrite exercises you already have (kept as .bak)")
+    lst = command("list", cmd_list, "list the lessons and your progress", lesson_arg=False)
+    lst.add_argument("--run", action="store_true", help="run every lesson's checks now (slower)")
+    command("show", cmd_show, "show a lesson's text")
+    command("hint", cmd_hint, "show hints for a lesson's exercise")
+    check = command("check", cmd_check, "check your exercise: direct tests, then the engine runs your code")
+    check.add_argument("--file", type=Path, default=None, help="check this file instead of your lessons folder's")
+    trace = command("trace", cmd_trace, "record the lesson's scenario with your code plugged in and open the TUI")
+    trace.add_argument("--file", type=Path, default=None, help="use this exercise file")
+    trace.add_argument("--reference", action="store_true", help="use the engine's own code instead of yours")
+    trace.add_argument("--no-tui", action="store_true", help="only record the trace")
+    trace.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
+    trace.add_argument("--model", default=None, help="override the scenario's model (e.g. default for SmolLM2)")
+    trace.add_argument("--out", type=Path, default=None, help="trace file to write")
+    command("reset", cmd_reset, "put the exercise stub back (your file is kept as exercise.py.bak)")
+    return p.parse_args(argv)
+
+
+# ---- the lessons folder ------------------------------------------------------------------
+def workdir(args) -> Path:
+    return args.dir if args.dir is not None else default_workdir()
+
+
+def working_file(args, lesson: Lesson) -> Path:
+    if getattr(args, "file", None) is not None:
+        if not args.file.is_file():
+            raise LessonError(f"{args.file} does not exist")
+        return args.file
+    path = workdir(args) / lesson.name / "exercise.py"
+    if not path.is_file():
+        if not workdir(args).is_dir():
+            raise LessonError(
+                f"no lessons folder at {shorten(workdir(args))}: run `nanoengine lesson start` first "
+                f"(or pass --dir / set NANOENGINE_LESSONS_DIR)"
+            )
+        raise LessonError(f"{shorten(path)} is missing: run `nanoengine lesson reset {lesson.number}` to get the stub")
+    return path
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_progress(folder: Path) -> dict:
+    try:
+        return json.loads((folder / PROGRESS_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def save_progress(folder: Path, lesson: Lesson, path: Path, results: list[CheckResult]) -> None:
+    if not folder.is_dir() or path.resolve().parent != (folder / lesson.name).resolve():
+        return  # only files in the lessons folder count as progress
+    progress = load_progress(folder)
+    progress[lesson.name] = {
+        "sha256": file_digest(path),
+        "passed": sum(r.passed for r in results),
+        "total": len(results),
+    }
+    (folder / PROGRESS_FILE).write_text(json.dumps(progress, indent=2) + "\n", encoding="utf-8")
+
+
+def lesson_status(folder: Path, lesson: Lesson, progress: dict) -> str:
+    path = folder / lesson.name / "exercise.py"
+    if not path.is_file():
+        return "[dim]not started[/]"
+    digest = file_digest(path)
+    if digest == file_digest(lesson.exercise):
+        return "to do"
+    entry = progress.get(lesson.name)
+    if not entry or entry.get("sha256") != digest:
+        return "[yellow]edited, not checked[/]"
+    if entry["passed"] == entry["total"]:
+        return "[green]✓ passed[/]"
+    return f"[red]✗ {entry['passed']}/{entry['total']} checks[/]"
+
+
+# ---- commands ------------------------------------------------------------------------------
+def cmd_start(args, console: Console) -> int:
+    folder = workdir(args)
+    folder.mkdir(parents=True, exist_ok=True)
+    copied, kept = [], []
+    for lesson in all_lessons():
+        target = folder / lesson.name / "exercise.py"
+        target.parent.mkdir(exist_ok=True)
+        if target.exists() and not args.force:
+            kept.append(lesson)
+            continue
+        if target.exists():
+            shutil.copyfile(target, target.with_name("exercise.py.bak"))
+        shutil.copyfile(lesson.exercise, target)
+        copied.append(lesson)
+    (folder / "README.md").write_text(WORKDIR_README, encoding="utf-8")
+    console.print(
+        f"Your lessons folder is [bold]{shorten(folder)}[/]: {len(copied)} exercise(s) copied"
+        + (f", {len(kept)} kept (use --force to overwrite)" if kept else "")
+        + "."
+    )
+    if args.dir is None and "NANOENGINE_LESSONS_DIR" not in os.environ:
+        console.print("Run the lesson commands from this folder's parent, or set NANOENGINE_LESSONS_DIR.")
+    console.print("Next: [bold]nanoengine lesson show 1[/]")
+    return 0
+
+
+def cmd_list(args, console: Console) -> int:
+    folder = workdir(args)
+    if args.run and folder.is_dir():
+        for lesson in all_lessons():
+            path = folder / lesson.name / "exercise.py"
+            if path.is_file() and file_digest(path) != file_digest(lesson.exercise):
+                try:
+                    save_progress(
+                        folder, lesson, path, run_lesson_checks(lesson, student_functions(lesson, path), path)
+                    )
+                except LessonError as e:
+                    console.print(f"[red]{lesson.name}: {e}[/]")
+    progress = load_progress(folder)
+    table = Table(title="nanoengine lessons", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("lesson")
+    table.add_column("you write")
+    table.add_column("status")
+    for lesson in all_lessons():
+        table.add_row(
+            str(lesson.number),
+            lesson.title.split(". ", 1)[-1],
+            ", ".join(lesson.targets.values()),
+            lesson_status(folder, lesson, progress) if folder.is_dir() else "[dim]not started[/]",
+        )
+    console.print(table)
+    if not folder.is_dir():
+        console.print(f"Start with [bold]nanoengine lesson start[/] (copies the exercises to {shorten(folder)}).")
+    return 0
+
+
+def cmd_show(args, console: Console) -> int:
+    lesson = find_lesson(args.lesson)
+    console.print(Markdown(lesson.readme.read_text(encoding="utf-8")))
+    return 0
+
+
+def cmd_hint(args, console: Console) -> int:
+    lesson = find_lesson(args.lesson)
+    console.print(Markdown(lesson.hint.read_text(encoding="utf-8")))
+    return 0
+
+
+def cmd_check(args, console: Console) -> int:
+    lesson = find_lesson(args.lesson)
+    path = working_file(args, lesson)
+    functions = student_functions(lesson, path)
+    console.print(f"[bold]{lesson.title}[/]: checking {shorten(path)}")
+
+    def show(result: CheckResult) -> None:
+        console.print(f" {ICONS[result.status]} {result.doc}")
+        if result.message and result.status != "skipped":
+            style = "red" if result.status == "failed" else "yellow"
+            console.print(Padding(Text(result.message, style=style), (0, 0, 0, 5)))
+
+    results = run_lesson_checks(lesson, functions, path, on_result=show)
+    passed = sum(r.passed for r in results)
+    save_progress(workdir(args), lesson, path, results)
+    if passed == len(results):
+        console.print(
+            f"[green bold]All {len(results)} checks passed.[/] Watch your code run: "
+            f"[bold]nanoengine lesson trace {lesson.number}[/]"
+        )
+    else:
+        skipped = sum(r.status == "skipped" for r in results)
+        console.print(
+            f"{passed}/{len(results)} checks passed"
+            + (f" ({skipped} skipped)" if skipped else "")
+            + f". Stuck? [bold]nanoengine lesson hint {lesson.number}[/]"
+        )
+    return exit_code(results)
+
+
+def cmd_trace(args, console: Console) -> int:
+    from tracer.teach.plugins import plugged, replacements_for
+    from tracer.teach.scenarios import ScenarioError, load_scenario, run_scenario
+
+    lesson = find_lesson(args.lesson)
+    scenario = load_scenario(lesson.scenario_file, name=lesson.name)
+    if args.reference:
+        functions, source = reference_functions(lesson), "the engine's own code"
+        path = None
+    else:
+        path = working_file(args, lesson)
+        functions, source = student_functions(lesson, path), f"your code ({shorten(path)})"
+    out = args.out or trace_path(workdir(args), lesson)
+    console.print(f"[bold]{scenario.title}[/]: running with {source}, model {args.model or scenario.model}")
+    try:
+        with plugged(replacements_for(lesson.targets, functions)):
+            run = run_scenario(scenario, out, model=args.model)
+    except NotImplementedError:
+        raise LessonError(
+            f"lesson {lesson.number}'s exercise is still the stub: write it first "
+            f"(`nanoengine lesson check {lesson.number}`), or add --reference to watch the "
+            f"engine's own code"
+        ) from None
+    except ScenarioError:
+        raise
+    except Exception as e:
+        console.print(f"[red]the run stopped: your code raised {describe_exception(e, path)}[/]")
+        return open_partial(out, args, console)
+    console.print(f"{run.num_steps} steps → {shorten(out)}; the step that matters: {run.focus_step}")
+    if scenario.look_for:
+        console.print(f"[bold]Look for:[/] {scenario.look_for}")
+    if run.violations:
+        v = run.violations[0]
+        console.print(f"[red]{len(run.violations)} invariant violation(s); the first, at step {v.step}: {v.message}[/]")
+    if args.no_tui:
+        return 0 if not run.violations else 1
+    from tracer.replay.app import run_replay
+
+    start = run.violations[0].step if run.violations else run.focus_step
+    return run_replay(out, start_step=start, predict=args.predict)
+
+
+def trace_path(folder: Path, lesson: Lesson) -> Path:
+    return (folder if folder.is_dir() else Path(".")) / "traces" / f"{lesson.name}.jsonl"
+
+
+def open_partial(out: Path, args, console: Console) -> int:
+    """After a crash: show what was recorded up to it, if anything."""
+    from tracer.trace.trace_file import TraceError, load_trace
+
+    try:
+        steps = load_trace(out, validate="none").steps if out.exists() else []
+    except TraceError:
+        steps = []
+    if not steps:
+        return 1
+    console.print(f"The trace up to the crash ({len(steps)} steps) is in {shorten(out)}.")
+    if args.no_tui:
+        return 1
+    from tracer.replay.app import run_replay
+
+    run_replay(out, start_step=len(steps) - 1, predict=args.predict)
+    return 1
+
+
+def cmd_reset(args, console: Console) -> int:
+    lesson = find_lesson(args.lesson)
+    folder = workdir(args)
+    if not folder.is_dir():
+        raise LessonError(f"no lessons folder at {shorten(folder)}: run `nanoengine lesson start` first")
+    target = folder / lesson.name / "exercise.py"
+    target.parent.mkdir(exist_ok=True)
+    if target.exists():
+        shutil.copyfile(target, target.with_name("exercise.py.bak"))
+        console.print(f"Your version is saved as {shorten(target.with_name('exercise.py.bak'))}.")
+    shutil.copyfile(lesson.exercise, target)
+    console.print(f"{shorten(target)} is the stub again.")
+    return 0
+
+
+WORKDIR_README = """# Your nanoengine lessons
+
+Each folder holds one lesson's `exercise.py`. Write the functions marked TODO, then:
+
+    nanoengine lesson show N     read the lesson
+    nanoengine lesson check N    test your code (direct tests, then the engine runs it)
+    nanoengine lesson hint N     stuck?
+    nanoengine lesson trace N    watch the engine run your code in the replay TUI
+    nanoengine lesson reset N    start the exercise again (your file is kept as exercise.py.bak)
+    nanoengine lesson list       your progress
+
+Run these from the folder that holds this one, or set NANOENGINE_LESSONS_DIR to its path.
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(lesson_main(sys.argv[1:]))

@@ -1,0 +1,129 @@
+"""The `nanoengine` command. `generate` lives here; the other subcommands are loaded lazily
+from tracer/ so the engine never imports the tracer or the TUI."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+SUBCOMMANDS = {  # name -> (module, function taking argv)
+    "trace": ("tracer.cli.trace", "trace_main"),
+    "replay": ("tracer.cli.trace", "replay_main"),
+    "check": ("tracer.cli.trace", "check_main"),
+    "demo": ("tracer.cli.demo", "demo_main"),
+    "lesson": ("tracer.cli.lesson", "lesson_main"),
+    "bench": ("tracer.cli.bench", "bench_main"),
+}
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """Engine and sampling flags shared by generate, trace and demo."""
+    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny', a folder or .gguf")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the chat template")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-kv-blocks", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--no-prefix-caching", action="store_true")
+
+
+def engine_options(args: argparse.Namespace) -> dict:
+    return dict(
+        block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=not args.no_prefix_caching,
+        use_chat_template=not args.raw,
+    )
+
+
+def sampling_params(args: argparse.Namespace):
+    from nanoengine.sampling_params import SamplingParams
+
+    return SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        ignore_eos=args.ignore_eos,
+    )
+
+
+def generate_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="nanoengine generate", description="Generate text, streaming tokens.")
+    p.add_argument("prompts", nargs="+")
+    add_engine_args(p)
+    args = p.parse_args(argv)
+    from nanoengine.engine import LLMEngine
+
+    params = sampling_params(args)
+    engine = LLMEngine(args.model, **engine_options(args))
+    ids = [engine.add_request(prompt, params) for prompt in args.prompts]
+    many = len(ids) > 1
+    start, num_generated, printed = time.perf_counter(), 0, ""
+    while engine.has_unfinished():
+        for seq in engine.step():
+            num_generated += 1
+            if not many:  # decode the whole completion so multi-byte characters print whole
+                text = engine.tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
+                if not text.endswith("\ufffd"):
+                    sys.stdout.write(text[len(printed) :])
+                    sys.stdout.flush()
+                    printed = text
+    elapsed = time.perf_counter() - start
+    for i, seq_id in enumerate(ids):
+        text = engine.collect(seq_id).text
+        if many:
+            print(f"--- [{i}] {args.prompts[i]}\n{text}")
+        elif len(text) > len(printed):
+            sys.stdout.write(text[len(printed) :])
+    print(f"\n[{num_generated} tokens in {elapsed:.2f} s, {num_generated / elapsed:.1f} tok/s]", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    commands = ["generate", *SUBCOMMANDS]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(
+            f"usage: nanoengine {{{','.join(commands)}}} ...\n\n"
+            "  generate  generate text, streaming tokens\n"
+            "  trace     generate with the step recorder and open the replay TUI\n"
+            "  replay    open a saved trace in the TUI\n"
+            "  check     run the invariant checker on a trace\n"
+            "  demo      classroom demos\n"
+            "  lesson    lessons and exercises\n"
+            "  bench     benchmarks against Hugging Face transformers"
+        )
+        return 0
+    name, rest = argv[0], argv[1:]
+    try:
+        if name == "generate":
+            return generate_main(rest)
+        if name not in SUBCOMMANDS:
+            print(f"nanoengine: unknown command {name!r}; choose one of {', '.join(commands)}", file=sys.stderr)
+            return 2
+        module, func = SUBCOMMANDS[name]
+        return getattr(importlib.import_module(module), func)(rest)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as e:
+        print(f"nanoengine: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""`nanoengine trace`, `nanoengine replay` and `nanoengine check` (dispatched from tracer.cli.main).
+
+    nanoengine trace "prompt" ["prompt" ...] [engine flags] [--out FILE] [--title T] [--no-tui] [--predict]
+    nanoengine replay FILE [--step N] [--predict]
+    nanoengine check FILE [--full]
+
+Exit codes: 0 fine; 1 `check` found an invariant violation; 2 bad input (one-line error);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from tracer.cli.main import add_engine_args, engine_options, sampling_params
+from tracer.trace.trace_file import Trace, TraceError, load_trace
+
+TRACE_NUM_KV_BLOCKS = 128
+
+
+def err(message: str) -> None:
+    print(f"nanoengine: error: {message}", file=sys.stderr)
+
+
+def trace_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="nanoengine trace", description="Generate with the step recorder, then open the replay TUI."
+    )
+    p.add_argument("prompts", nargs="+")
+    add_engine_args(p)
+    p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
+    p.add_argument("--title", default=None, help="a title shown by the viewer")
+    p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
+    p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+    # A pool of 128 blocks (2,048 tokens at block size 16) fits a few requests and keeps the KV-page
+    # view readable; the engine's own default (sized by memory, ~1,456 blocks) would be mostly empty.
+    p.set_defaults(num_kv_blocks=TRACE_NUM_KV_BLOCKS)
+    args = p.parse_args(argv)
+    from nanoengine.engine import LLMEngine
+    from tracer.trace.recorder import default_trace_path
+
+    console = Console(stderr=True)
+    params = sampling_params(args)
+    with console.status(f"Loading model {args.model} ..."):
+        engine = LLMEngine(args.model, **engine_options(args))
+    ids = [engine.add_request(prompt, params) for prompt in args.prompts]  # bad prompts fail before any file
+    path = Path(args.out) if args.out else default_trace_path()
+    if not record(engine, path, args.title, console):
+        return 130
+    for seq_id in ids:
+        engine.collect(seq_id)
+    Console().print(f"Trace written to [bold]{path}[/]")
+    if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        console.print("Not an interactive terminal: printing the summary instead of opening the replay.")
+        args.no_tui = True
+    if args.no_tui:
+        return summarize_file(path)
+    return open_replay(path, 0, args.predict)
+
+
+def record(engine, path: Path, title: str | None, console: Console) -> bool:
+    """Step the engine to the end with a recorder; False if Ctrl-C cut it short."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from tracer.trace.recorder import TraceRecorder
+
+    with (
+        TraceRecorder(engine, path, title=title) as recorder,
+        Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+        ) as progress,
+    ):
+        task = progress.add_task("Recording")
+        num_generated = 0
+        try:
+            while engine.has_unfinished():
+                num_generated += len(engine.step())
+                progress.update(
+                    task, description=f"Recording step {recorder.num_steps}, {num_generated} tokens generated"
+                )
+        except KeyboardInterrupt:
+            recorder.close()
+            progress.stop()
+            console.print(
+                f"[yellow]Interrupted:[/] {recorder.num_steps} steps were recorded in {path}; "
+                f"replay them with `nanoengine replay {path}`"
+            )
+            return False
+    return True
+
+
+def summarize_file(path: Path) -> int:
+    from tracer.trace.invariants import check_trace
+    from tracer.trace.summary import print_summary, summarize
+
+    trace = load_trace(path)
+    print_summary(trace, summarize(trace, check_trace(trace)), Console())
+    return 0
+
+
+def replay_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="nanoengine replay", description="Open a saved trace in the replay TUI.")
+    p.add_argument("file")
+    p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
+    p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
+    args = p.parse_args(argv)
+    # run_replay opens the trace (lazily when it is big) and refuses a bad file or --step in one line.
+    return open_replay(Path(args.file), args.step, args.predict)
+
+
+def open_replay(path: Path, start_step: int, predict: bool = False) -> int:
+    try:
+        from tracer.replay.app import run_replay
+    except ModuleNotFoundError as e:
+        if e.name != "tracer.replay.app":
+            raise
+        err(
+            f"the replay TUI (tracer.replay.app) is not installed; the trace is in {path}: "
+            f"use `nanoengine check {path}` or `--no-tui`"
+        )
+        return 2
+    return run_replay(path, start_step, predict=predict)
+
+
+def check_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="nanoengine check", description="Run the invariant checker on every step of a trace."
+    )
+    p.add_argument("file")
+    p.add_argument(
+        "--full", action="store_true", help="validate every line against the JSON schema (slower; default: a sample)"
+    )
+    args = p.parse_args(argv)
+    trace = load_or_report(args.file, "all" if args.full else "sample")
+    if trace is None:
+        return 2
+    from tracer.trace.invariants import INVARIANTS, check_trace
+    from tracer.trace.summary import violations_table
+
+    violations = check_trace(trace)
+    console = Console()
+    if violations:
+        console.print(violations_table(violations))
+        console.print(f"[red]{len(violations)} invariant violations[/] in {trace.num_steps} steps of {args.file}")
+        return 1
+    console.print(
+        f"[green]OK[/]: {trace.num_steps} steps of {args.file}, {len(INVARIANTS)} invariants hold at every step"
+    )
+    return 0
+
+
+def load_or_report(path: str, validate: str = "sample") -> Trace | None:
+    try:
+        trace = load_trace(path, validate)
+    except TraceError as e:
+        err(str(e))
+        return None
+    if trace.warning:
+        print(f"nanoengine: warning: {trace.warning}", file=sys.stderr)
+    return trace

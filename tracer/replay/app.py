@@ -1,0 +1,449 @@
+"""The replay TUI: step through a recorded trace and see the scheduler, the KV pool and the batch.
+
+    run_replay(path, start_step=0, predict=False) -> exit code      (`nanoengine replay FILE`)
+    ReplayApp(trace, start_step=0, predict=False)                   (tests, lessons)
+
+Every view is redrawn from one step dict (plus the previous one, for "what changed"), so
+stepping back or jumping anywhere costs the same as stepping forward.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sys
+from pathlib import Path
+
+from rich.text import Text
+from textual import on
+from textual.actions import SkipAction
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.timer import Timer
+from textual.widgets import Footer, Input, Label, Static
+
+from tracer.replay.colors import VIOLATION, seq_tag
+from tracer.replay.help import HelpScreen
+from tracer.replay.messages import SeqSelected
+from tracer.replay.narration import narrate
+from tracer.replay.predict import PredictScreen, Question, is_correct, make_question
+from tracer.replay.views.batch import BatchView
+from tracer.replay.views.kv_pages import KVPagesView
+from tracer.replay.views.sequences import SequencesView
+from tracer.replay.views.state_machine import StateMachineView
+from tracer.replay.views.timeline import TimelineView, step_mark
+from tracer.trace.trace_file import StepMarks, TraceError, load_trace
+
+SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
+EVENT_KINDS = frozenset({"admitted", "prefix_hit", "prefill_done", "preempted", "finished"})
+
+
+def is_event_step(summary: StepMarks) -> bool:
+    """Steps `n` / `p` stop at: a state change, a prefix hit, or a violation."""
+    return summary.has_violations or bool(summary.kinds & EVENT_KINDS)
+
+
+def violation_text(violation) -> str:
+    if isinstance(violation, dict):
+        seq = violation.get("seq_id")
+        who = f" seq {seq_tag(seq)}" if seq is not None else ""
+        return f"{violation.get('invariant', 'invariant')}{who}: {violation.get('message', '')}"
+    return str(violation)
+
+
+class GotoScreen(ModalScreen[int | None]):
+    """`g`: type a step number."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, first: int, last: int) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto-box"):
+            yield Label(f"Go to step ({self.first}–{self.last}), Enter to jump, Esc to cancel")
+            yield Input(placeholder="step number", type="integer", id="goto-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            self.dismiss(int(event.value))
+        except ValueError:
+            self.notify("type a whole step number", severity="error")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ReplayApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "nanoengine replay"
+    ENABLE_COMMAND_PALETTE = False
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
+
+    BINDINGS = [
+        Binding("left", "step(-1)", "step", key_display="←", priority=True),
+        Binding("right", "step(1)", "step", key_display="→", priority=True),
+        Binding("home", "jump_end(0)", "first", show=False, priority=True),
+        Binding("end", "jump_end(1)", "last", show=False, priority=True),
+        Binding("space", "toggle_play", "play", priority=True),
+        Binding("plus,equals_sign", "speed(1)", "faster", key_display="+"),
+        Binding("minus", "speed(-1)", "slower", key_display="-"),
+        Binding("g", "goto", "go to"),
+        Binding("n", "event(1)", "next event"),
+        Binding("p", "event(-1)", "prev event"),
+        Binding("z", "zoom", "zoom", show=False),
+        Binding("a", "toggle_animations", "animations", show=False),
+        Binding("escape", "deselect", "deselect", show=False),
+        Binding("s", "screenshot", "svg"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        trace,
+        start_step: int = 0,
+        predict: bool = False,
+        *,
+        animations: bool = True,
+        screenshot_dir: str | Path = ".",
+    ) -> None:
+        super().__init__()
+        self.trace = trace
+        self.steps = trace.steps  # a list, or a LazySteps parsing each step when first shown
+        summaries = trace.summaries
+        self.step_numbers = [summary.step for summary in summaries]
+        self.marks = [step_mark(summary.kinds, summary.has_violations) for summary in summaries]
+        self.event_indices = [i for i, summary in enumerate(summaries) if is_event_step(summary)]
+        requests = getattr(trace, "requests", None) or {}
+        self.header = dict(trace.header, requests=list(requests.values()) or trace.header.get("requests", []))
+        self.step_index = max(0, min(start_step, len(self.steps) - 1))
+        self.predict = predict
+        self.animations = animations
+        self.screenshot_dir = Path(screenshot_dir)
+        self.selected_seq: int | None = None
+        self.selected_block: int | None = None
+        self.playing = False
+        self.speed_index = 1
+        self.play_timer: Timer | None = None
+        self.score_right = 0
+        self.score_asked = 0
+        self.asking = False
+        self.last_screenshot: Path | None = None
+
+    # ---- layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static(id="topbar")
+        yield TimelineView(self.marks, self.step_numbers, id="timeline")
+        yield Static(id="narration")
+        yield Static(id="violations")
+        with Horizontal(id="upper"):
+            yield StateMachineView(id="machine")
+            yield KVPagesView(id="kv")
+        yield SequencesView(id="seqs")
+        yield BatchView(id="batch")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        titles = {
+            "machine": "state machine",
+            "kv": "KV pages",
+            "seqs": "sequences",
+            "batch": "batch (flat step inputs)",
+        }
+        for widget_id, title in titles.items():
+            self.query_one(f"#{widget_id}").border_title = title
+        self.machine.animations = self.animations
+        self.kv.animations = self.animations
+        self.machine.focus()
+        self.show_step()
+        self.update_topbar()
+        warning = getattr(self.trace, "warning", None)
+        if warning:
+            self.notify(warning, title="truncated trace", severity="warning", timeout=12)
+
+    @property
+    def machine(self) -> StateMachineView:
+        return self.query_one(StateMachineView)
+
+    @property
+    def kv(self) -> KVPagesView:
+        return self.query_one(KVPagesView)
+
+    @property
+    def seqs(self) -> SequencesView:
+        return self.query_one(SequencesView)
+
+    @property
+    def batch(self) -> BatchView:
+        return self.query_one(BatchView)
+
+    @property
+    def current_step(self) -> dict:
+        return self.steps[self.step_index]
+
+    @property
+    def step_number(self) -> int:
+        return self.step_numbers[self.step_index]
+
+    # ---- redrawing ------------------------------------------------------------------------
+    def show_step(self) -> None:
+        """Redraw every view from the current step (and the previous one, for highlights)."""
+        step = self.current_step
+        prev = self.steps[self.step_index - 1] if self.step_index > 0 else None
+        for view in (self.machine, self.kv, self.seqs, self.batch):
+            view.show(step, prev, self.header)
+        self.query_one("#narration", Static).update(Content(narrate(step, self.header)))
+        self.show_violations(step)
+        self.update_status()
+
+    def show_violations(self, step: dict) -> None:
+        bar = self.query_one("#violations", Static)
+        violations = step.get("violations") or []
+        bar.display = bool(violations)
+        if violations:
+            text = Text(f"✗ {len(violations)} invariant violation{'s' if len(violations) != 1 else ''}: ", VIOLATION)
+            text.append(" · ".join(violation_text(v) for v in violations), "bold #ff6b6b")
+            bar.update(text)
+
+    def update_status(self) -> None:
+        """The timeline: the current step and the playback state."""
+        speed = SPEEDS[self.speed_index]
+        state = f"{'▶ playing' if self.playing else '■ paused'} {speed:g} step{'' if speed == 1 else 's'}/s"
+        self.query_one(TimelineView).show_position(self.step_index, state)
+
+    def update_topbar(self) -> None:
+        """The trace's title and config, the selection and the predict score: none of them change with the step."""
+        header = self.header
+        title = header.get("title") or Path(str(getattr(self.trace, "path", "trace"))).name
+        config = header.get("config", {})
+        bar = Text()
+        bar.append(" nanoengine replay ", "bold black on #2ec4b6")
+        bar.append(f" {title} ", "bold")
+        bar.append(
+            f"· {header.get('model', '?')} · block_size {config.get('block_size', '?')} · "
+            f"budget {config.get('max_num_batched_tokens', '?')} tokens",
+            "#a0a0a0",
+        )
+        if self.selected_seq is not None:
+            bar.append(f" · selected {seq_tag(self.selected_seq)}", "bold")
+        if self.predict:
+            bar.append(f"  predict score {self.score_right}/{self.score_asked} ", "bold black on #ffd23f")
+        self.query_one("#topbar", Static).update(bar)
+
+    def go_to(self, index: int) -> None:
+        index = max(0, min(index, len(self.steps) - 1))
+        if index == self.step_index:
+            return
+        try:
+            self.steps[index], self.steps[max(0, index - 1)]  # a damaged line of a lazy trace fails here
+        except TraceError as e:
+            self.pause()
+            self.notify(str(e), title="cannot show this step", severity="error", timeout=12)
+            return
+        self.step_index = index
+        self.show_step()
+
+    # ---- guards ---------------------------------------------------------------------------
+    def require_main_screen(self) -> None:
+        """Keys of the main view do nothing while a dialog (help, go to, predict) is open."""
+        if isinstance(self.screen, ModalScreen):
+            raise SkipAction()
+
+    # ---- actions --------------------------------------------------------------------------
+    def action_step(self, delta: int) -> None:
+        self.require_main_screen()
+        if delta > 0 and self.predict:
+            self.advance_with_question()
+        else:
+            self.go_to(self.step_index + delta)
+
+    def action_jump_end(self, last: int) -> None:
+        self.require_main_screen()
+        self.go_to(len(self.steps) - 1 if last else 0)
+
+    def action_toggle_play(self) -> None:
+        self.require_main_screen()
+        if self.playing:
+            self.pause()
+        else:
+            if self.step_index >= len(self.steps) - 1:
+                self.go_to(0)
+            self.playing = True
+            self.restart_timer()
+        self.update_status()
+
+    def pause(self) -> None:
+        self.playing = False
+        if self.play_timer is not None:
+            self.play_timer.stop()
+            self.play_timer = None
+        self.update_status()
+
+    def restart_timer(self) -> None:
+        if self.play_timer is not None:
+            self.play_timer.stop()
+        self.play_timer = self.set_interval(1 / SPEEDS[self.speed_index], self.tick)
+
+    def tick(self) -> None:
+        if self.step_index >= len(self.steps) - 1:
+            self.pause()
+            return
+        if self.predict:
+            self.pause()
+            self.advance_with_question()
+        else:
+            self.go_to(self.step_index + 1)
+
+    def action_speed(self, delta: int) -> None:
+        self.require_main_screen()
+        self.speed_index = max(0, min(len(SPEEDS) - 1, self.speed_index + delta))
+        if self.playing:
+            self.restart_timer()
+        self.update_status()
+
+    def action_goto(self) -> None:
+        self.require_main_screen()
+        self.push_screen(GotoScreen(self.step_numbers[0], self.step_numbers[-1]), self.jump_to_number)
+
+    def jump_to_number(self, number: int | None) -> None:
+        if number is None:
+            return
+        index = bisect.bisect_left(self.step_numbers, number)
+        if index < len(self.step_numbers):
+            if self.step_numbers[index] != number:
+                self.notify(f"no step {number} in this trace; showing step {self.step_numbers[index]}")
+            self.go_to(index)
+            return
+        self.notify(f"step {number} is past the end; showing the last step", severity="warning")
+        self.go_to(len(self.steps) - 1)
+
+    def action_event(self, direction: int) -> None:
+        self.require_main_screen()
+        if direction > 0:
+            later = [i for i in self.event_indices if i > self.step_index]
+            target = later[0] if later else None
+        else:
+            earlier = [i for i in self.event_indices if i < self.step_index]
+            target = earlier[-1] if earlier else None
+        if target is None:
+            self.notify(f"no {'later' if direction > 0 else 'earlier'} event")
+        else:
+            self.go_to(target)
+
+    def action_zoom(self) -> None:
+        self.require_main_screen()
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+        elif self.focused is not None:
+            self.screen.maximize(self.focused)
+
+    def action_deselect(self) -> None:
+        self.require_main_screen()
+        self.select(None)
+
+    def action_toggle_animations(self) -> None:
+        self.require_main_screen()
+        self.animations = not self.animations
+        self.machine.animations = self.kv.animations = self.animations
+        self.notify(f"animations {'on' if self.animations else 'off'}")
+
+    def action_screenshot(self) -> None:
+        self.require_main_screen()
+        self.screenshot_dir.mkdir(parents=True, exist_ok=True)
+        path = self.save_screenshot(filename=f"nanoengine-step-{self.step_number}.svg", path=str(self.screenshot_dir))
+        self.last_screenshot = Path(path)
+        self.notify(f"screenshot saved: {path}")
+
+    def action_help(self) -> None:
+        self.require_main_screen()
+        self.push_screen(HelpScreen())
+
+    def action_quit(self) -> None:
+        self.exit(0)
+
+    # ---- predict mode ---------------------------------------------------------------------
+    def advance_with_question(self) -> None:
+        if self.step_index >= len(self.steps) - 1 or self.asking:
+            return
+        upcoming = self.steps[self.step_index + 1]
+        question = make_question(self.current_step, upcoming, self.header)
+        if question is None:
+            self.go_to(self.step_index + 1)
+            return
+        self.asking = True
+        score = f"{self.score_right}/{self.score_asked}"
+        self.push_screen(PredictScreen(question, score), lambda answer: self.reveal(question, answer))
+
+    def reveal(self, question: Question, answer: str | None) -> None:
+        self.asking = False
+        if answer is not None:
+            self.score_asked += 1
+            if is_correct(question, answer):
+                self.score_right += 1
+                self.notify(f"✓ right: {question.answer}. {question.explanation}", timeout=8)
+            else:
+                self.notify(
+                    f"✗ it was {question.answer} (you said {answer}). {question.explanation}",
+                    severity="warning",
+                    timeout=10,
+                )
+        self.go_to(self.step_index + 1)
+        self.update_topbar()
+
+    # ---- selection ------------------------------------------------------------------------
+    def select(self, seq_id: int | None, block: int | None = None) -> None:
+        self.selected_seq, self.selected_block = seq_id, block
+        self.machine.select(seq_id)
+        self.kv.select(seq_id, block)
+        self.seqs.select(seq_id)
+        self.batch.select(seq_id)
+        self.update_topbar()
+
+    @on(SeqSelected)
+    def seq_selected(self, event: SeqSelected) -> None:
+        self.select(event.seq_id)
+
+    @on(KVPagesView.BlockClicked)
+    def block_clicked(self, event: KVPagesView.BlockClicked) -> None:
+        owners = event.owners
+        seq_id = self.selected_seq if self.selected_seq in owners else (owners[0] if owners else None)
+        self.select(seq_id, event.block)
+
+    @on(TimelineView.Seek)
+    def seek(self, event: TimelineView.Seek) -> None:
+        self.go_to(event.index)
+
+
+def run_replay(path: str | Path, start_step: int = 0, predict: bool = False) -> int:
+    """Open a trace file in the TUI. start_step is a step index (0 = the first recorded step)."""
+    try:
+        trace = load_trace(path)
+    except TraceError as e:
+        print(f"nanoengine: error: {e}", file=sys.stderr)
+        return 2
+    if not trace.steps:
+        print(f"nanoengine: error: {path} has a header but no steps: nothing to replay", file=sys.stderr)
+        return 2
+    if not 0 <= start_step < len(trace.steps):
+        print(
+            f"nanoengine: error: step {start_step} is outside the trace: choose 0 .. {len(trace.steps) - 1}",
+            file=sys.stderr,
+        )
+        return 2
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(
+            f"nanoengine: error: the replay needs an interactive terminal (input or output is redirected); "
+            f"run `nanoengine replay {path}` in a terminal, or `nanoengine check {path}`",
+            file=sys.stderr,
+        )
+        return 2
+    focus = trace.header.get("focus_step")
+    if start_step == 0 and isinstance(focus, int):
+        numbers = [summary.step for summary in trace.summaries]
+        start_step = numbers.index(focus) if focus in numbers else 0
+    result = ReplayApp(trace, start_step, predict).run()
+    return result or 0

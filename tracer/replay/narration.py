@@ -1,0 +1,125 @@
+"""One plain-English sentence per engine step, built only from that step's dict and the header."""
+
+from __future__ import annotations
+
+import math
+
+from tracer.replay.colors import seq_letter
+
+MAX_LISTED_DECODES = 3  # more decode-only sequences than this are summarised in one clause
+
+
+def narrate(step: dict, header: dict) -> str:
+    """'Step 7: seq 2 (C) prefilled 3 prompt tokens (chunk 3 of 3); seq 0 (A) generated ' Paris'.'"""
+    budget = int(header.get("config", {}).get("max_num_batched_tokens") or 0)
+    seqs = {s["seq_id"]: s for s in step.get("seqs", [])}
+    events = events_by_seq(step.get("events", []))
+    clauses, decoders = [], []
+    for seq_id in involved_seqs(step, events):
+        seq = seqs.get(seq_id, {"seq_id": seq_id})
+        if is_plain_decode(seq, events.get(seq_id, [])):
+            decoders.append(seq)
+        else:
+            clauses.append(describe_seq(seq, events.get(seq_id, []), budget))
+    clauses.extend(describe_decodes(decoders))
+    if not clauses:
+        return f"Step {step.get('step', '?')}: nothing was scheduled."
+    return f"Step {step.get('step', '?')}: " + "; ".join(clauses) + "."
+
+
+def events_by_seq(events: list[dict]) -> dict[int, list[dict]]:
+    grouped: dict[int, list[dict]] = {}
+    for event in events:
+        grouped.setdefault(event["seq_id"], []).append(event)
+    return grouped
+
+
+def involved_seqs(step: dict, events: dict[int, list[dict]]) -> list[int]:
+    """Batch order first, then sequences that only had events (preempted, aborted)."""
+    order = list(step.get("inputs", {}).get("seq_ids", []))
+    order += [seq_id for seq_id in events if seq_id not in order]
+    return order
+
+
+def is_plain_decode(seq: dict, events: list[dict]) -> bool:
+    return not events and len(seq.get("new_token_ids", [])) == 1
+
+
+def name(seq_id: int) -> str:
+    return f"seq {seq_id} ({seq_letter(seq_id)})"
+
+
+def describe_seq(seq: dict, events: list[dict], budget: int) -> str:
+    ending = [e for e in events if e["kind"] == "finished"]
+    parts = [describe_event(e, seq, budget) for e in events if e["kind"] != "finished"]
+    texts = seq.get("new_token_texts") or []
+    if texts:
+        parts.append("generated " + ", ".join(repr(t) for t in texts))
+    parts.append(status_change(seq, events))
+    parts += [describe_event(e, seq, budget) for e in ending]
+    parts = [p for p in parts if p]
+    if not parts:
+        parts.append(f"computed {seq.get('num_scheduled_tokens', 0)} tokens")
+    return f"{name(seq['seq_id'])} " + join_parts(parts)
+
+
+def describe_event(event: dict, seq: dict, budget: int) -> str:
+    kind, detail = event["kind"], event.get("detail") or {}
+    if kind == "admitted":
+        return "was admitted to RUNNING"
+    if kind == "prefix_hit":
+        blocks = detail.get("blocks", [])
+        return (
+            f"reused {detail.get('tokens_saved', 0)} cached tokens "
+            f"({len(blocks)} block{'s' if len(blocks) != 1 else ''} from the prefix cache)"
+        )
+    if kind == "prefill_chunk":
+        start, end = detail.get("start", 0), detail.get("end", 0)
+        what = "prompt tokens" if end <= seq.get("num_prompt_tokens", end) else "tokens"
+        chunk = detail.get("chunk", 1)
+        return f"prefilled {end - start} {what} (chunk {chunk} of {estimate_chunks(detail, budget)})"
+    if kind == "preempted":
+        reason = detail.get("reason")
+        return "was preempted back to WAITING" + (f" ({reason})" if reason else "")
+    if kind == "finished":
+        return f"finished ({detail.get('reason', '?')})"
+    return ""  # prefill_done: the generated token and the status already tell it
+
+
+def estimate_chunks(detail: dict, budget: int) -> int:
+    """Chunks so far plus the chunks the remaining tokens need at a full token budget."""
+    chunk = int(detail.get("chunk", 1))
+    remaining = int(detail.get("num_tokens", 0)) - int(detail.get("end", 0))
+    if remaining <= 0 or budget <= 0:
+        return chunk
+    return chunk + math.ceil(remaining / budget)
+
+
+def status_change(seq: dict, events: list[dict]) -> str:
+    before, after = seq.get("status_before"), seq.get("status_after")
+    if not before or before == after:
+        return ""
+    kinds = {e["kind"] for e in events}
+    if after == "WAITING" and "preempted" in kinds:
+        return ""
+    if after == "FINISHED" and "finished" in kinds or after == "RUNNING" and "admitted" in kinds:
+        return ""
+    return f"moved to {after}"
+
+
+def describe_decodes(decoders: list[dict]) -> list[str]:
+    if len(decoders) <= MAX_LISTED_DECODES:
+        return [
+            f"{name(s['seq_id'])} generated {s['new_token_texts'][0]!r}"
+            if s.get("new_token_texts")
+            else f"{name(s['seq_id'])} generated a token"
+            for s in decoders
+        ]
+    ids = ", ".join(str(s["seq_id"]) for s in decoders[:MAX_LISTED_DECODES])
+    return [f"{len(decoders)} sequences (seq {ids}, ...) each generated one token"]
+
+
+def join_parts(parts: list[str]) -> str:
+    if len(parts) == 1:
+        return parts[0]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]

@@ -1,0 +1,249 @@
+"""Every sequence of the step as a table row; cells that differ from the previous step are underlined.
+
+Counter columns show `value→after` when the step changed them (the value the inputs were built
+from, then the value at the end of the step). Column names: tokens = num_tokens, cached =
+num_cached_tokens, sched = num_scheduled_tokens, prompt / gen = prompt / completion token counts.
+
+Drawn line by line (only visible rows) from cells laid out once per step: a DataTable re-renders
+every cell whenever anything changes, which costs tens of milliseconds per step.
+"""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from tracer.replay.colors import CHANGED, DIM, STATE_COLORS, STATE_SYMBOLS, printable, seq_style, seq_tag, state_label
+from tracer.replay.messages import SeqSelected
+
+COLUMNS = ("seq", "status", "tokens", "cached", "sched", "prompt", "gen", "block_table", "text")
+MAX_TABLE = 18  # characters of a block table before its middle is elided
+MIN_TEXT_TAIL = 6  # characters of prompt + completion shown (from the end) when space is short
+NEW_TOKEN_STYLE = Style(color="black", bgcolor="#ffd23f", bold=True)
+HEADER_STYLE = Style(bold=True, color="#e0e0e0", bgcolor="#242f38")
+SELECTED_STYLE = Style(bgcolor="#0b4f8a", bold=True)
+GAP = 2  # spaces between columns
+
+
+def prompt_texts(header: dict) -> dict[int, str]:
+    """seq_id -> the prompt as the model saw it (chat template included, when token texts exist)."""
+    texts = {}
+    for request in header.get("requests", []):
+        tokens = request.get("prompt_token_texts")
+        texts[request.get("seq_id")] = "".join(tokens) if tokens else request.get("prompt", "")
+    return texts
+
+
+def arrow(before, after) -> str:
+    return str(after) if before == after else f"{before}→{after}"
+
+
+def status_cell(seq: dict) -> Text:
+    before, after = seq.get("status_before", "?"), seq.get("status_after", "?")
+    label = state_label(after)
+    if before != after:
+        label = f"{STATE_SYMBOLS.get(before, '?')}→{label}"
+    return Text(label, Style(color=STATE_COLORS.get(after)))
+
+
+def short_table(table: list[int], limit: int = MAX_TABLE) -> str:
+    """'[7,8,9,…,13,14]' when the whole list would be longer than limit characters."""
+    text = "[" + ",".join(map(str, table)) + "]"
+    if len(text) <= limit:
+        return text
+    head, tail = [], []
+    for i in range(len(table) // 2):
+        trial = "[" + ",".join(map(str, table[: i + 1])) + ",…," + ",".join(map(str, table[-(i + 1) :])) + "]"
+        if len(trial) > limit:
+            break
+        head, tail = table[: i + 1], table[-(i + 1) :]
+    return "[" + ",".join(map(str, head)) + ",…," + ",".join(map(str, tail)) + "]" if head else "[…]"
+
+
+def block_table_cell(seq: dict) -> str:
+    before, after = seq.get("block_table", []), seq.get("block_table_after", [])
+    table = short_table(after)
+    added = len(after) - len(before)
+    if after[: len(before)] == before and added > 0:
+        table += f" +{added}"
+    elif before != after and before:
+        table += " (new)" if after else " (freed)"
+    return table
+
+
+def row_cells(seq: dict) -> list:
+    """Every cell but the text: what 'changed since the previous step' compares."""
+    completion = seq.get("num_tokens_after", 0) - seq.get("num_prompt_tokens", 0)
+    return [
+        Text(seq_tag(seq["seq_id"]), seq_style(seq["seq_id"])),
+        status_cell(seq),
+        arrow(seq.get("num_tokens"), seq.get("num_tokens_after")),
+        arrow(seq.get("num_cached_tokens"), seq.get("num_cached_tokens_after")),
+        str(seq.get("num_scheduled_tokens", 0)),
+        str(seq.get("num_prompt_tokens", 0)),
+        str(completion),
+        block_table_cell(seq),
+    ]
+
+
+def plain(cell) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def text_cell(seq: dict, prompt: str, tail: int) -> Text:
+    """Prompt dimmed, completion plain, this step's new tokens highlighted; only the tail fits."""
+    new = "".join(seq.get("new_token_texts", []))
+    output = seq.get("output_text", "")
+    if not (new and output.endswith(new)):
+        new = ""
+    old_output = output[: len(output) - len(new)]
+    parts = [(new, NEW_TOKEN_STYLE), (old_output, None), (prompt, DIM)]
+    shown, room = [], tail
+    for part, style in parts:  # from the end: only what fits is made printable
+        if room <= 0:
+            break
+        piece = part[-room:] if len(part) > room else part
+        room -= len(piece)
+        shown.append((printable(piece), style))
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if room <= 0:
+        text.append("…")
+        first, style = shown[-1]
+        shown[-1] = (first[1:], style)
+    for piece, style in reversed(shown):
+        text.append(piece, style)
+    return text
+
+
+def segments_of(cell, width: int, extra: Style | None = None) -> list[Segment]:
+    """A cell as segments padded to width, with `extra` (changed, selected) laid over its styles."""
+    text = cell if isinstance(cell, Text) else Text(str(cell))
+    out = []
+    for span_text, style in spans_of(text):
+        style = style + extra if extra else style
+        out.append(Segment(span_text, style))
+    pad = width - cell_len(text.plain)
+    if pad > 0:
+        out.append(Segment(" " * pad, extra if extra and extra.bgcolor else None))
+    return out
+
+
+def spans_of(text: Text) -> list[tuple[str, Style]]:
+    """(text, style) pieces of a rich Text, without a console render."""
+    base = text.style if isinstance(text.style, Style) else Style.parse(text.style or "")
+    if not text.spans:
+        return [(text.plain, base)]
+    cuts = sorted({0, len(text.plain), *(s.start for s in text.spans), *(s.end for s in text.spans)})
+    pieces = []
+    for start, end in zip(cuts, cuts[1:]):
+        style = base
+        for span in text.spans:
+            if span.start <= start and end <= span.end:
+                span_style = span.style if isinstance(span.style, Style) else Style.parse(span.style)
+                style = style + span_style
+        pieces.append((text.plain[start:end], style))
+    return pieces
+
+
+class SequencesView(ScrollView, can_focus=True):
+    """One row per sequence; ↑/↓ or a click selects a sequence (SeqSelected)."""
+
+    BINDINGS = [Binding("up", "move(-1)", "seq", show=False), Binding("down", "move(1)", "seq", show=False)]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.row_ids: list[int] = []
+        self.rows: list[list] = []  # cells per row, text last
+        self.changed: list[list[bool]] = []
+        self.widths: list[int] = [len(name) for name in COLUMNS]
+        self.selected: int | None = None
+        self.prompts: tuple[int, dict[int, str]] = (0, {})  # (id of the header, its prompt texts)
+        self.shown: tuple | None = None
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.shown is not None:  # the text column's room depends on the width
+            self.show(*self.shown)
+
+    def show(self, step: dict, prev: dict | None, header: dict) -> None:
+        self.shown = (step, prev, header)
+        old_rows = {s["seq_id"]: row_cells(s) for s in prev.get("seqs", [])} if prev else {}
+        seqs = step.get("seqs", [])
+        rows = [row_cells(seq) for seq in seqs]
+        self.widths = [
+            max([len(name)] + [cell_len(plain(row[i])) for row in rows]) for i, name in enumerate(COLUMNS[:-1])
+        ]
+        tail = max(MIN_TEXT_TAIL, self.scrollable_content_region.width - sum(w + GAP for w in self.widths))
+        if self.prompts[0] != id(header):
+            self.prompts = (id(header), prompt_texts(header))
+        self.changed = []
+        for seq, cells in zip(seqs, rows):
+            old = old_rows.get(seq["seq_id"])
+            self.changed.append([old is None or plain(cell) != plain(old[i]) for i, cell in enumerate(cells)])
+            cells.append(text_cell(seq, self.prompts[1].get(seq["seq_id"], ""), tail))
+        self.widths.append(max([len(COLUMNS[-1])] + [cell_len(row[-1].plain) for row in rows]))
+        self.rows = rows
+        self.row_ids = [seq["seq_id"] for seq in seqs]
+        self.virtual_size = Size(sum(w + GAP for w in self.widths) - GAP, len(rows) + 1)
+        self.refresh()
+
+    def select(self, seq_id: int | None) -> None:
+        self.selected = seq_id
+        if seq_id in self.row_ids:
+            self.scroll_to_row(self.row_ids.index(seq_id))
+        self.refresh()
+
+    def scroll_to_row(self, index: int) -> None:
+        visible = self.scrollable_content_region.height - 1
+        top = self.scroll_offset.y
+        if index < top:
+            self.scroll_to(y=index, animate=False)
+        elif visible > 0 and index >= top + visible:
+            self.scroll_to(y=index - visible + 1, animate=False)
+
+    # ---- rendering ------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        x = self.scroll_offset.x
+        if y == 0:
+            segments = []
+            for name, column_width in zip(COLUMNS, self.widths):
+                segments.append(Segment(name.ljust(column_width + GAP), HEADER_STYLE))
+            return Strip(segments).crop(x, x + width).extend_cell_length(width, HEADER_STYLE)
+        index = y - 1 + self.scroll_offset.y
+        if index >= len(self.rows):
+            return Strip.blank(width)
+        selected = self.row_ids[index] == self.selected
+        row_style = SELECTED_STYLE if selected else None
+        segments = []
+        for i, (cell, column_width) in enumerate(zip(self.rows[index], self.widths)):
+            changed = i < len(self.changed[index]) and self.changed[index][i]
+            extra = CHANGED + row_style if changed and row_style else (CHANGED if changed else row_style)
+            segments.extend(segments_of(cell, column_width, extra))
+            segments.append(Segment(" " * GAP, row_style))
+        strip = Strip(segments).crop(x, x + width)
+        return strip.extend_cell_length(width, row_style)
+
+    # ---- selection ------------------------------------------------------------------------
+    def action_move(self, delta: int) -> None:
+        if not self.row_ids:
+            return
+        if self.selected not in self.row_ids:
+            index = 0 if delta > 0 else len(self.row_ids) - 1
+        else:
+            index = max(0, min(len(self.row_ids) - 1, self.row_ids.index(self.selected) + delta))
+        self.post_message(SeqSelected(self.row_ids[index]))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y < 1:
+            return
+        index = offset.y - 1 + self.scroll_offset.y
+        if index < len(self.row_ids):
+            self.post_message(SeqSelected(self.row_ids[index]))

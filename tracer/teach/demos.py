@@ -1,0 +1,320 @@
+"""`nanoengine demo NAME`: named, deterministic classroom scenarios.
+
+    nanoengine demo list
+    nanoengine demo prefix-sharing [--model tiny] [--no-tui] [--export DIR --steps 3,7,12]
+
+Each demo records a trace (traces/demo-NAME.jsonl), prints what to notice with the numbers
+from this run, and opens the replay TUI at the step that matters. --export writes SVG
+frames of chosen steps without opening anything (for slides and handouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from tracer.teach.plugins import original, plugged
+from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario
+
+DEFAULT_SIZE = (160, 48)
+
+NOTE = (
+    "The KV cache stores the keys and values of every token the model has read, so no token "
+    "is processed twice. Paged attention cuts that cache into fixed-size blocks, and a block "
+    "table maps each request to its blocks. Question: "
+)
+LONG_DOC = (
+    "Continuous batching lets an inference engine admit a new request in any step, as soon "
+    "as there is room, instead of waiting for a whole batch to finish. Chunked prefill "
+    "splits a long prompt over several steps so that the requests that are already "
+    "generating keep receiving a token in every step. Summarise this in one sentence."
+)
+
+
+@dataclass(slots=True)
+class Demo:
+    name: str
+    summary: str
+    build: Callable[[bool], Scenario]  # tiny? -> scenario
+    report: Callable[[Console, list[ScenarioRun]], None]
+    variants: tuple[str, ...] = ("",)  # several: the same workload run several ways ("static": static batching)
+
+
+# ---- the scenarios -----------------------------------------------------------------------
+def prefix_sharing(tiny: bool) -> Scenario:
+    questions = ["What is stored?", "Why use blocks?", "What maps requests to blocks?", "What is not repeated?"]
+    return Scenario(
+        name="prefix-sharing",
+        title="Demo: prefix sharing",
+        requests=[
+            Request(NOTE + q, {"max_tokens": 8, "ignore_eos": True}, arrive=2 * i) for i, q in enumerate(questions)
+        ],
+        engine={"block_size": 8 if tiny else 16, "num_kv_blocks": 160 if tiny else 64},
+        focus={"event": "prefix_hit", "nth": 1},
+        look_for="The second request is admitted with a prefix hit: its block table starts with the first "
+        "request's blocks (ref count 2) and only its question is computed.",
+    )
+
+
+def chunked_prefill(tiny: bool) -> Scenario:
+    return Scenario(
+        name="chunked-prefill",
+        title="Demo: chunked prefill",
+        requests=[
+            Request("Name a colour.", {"max_tokens": 14, "ignore_eos": True}),
+            Request("Name a fruit.", {"max_tokens": 14, "ignore_eos": True}),
+            Request(LONG_DOC, {"max_tokens": 4, "ignore_eos": True}, arrive=2),
+        ],
+        engine={
+            "block_size": 8 if tiny else 16,
+            "num_kv_blocks": 96 if tiny else 32,
+            "max_num_batched_tokens": 48 if tiny else 32,
+        },
+        focus={"event": "prefill_chunk", "request": 2, "nth": 2},
+        look_for="The long prompt is split into chunks that fill the token budget, while the two short "
+        "requests keep decoding one token per step; its sampled token is discarded until the last chunk.",
+    )
+
+
+def preemption(tiny: bool) -> Scenario:
+    prompts = ["Count from one to twenty.", "List the days of the week.", "Spell the word engine."]
+    return Scenario(
+        name="preemption",
+        title="Demo: preemption under memory pressure",
+        requests=[Request(p, {"max_tokens": 16, "ignore_eos": True}) for p in prompts],
+        engine={"block_size": 4 if tiny else 16, "num_kv_blocks": 26 if tiny else 10, "enable_prefix_caching": False},
+        focus={"event": "preempted", "nth": 1},
+        look_for="The pool is full and the oldest request needs a block, so the newest request is preempted: "
+        "its blocks go back to the pool and it waits at the head of the queue, to recompute later.",
+    )
+
+
+def batching(tiny: bool) -> Scenario:
+    lengths = (2, 12, 4, 10, 3, 8)
+    prompts = ["Say hi.", "Tell a story.", "Name a planet.", "Describe the sea.", "Say bye.", "Explain rain."]
+    return Scenario(
+        name="continuous-vs-static",
+        title="Demo: continuous vs static batching",
+        requests=[Request(p, {"max_tokens": n, "ignore_eos": True}) for p, n in zip(prompts, lengths)],
+        engine={"block_size": 8 if tiny else 16, "num_kv_blocks": 64 if tiny else 48, "max_num_seqs": 3},
+        focus={"event": "finished", "nth": 1},
+        look_for="A request has just finished; in the very next step a waiting request takes its place. "
+        "In static batching it would wait until the whole batch is done.",
+    )
+
+
+# ---- static batching, built from the scheduler's swappable functions --------------------
+def static_batching() -> dict[str, Callable]:
+    """Admit new requests only when the batch is empty: a new batch forms, then runs to the end."""
+    open_for_admission: dict[int, bool] = {}
+    schedule, try_admit = original("Scheduler.schedule"), original("Scheduler.try_admit")
+
+    def static_schedule(self):
+        open_for_admission[id(self)] = not self.running
+        return schedule(self)
+
+    def static_try_admit(self, seq, budget, out):
+        if not open_for_admission.get(id(self), True):
+            return False
+        return try_admit(self, seq, budget, out)
+
+    return {"Scheduler.schedule": static_schedule, "Scheduler.try_admit": static_try_admit}
+
+
+# ---- what to tell the class --------------------------------------------------------------
+def report_prefix(console: Console, runs: list[ScenarioRun]) -> None:
+    run = runs[0]
+    table = Table(title="prompt tokens per request", title_justify="left")
+    for col in ("request", "prompt tokens", "reused from the cache", "computed"):
+        table.add_column(col, justify="right")
+    saved = saved_per_request(run)
+    for i, out in enumerate(run.outputs):
+        n = len(out.prompt_token_ids)
+        table.add_row(chr(65 + i), str(n), str(saved.get(i, 0)), str(n - saved.get(i, 0)))
+    console.print(table)
+    total = sum(len(o.prompt_token_ids) for o in run.outputs)
+    console.print(
+        f"Prefix caching saved {sum(saved.values())} of {total} prompt tokens ({sum(saved.values()) / total:.0%})."
+    )
+
+
+def saved_per_request(run: ScenarioRun) -> dict[int, int]:
+    from tracer.trace.trace_file import load_trace
+
+    saved: dict[int, int] = {}
+    if run.trace_path is None:
+        return saved
+    trace = load_trace(run.trace_path, validate="none")
+    order = {r["seq_id"]: i for i, r in enumerate(sorted(trace.requests.values(), key=lambda r: r["seq_id"]))}
+    for step in trace.steps:
+        for e in step["events"]:
+            if e["kind"] == "prefix_hit":
+                saved[order[e["seq_id"]]] = saved.get(order[e["seq_id"]], 0) + e["detail"]["tokens_saved"]
+    return saved
+
+
+def report_chunked(console: Console, runs: list[ScenarioRun]) -> None:
+    run = runs[0]
+    long_index = len(run.outputs) - 1
+    chunks = [(s.step, n) for s in run.steps for i, n in s.batch if i == long_index and n > 1]
+    budget = run.scenario.engine["max_num_batched_tokens"]
+    decode_steps = [
+        s.step
+        for s in run.steps
+        if any(i < long_index and n == 1 for i, n in s.batch) and any(i == long_index and n > 1 for i, n in s.batch)
+    ]
+    console.print(
+        f"The long prompt ({len(run.outputs[long_index].prompt_token_ids)} tokens) was prefilled in "
+        f"{len(chunks)} chunks: " + ", ".join(f"step {s}: {n}" for s, n in chunks) + "."
+    )
+    console.print(
+        f"No step computed more than {max(s.num_batched_tokens for s in run.steps)} tokens "
+        f"(budget {budget}); in {len(decode_steps)} of those chunk steps the short requests "
+        f"still got their next token."
+    )
+
+
+def report_preemption(console: Console, runs: list[ScenarioRun]) -> None:
+    run = runs[0]
+    preempted = [(s.step, i) for s in run.steps for kind, i in s.events if kind == "preempted"]
+    recomputed = 0
+    for step, i in preempted:
+        later = next((s for s in run.steps if s.step > step and any(j == i for j, _ in s.batch)), None)
+        if later is not None:
+            recomputed += dict(later.batch)[i]
+    console.print(
+        f"{len(preempted)} preemption(s): "
+        + ", ".join(f"request {chr(65 + i)} at step {s}" for s, i in preempted)
+        + "."
+    )
+    console.print(
+        f"Re-admitted requests recomputed {recomputed} tokens (prompt + what they had generated); "
+        f"the run took {run.num_steps} steps."
+    )
+
+
+def report_batching(console: Console, runs: list[ScenarioRun]) -> None:
+    table = Table(title="the same 6 requests, at most 3 running at once", title_justify="left")
+    for col in ("batching", "steps", "avg. sequences per step", "tokens generated"):
+        table.add_column(col, justify="right")
+    for label, run in zip(("continuous", "static"), runs):
+        occupancy = sum(len(s.batch) for s in run.steps) / max(1, run.num_steps)
+        table.add_row(label, str(run.num_steps), f"{occupancy:.2f}", str(sum(len(o.token_ids) for o in run.outputs)))
+    console.print(table)
+    continuous, static = runs[0].num_steps, runs[1].num_steps
+    console.print(
+        f"Continuous batching needed {continuous} steps, static batching {static} "
+        f"({static - continuous} more, {static / continuous:.2f}x): in static mode a finished "
+        f"request's place stays empty until the longest request of its batch is done."
+    )
+
+
+DEMOS: dict[str, Demo] = {
+    d.name: d
+    for d in (
+        Demo(
+            "prefix-sharing",
+            "requests with a common prompt prefix share KV blocks (prefix caching)",
+            prefix_sharing,
+            report_prefix,
+        ),
+        Demo(
+            "chunked-prefill",
+            "a long prompt is split over several steps while others keep decoding",
+            chunked_prefill,
+            report_chunked,
+        ),
+        Demo(
+            "preemption",
+            "a tiny KV pool forces the scheduler to preempt and recompute a request",
+            preemption,
+            report_preemption,
+        ),
+        Demo(
+            "continuous-vs-static",
+            "the same workload with continuous and with static batching",
+            batching,
+            report_batching,
+            variants=("continuous", "static"),
+        ),
+    )
+}
+
+
+# ---- running --------------------------------------------------------------------------------
+def run_demo(
+    demo: Demo, model: str, out_dir: Path, console: Console | None = None, threads: int | None = None
+) -> list[ScenarioRun]:
+    """Record every variant of a demo; returns the runs in variant order."""
+    scenario = demo.build(model == "tiny")
+    runs = []
+    for n, variant in enumerate(demo.variants):
+        path = out_dir / f"demo-{demo.name}{'-' + variant if n else ''}.jsonl"
+        if console:
+            console.print(f"[bold]{scenario.title}[/]{' (' + variant + ')' if variant else ''}: model {model} ...")
+        swaps = static_batching() if variant == "static" else {}
+        with plugged(swaps):
+            run = run_scenario(
+                scenario,
+                path,
+                model=model,
+                engine_overrides={"num_threads": threads} if threads else None,
+                title=scenario.title + (f": {variant}" if variant else ""),
+            )
+        if console:
+            console.print(f"  {run.num_steps} steps → {path}; the step that matters: {run.focus_step}")
+            if run.violations:  # an engine bug: say so, and still show the run
+                v = run.violations[0]
+                console.print(
+                    f"  [red]{len(run.violations)} invariant violation(s); the first, at step {v.step}: {v.message}[/]"
+                )
+        runs.append(run)
+    return runs
+
+
+def export_frames(
+    trace_path: Path,
+    steps: list[int],
+    out_dir: Path,
+    prefix: str,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    console: Console | None = None,
+) -> list[Path]:
+    """SVG screenshots of the replay TUI at the given step numbers (headless)."""
+    from tracer.trace.trace_file import load_trace
+
+    trace = load_trace(trace_path)
+    index = {s["step"]: i for i, s in enumerate(trace.steps)}
+    missing = [s for s in steps if s not in index]
+    if missing:
+        last = trace.steps[-1]["step"] if trace.steps else 0
+        message = f"step(s) {', '.join(map(str, missing))} not in {trace_path.name} (steps 0..{last})"
+        if len(missing) == len(steps):
+            raise ValueError(message + ": choose steps inside the trace")
+        if console:
+            console.print(f"[yellow]skipping {message}[/]")
+    wanted = [s for s in steps if s in index]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return asyncio.run(screenshots(trace, [(s, index[s]) for s in wanted], out_dir, prefix, size))
+
+
+async def screenshots(
+    trace, steps: list[tuple[int, int]], out_dir: Path, prefix: str, size: tuple[int, int]
+) -> list[Path]:
+    from tracer.replay.app import ReplayApp
+
+    app = ReplayApp(trace, start_step=steps[0][1] if steps else 0, animations=False)
+    paths = []
+    async with app.run_test(size=size) as pilot:
+        for number, i in steps:
+            app.go_to(i)
+            await pilot.pause()
+            name = f"{prefix}step-{number:03d}.svg"
+            app.save_screenshot(filename=name, path=str(out_dir))
+            paths.append(out_dir / name)
+    return paths

@@ -1,0 +1,238 @@
+"""Named, deterministic engine runs for lessons and demos: requests (optionally arriving at later
+steps), engine options, and the step that matters. Runs them with the step recorder attached.
+
+A scenario file (lessons/NN_name/scenario.json) looks like:
+
+    {"title": "...", "model": "tiny",
+     "engine": {"block_size": 4, "max_num_batched_tokens": 16},
+     "params": {"max_tokens": 6, "ignore_eos": true},          # defaults for every request
+     "requests": [{"prompt": "The cat sat", "max_tokens": 3},   # per-request overrides
+                  {"prompt": "On the mat", "arrive": 2}],        # added before step 2 runs
+     "focus": {"event": "finished", "nth": 1},                  # or {"step": 3}; "request": 0 to
+                                                                # count only request 0's events
+     "look_for": "what to watch in the replay"}
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from nanoengine.engine import LLMEngine, RequestOutput
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.step_record import StepRecord
+
+DEFAULT_MAX_STEPS = 2000
+FOCUS_EVENTS = ("admitted", "prefix_hit", "prefill_chunk", "prefill_done", "preempted", "finished")
+PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run: bad file, or an engine that never finishes."""
+
+
+@dataclass(slots=True)
+class Request:
+    prompt: str | list[int]
+    params: dict = field(default_factory=dict)  # SamplingParams fields
+    arrive: int = 0  # engine step before which it is added
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    title: str
+    requests: list[Request]
+    engine: dict = field(default_factory=dict)  # LLMEngine options
+    model: str = "tiny"
+    focus: dict = field(default_factory=dict)  # {"step": N} or {"event": kind, "nth": 1}
+    look_for: str = ""
+    max_steps: int = DEFAULT_MAX_STEPS
+
+
+@dataclass(slots=True)
+class StepSummary:
+    """What a step scheduled, by request index (seq_ids differ between runs, indices do not)."""
+
+    step: int
+    batch: tuple[tuple[int, int], ...]  # (request index, num_scheduled_tokens)
+    events: tuple[tuple[str, int], ...]  # (kind, request index)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(n for _, n in self.batch)
+
+
+@dataclass(slots=True)
+class ScenarioRun:
+    scenario: Scenario
+    model: str
+    trace_path: Path | None
+    outputs: list[RequestOutput]  # in request order
+    steps: list[StepSummary]
+    violations: list  # tracer.invariants.Violation, found live
+    focus_step: int
+    prefix_hits: dict[int, int] = field(default_factory=dict)  # step -> prompt tokens saved
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def event_counts(self) -> Counter:
+        return Counter(kind for s in self.steps for kind, _ in s.events)
+
+    def tokens_saved_by_prefix_cache(self) -> int:
+        return sum(self.prefix_hits.values())
+
+
+# ---- loading -------------------------------------------------------------------------------
+def load_scenario(path: str | Path, name: str | None = None) -> Scenario:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ScenarioError(f"cannot read scenario {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ScenarioError(f"scenario {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    return scenario_from_dict(data, name or path.parent.name, source=str(path))
+
+
+def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scenario:
+    if not isinstance(data, dict) or not data.get("requests"):
+        raise ScenarioError(f"{source}: a scenario needs a non-empty 'requests' list")
+    defaults = data.get("params", {})
+    requests = []
+    for i, r in enumerate(data["requests"]):
+        r = {"prompt": r} if isinstance(r, (str, list)) else dict(r)
+        if "prompt" not in r:
+            raise ScenarioError(f"{source}: request {i} has no 'prompt'")
+        prompt, arrive = r.pop("prompt"), int(r.pop("arrive", 0))
+        params = {**defaults, **r}
+        unknown = sorted(set(params) - PARAM_FIELDS)
+        if unknown:
+            raise ScenarioError(
+                f"{source}: request {i} has unknown field(s) {', '.join(unknown)}; "
+                f"use prompt, arrive or a SamplingParams field"
+            )
+        requests.append(Request(prompt, params, arrive))
+    focus = data.get("focus", {})
+    if focus.get("event") and focus["event"] not in FOCUS_EVENTS:
+        raise ScenarioError(f"{source}: focus event {focus['event']!r} is not one of {', '.join(FOCUS_EVENTS)}")
+    return Scenario(
+        name=name,
+        title=data.get("title", name),
+        requests=requests,
+        engine=dict(data.get("engine", {})),
+        model=data.get("model", "tiny"),
+        focus=focus,
+        look_for=data.get("look_for", ""),
+        max_steps=int(data.get("max_steps", DEFAULT_MAX_STEPS)),
+    )
+
+
+# ---- running -------------------------------------------------------------------------------
+class StepCollector:
+    """A step hook that keeps a compact summary of each step, by request index."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}  # seq_id -> request index
+        self.steps: list[StepSummary] = []
+        self.prefix_hits: dict[int, int] = {}
+
+    def __call__(self, record: StepRecord) -> None:
+        idx = self.index.get
+        scheduled = {s.seq_id: s.num_scheduled_tokens for s in record.seqs}
+        batch = tuple((idx(sid, -1), scheduled.get(sid, 0)) for sid in record.inputs.seq_ids)
+        events = tuple((e.kind, idx(e.seq_id, -1)) for e in record.events)
+        self.steps.append(StepSummary(record.step, batch, events))
+        for e in record.events:
+            if e.kind == "prefix_hit":
+                self.prefix_hits[record.step] = self.prefix_hits.get(record.step, 0) + e.detail["tokens_saved"]
+
+
+def run_scenario(
+    scenario: Scenario,
+    trace_path: str | Path | None = None,
+    model: str | None = None,
+    engine_overrides: dict | None = None,
+    title: str | None = None,
+) -> ScenarioRun:
+    """Run every request to completion with the recorder attached.
+
+    trace_path None: record into a temporary file that is removed afterwards (violations are
+    still checked live). Raises ScenarioError if the engine has not finished after max_steps.
+    """
+    from tracer.trace.recorder import TraceRecorder  # the recorder imports the engine; keep this module light
+
+    model = model or scenario.model
+    engine = LLMEngine(model, **{**scenario.engine, **(engine_overrides or {})})
+    collector = StepCollector()
+    engine.add_step_hook(collector)
+    with tempfile.TemporaryDirectory(prefix="nanoengine-scenario-") as tmp:
+        path = Path(trace_path) if trace_path is not None else Path(tmp) / "trace.jsonl"
+        with TraceRecorder(engine, path, title=title or scenario.title) as recorder:
+            ids = drive(engine, scenario, collector)
+        violations = list(recorder.violations)
+        focus = find_focus(scenario.focus, collector.steps)
+        if trace_path is not None:
+            set_header_focus(path, focus)
+    return ScenarioRun(
+        scenario,
+        model,
+        Path(trace_path) if trace_path is not None else None,
+        [engine.collect(i) for i in ids],
+        collector.steps,
+        violations,
+        focus,
+        collector.prefix_hits,
+    )
+
+
+def drive(engine: LLMEngine, scenario: Scenario, collector: StepCollector) -> list[int]:
+    """Add each request at its arrival step and step until all are done; returns seq_ids in order."""
+    order = sorted(range(len(scenario.requests)), key=lambda i: scenario.requests[i].arrive)
+    ids: dict[int, int] = {}
+    while order or engine.has_unfinished():
+        # An idle engine jumps straight to the next arrival rather than spinning empty steps.
+        while order and (scenario.requests[order[0]].arrive <= engine.num_steps or not engine.has_unfinished()):
+            i = order.pop(0)
+            r = scenario.requests[i]
+            ids[i] = engine.add_request(r.prompt, SamplingParams(**r.params))
+            collector.index[ids[i]] = i
+        if engine.num_steps >= scenario.max_steps:
+            raise ScenarioError(
+                f"the engine did not finish within {scenario.max_steps} steps "
+                f"(scenario {scenario.name!r}): is a request never scheduled, or never finished?"
+            )
+        engine.step()
+    return [ids[i] for i in range(len(scenario.requests))]
+
+
+def find_focus(focus: dict, steps: list[StepSummary]) -> int:
+    """The step a scenario wants shown: a fixed step, or the nth step with a given event
+    (optionally only events of one request, by index)."""
+    if "step" in focus:
+        return max(0, min(int(focus["step"]), len(steps) - 1))
+    kind, nth, request = focus.get("event"), int(focus.get("nth", 1)), focus.get("request")
+    if kind:
+        hits = [s.step for s in steps if any(k == kind and request in (None, i) for k, i in s.events)]
+        if hits:
+            return hits[min(nth, len(hits)) - 1]
+    return 0
+
+
+def set_header_focus(path: Path, step: int) -> None:
+    """Write the focus step into the trace header, so `nanoengine replay` opens there too."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if not lines:
+        return
+    header = json.loads(lines[0])
+    if header.get("type") != "header":
+        return
+    header["focus_step"] = step
+    lines[0] = json.dumps(header, ensure_ascii=False) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
