@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 
 @dataclass(slots=True)
@@ -34,15 +35,15 @@ class TorchAttention:
     """Pure torch, CPU and CUDA. Cache [kv_heads, num_blocks, block_size, dim]: gathering a sequence's
     blocks with index_select lands K already laid out for a batched matmul (no transpose copy)."""
 
-    def cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple:
+    def cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
         return (num_kv_heads, num_blocks, block_size, head_dim)
 
-    def write_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
+    def write_kv(self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
         heads, _, _, dim = k_cache.shape
         k_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, k.transpose(0, 1))
         v_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, v.transpose(0, 1))
 
-    def __call__(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
         """q: [T, heads, dim] -> [T, heads, dim]."""
         out = torch.empty_like(q)
         num_kv_heads, _, block_size, dim = k_cache.shape
@@ -78,18 +79,18 @@ class TorchAttention:
 class FlashAttention:
     """flash-attn's paged varlen kernel (CUDA; block_size a multiple of 256). Cache [num_blocks, block_size, kv_heads, dim]."""
 
-    def cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple:
+    def cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
         return (num_blocks, block_size, num_kv_heads, head_dim)
 
-    def write_kv(self, k_cache, v_cache, k, v, slot_mapping) -> None:
+    def write_kv(self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
         k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
         v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
 
-    def __call__(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
         from flash_attn import flash_attn_varlen_func
 
         cu_seqlens_k = F.pad(meta.seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
-        return flash_attn_varlen_func(
+        out: Tensor = flash_attn_varlen_func(
             q,
             k_cache,
             v_cache,
@@ -101,9 +102,13 @@ class FlashAttention:
             causal=True,
             block_table=meta.block_tables,
         )
+        return out
 
 
-def pick_backend(name: str, device: torch.device, block_size: int):
+AttentionBackend = TorchAttention | FlashAttention
+
+
+def pick_backend(name: str, device: torch.device, block_size: int) -> AttentionBackend:
     if name == "torch" or (name == "auto" and device.type != "cuda"):
         return TorchAttention()
     try:

@@ -77,8 +77,9 @@ class BlockManager:
 
     def take_free_block(self) -> int:
         block_id, _ = self.free_blocks.popitem(last=False)
-        if self.hashes[block_id] is not None:  # evict: its cached contents are overwritten
-            del self.hash_to_block[self.hashes[block_id]]
+        old_hash = self.hashes[block_id]
+        if old_hash is not None:  # evict: its cached contents are overwritten
+            del self.hash_to_block[old_hash]
             self.hashes[block_id] = None
         self.ref_counts[block_id] = 1
         return block_id

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -22,7 +23,7 @@ class EngineConfig:
     num_threads: int | None = None
 
     @classmethod
-    def from_kwargs(cls, **kwargs) -> EngineConfig:
+    def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:

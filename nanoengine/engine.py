@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,10 +14,10 @@ from torch import nn
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig
 from nanoengine.loader import load_model
-from nanoengine.model import CausalLM, head_dim_of
+from nanoengine.model import CausalLM, ModelConfig, head_dim_of
 from nanoengine.model_runner import ModelRunner, prepare_inputs
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.scheduler import Scheduler
+from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import FinishReason, Sequence
 from nanoengine.step_record import NO_WATCH, StepHook, StepWatch
 
@@ -32,7 +33,7 @@ class RequestOutput:
 
 
 class LLMEngine:
-    def __init__(self, model: str = "default", **options):
+    def __init__(self, model: str = "default", **options: Any):
         self.config = config = EngineConfig.from_kwargs(model=model, **options)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
@@ -40,31 +41,20 @@ class LLMEngine:
         dtype = getattr(torch, config.dtype or ("bfloat16" if self.device.type == "cuda" else "float32"))
         loaded = load_model(config.model)
         self.model_name, self.tokenizer, hf_config = loaded.name, loaded.tokenizer, loaded.config
-        config.max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
-        if config.num_kv_blocks is None:
-            bytes_per_block = (
-                2
-                * hf_config.num_hidden_layers
-                * config.block_size
-                * hf_config.num_key_value_heads
-                * head_dim_of(hf_config)
-                * dtype.itemsize
-            )
-            by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block)
-            by_need = config.max_num_seqs * blocks_needed(config.max_model_len, config.block_size)
-            config.num_kv_blocks = max(1, min(by_memory, by_need))
-        self.model = build_model(hf_config, loaded.state_dict, config.max_model_len, self.device, dtype)
+        config.max_model_len = max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
+        config.num_kv_blocks = num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
+        self.model = build_model(hf_config, loaded.state_dict, max_model_len, self.device, dtype)
         self.eos_token_ids = eos_ids(hf_config, self.tokenizer)
-        self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             self.block_manager,
             config.max_num_batched_tokens,
             config.max_num_seqs,
-            config.max_model_len,
+            max_model_len,
             self.eos_token_ids,
         )
         self.runner = ModelRunner(
-            self.model, config.num_kv_blocks, config.block_size, self.device, dtype, config.attention_backend
+            self.model, num_kv_blocks, config.block_size, self.device, dtype, config.attention_backend
         )
         self.sequences: dict[int, Sequence] = {}  # every request not yet collected
         self.step_hooks: list[StepHook] = []
@@ -79,21 +69,22 @@ class LLMEngine:
             prompt = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
             )
-        return self.tokenizer.encode(prompt, add_special_tokens=False)
+        token_ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
+        return token_ids
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
         params = params or SamplingParams()
         if (isinstance(prompt, str) and not prompt.strip()) or (not isinstance(prompt, str) and not prompt):
             raise ValueError("empty prompt: give at least one token of text")
         token_ids = self.encode_prompt(prompt)
-        limit = self.config.max_model_len
+        limit = self.scheduler.max_model_len
         if len(token_ids) >= limit:
             raise ValueError(
                 f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: shorten it or raise max_model_len"
             )
         worst = min(len(token_ids) + params.max_tokens, limit)
         need = blocks_needed(worst, self.config.block_size)
-        if need > self.config.num_kv_blocks:
+        if need > self.block_manager.num_blocks:
             raise ValueError(
                 f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
                 f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: raise "
@@ -147,7 +138,7 @@ class LLMEngine:
             self.scheduler.finish(seq, FinishReason.ABORT)
         return aborted
 
-    def check_stop_strings(self, appended: list[Sequence], out) -> None:
+    def check_stop_strings(self, appended: list[Sequence], out: SchedulerOutput) -> None:
         for seq in appended:
             if seq.params.stop and not seq.is_finished:
                 tail = self.tokenizer.decode(seq.completion_token_ids[-16:])
@@ -172,7 +163,7 @@ class LLMEngine:
 class LLM:
     """The simple API: LLM(model=...).generate(prompts, params) -> outputs in input order."""
 
-    def __init__(self, model: str = "default", **options):
+    def __init__(self, model: str = "default", **options: Any):
         self.engine = LLMEngine(model, **options)
 
     def generate(
@@ -189,7 +180,22 @@ class LLM:
         return [self.engine.collect(i) for i in ids]
 
 
-def build_model(hf_config, state_dict, max_positions: int, device, dtype) -> CausalLM:
+def kv_blocks_that_fit(config: EngineConfig, hf_config: ModelConfig, dtype: torch.dtype) -> int:
+    """As many blocks as kv_cache_memory_gb holds, but no more than max_num_seqs full-length requests need."""
+    per_block = 2 * hf_config.num_hidden_layers * config.block_size * hf_config.num_key_value_heads
+    bytes_per_block = per_block * head_dim_of(hf_config) * dtype.itemsize
+    by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block)
+    by_need = config.max_num_seqs * blocks_needed(config.max_model_len or 0, config.block_size)
+    return max(1, min(by_memory, by_need))
+
+
+def build_model(
+    hf_config: ModelConfig,
+    state_dict: dict[str, torch.Tensor] | None,
+    max_positions: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> CausalLM:
     if state_dict is None:
         torch.manual_seed(0)  # the tiny model: the same random weights every time
         model = CausalLM(hf_config, max_positions)
@@ -206,20 +212,20 @@ def build_model(hf_config, state_dict, max_positions: int, device, dtype) -> Cau
 
 
 @contextmanager
-def skip_random_init():
+def skip_random_init() -> Iterator[None]:
     """The checkpoint overwrites every weight, so skip the random init (and the meta device,
     whose first use imports ~1.5 s of torch internals)."""
     saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
-    nn.Linear.reset_parameters = nn.Embedding.reset_parameters = lambda self: None
+    nn.Linear.reset_parameters = nn.Embedding.reset_parameters = lambda self: None  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved
+        nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved  # type: ignore[method-assign]
 
 
-def eos_ids(hf_config, tokenizer) -> frozenset[int]:
-    ids = hf_config.eos_token_id
-    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+def eos_ids(hf_config: ModelConfig, tokenizer: Any) -> frozenset[int]:
+    configured = hf_config.eos_token_id
+    ids = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.add(tokenizer.eos_token_id)
     return frozenset(ids)

@@ -12,6 +12,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -29,8 +30,8 @@ class ModelLoadError(ValueError):
 @dataclass(slots=True)
 class LoadedModel:
     name: str
-    config: object  # a transformers PretrainedConfig
-    tokenizer: object
+    config: Any  # a transformers PretrainedConfig, or its fields as attributes
+    tokenizer: Any  # a transformers tokenizer, or the tiny model's ByteTokenizer
     state_dict: dict[str, torch.Tensor] | None  # None: random weights (the tiny model)
 
 
@@ -71,7 +72,7 @@ def load_folder(path: Path, name: str) -> LoadedModel:
     return LoadedModel(name, config, load_tokenizer(path), state_dict)
 
 
-def read_config(path: Path):
+def read_config(path: Path) -> Any:
     """config.json as attributes. Reading it ourselves skips ~2 s of transformers' AutoConfig start-up;
     AutoConfig is still used for RoPE scaling variants, which need transformers' own config object."""
     raw = json.loads((path / "config.json").read_text())
@@ -91,7 +92,7 @@ def read_config(path: Path):
     return SimpleNamespace(**{**defaults, **raw})
 
 
-def load_tokenizer(path: Path, **kwargs):
+def load_tokenizer(path: Path, **kwargs: Any) -> Any:
     if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         return ByteTokenizer()  # e.g. a tiny test checkpoint saved without a tokenizer
     if not kwargs and (path / "tokenizer.json").exists():
@@ -166,6 +167,7 @@ def save_folder(loaded: LoadedModel, target: Path) -> None:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
+    assert loaded.state_dict is not None, "only a checkpoint's weights are saved"
     weights = {
         k: v.contiguous()
         for k, v in loaded.state_dict.items()

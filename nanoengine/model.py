@@ -6,11 +6,17 @@ Tokens arrive flat ([num_tokens, hidden]): no batch dimension, no padding.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
-from nanoengine.attention import AttentionMetadata
+from nanoengine.attention import AttentionBackend, AttentionMetadata
+
+ModelConfig = Any  # a transformers PretrainedConfig of the Llama family
+Rope = tuple[Tensor, Tensor]  # cos, sin
+KVCache = tuple[Tensor, Tensor]  # one layer's K and V cache
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -25,7 +31,8 @@ class RMSNorm(nn.Module):
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        out: Tensor = self.weight * x.to(dtype)
+        return out
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -34,11 +41,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, config, max_positions: int):
+    def __init__(self, config: ModelConfig, max_positions: int):
         super().__init__()
         inv_freq = rope_inv_freq(config)
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos: Tensor
+        self.sin: Tensor
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
@@ -47,30 +56,31 @@ class RotaryEmbedding(nn.Module):
         return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
 
 
-def apply_rope(q: torch.Tensor, k: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+def apply_rope(q: Tensor, k: Tensor, rope: Rope) -> tuple[Tensor, Tensor]:
     cos, sin = rope
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
-def rope_inv_freq(config) -> torch.Tensor:
+def rope_inv_freq(config: ModelConfig) -> Tensor:
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "default":
         theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
         dim = head_dim_of(config)
-        return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        inv_freq: Tensor = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        return inv_freq
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
-    return inv_freq.float()
+    return torch.as_tensor(inv_freq).float()
 
 
-def head_dim_of(config) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+def head_dim_of(config: ModelConfig) -> int:
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
 class Attention(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -86,7 +96,9 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
-    def forward(self, x, rope, kv_cache, meta: AttentionMetadata, attend):
+    def forward(
+        self, x: Tensor, rope: Rope, kv_cache: KVCache, meta: AttentionMetadata, attend: AttentionBackend
+    ) -> Tensor:
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
@@ -97,35 +109,40 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache
         attend.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         o = attend(q, k_cache, v_cache, meta, self.scale)
-        return self.o_proj(o.reshape(T, -1))
+        out: Tensor = self.o_proj(o.reshape(T, -1))
+        return out
 
 
 class MLP(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.self_attn = Attention(config)
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, rope, kv_cache, meta, attend):
+    def forward(
+        self, x: Tensor, rope: Rope, kv_cache: KVCache, meta: AttentionMetadata, attend: AttentionBackend
+    ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta, attend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out: Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, config, max_positions: int):
+    def __init__(self, config: ModelConfig, max_positions: int):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
@@ -134,7 +151,7 @@ class DecoderModel(nn.Module):
 
 
 class CausalLM(nn.Module):
-    def __init__(self, config, max_positions: int):
+    def __init__(self, config: ModelConfig, max_positions: int):
         super().__init__()
         if config.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
@@ -146,13 +163,21 @@ class CausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata, attend) -> torch.Tensor:
-        x = self.model.embed_tokens(input_ids)
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+        attend: AttentionBackend,
+    ) -> Tensor:
+        x: Tensor = self.model.embed_tokens(input_ids)
         rope = self.model.rotary_emb(positions, x.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches):
             x = layer(x, rope, kv_cache, meta, attend)
         return x
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden: Tensor) -> Tensor:
         """Final norm + LM head, only for the rows that are sampled (the norm is per token)."""
-        return self.lm_head(self.model.norm(hidden))
+        logits: Tensor = self.lm_head(self.model.norm(hidden))
+        return logits

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from nanoengine.attention import AttentionMetadata, DecodeGroup, pick_backend
+from nanoengine.model import CausalLM, head_dim_of
 from nanoengine.sampler import sample
 from nanoengine.sequence import Sequence
 
@@ -72,7 +73,7 @@ def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
 class ModelRunner:
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         num_blocks: int,
         block_size: int,
         device: torch.device,
@@ -83,9 +84,8 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.attend = pick_backend(attention_backend, device, block_size)
-        cfg = model.config
         shape = self.attend.cache_shape(
-            num_blocks, block_size, cfg.num_key_value_heads, model.model.layers[0].self_attn.head_dim
+            num_blocks, block_size, model.config.num_key_value_heads, head_dim_of(model.config)
         )
         self.kv_caches = [
             (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
@@ -97,13 +97,12 @@ class ModelRunner:
         seq_lens = inputs.seq_lens.tolist()
         starts = inputs.query_start_loc.tolist()
         decode_seqs = [i for i, n in enumerate(q_lens) if n == 1]
-        to = dict(device=self.device)
         groups = [self.decode_group(g, starts, inputs) for g in group_by_length(decode_seqs, seq_lens)]
         return AttentionMetadata(
-            slot_mapping=inputs.slot_mapping.to(**to),
-            query_start_loc=inputs.query_start_loc.to(dtype=torch.int32, **to),
-            seq_lens=inputs.seq_lens.to(dtype=torch.int32, **to),
-            block_tables=inputs.block_tables.to(dtype=torch.int32, **to),
+            slot_mapping=inputs.slot_mapping.to(self.device),
+            query_start_loc=inputs.query_start_loc.to(self.device, torch.int32),
+            seq_lens=inputs.seq_lens.to(self.device, torch.int32),
+            block_tables=inputs.block_tables.to(self.device, torch.int32),
             max_query_len=max(q_lens),
             max_seq_len=max(seq_lens),
             decode_groups=groups,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.sequence import FinishReason, Sequence, SequenceStatus
@@ -17,7 +18,7 @@ def choose_victim(running: list[Sequence]) -> Sequence:
 @dataclass(slots=True)
 class SchedulerOutput:
     seqs: list[Sequence] = field(default_factory=list)  # batch order; each has num_scheduled_tokens > 0
-    events: list[tuple[str, int, dict]] = field(default_factory=list)
+    events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def num_batched_tokens(self) -> int:

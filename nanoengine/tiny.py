@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 
 
@@ -15,7 +18,7 @@ class ByteTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [b + len(SPECIAL_TOKENS) for b in text.encode("utf-8")]
 
-    def decode(self, token_ids, skip_special_tokens: bool = True) -> str:
+    def decode(self, token_ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         data = bytes(t - len(SPECIAL_TOKENS) for t in token_ids if len(SPECIAL_TOKENS) <= t < self.vocab_size)
         return data.decode("utf-8", errors="replace")
 
@@ -23,7 +26,7 @@ class ByteTokenizer:
         return [SPECIAL_TOKENS[t] if t < len(SPECIAL_TOKENS) else self.decode([t]) for t in token_ids]
 
 
-def tiny_config():
+def tiny_config() -> Any:
     from transformers import LlamaConfig
 
     return LlamaConfig(

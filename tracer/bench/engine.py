@@ -119,10 +119,11 @@ def run_traced(
         step_times.append(time.perf_counter() - start)
         return gained
 
-    engine.step = timed_step
+    engine.step = timed_step  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as tmp:
         path = trace_path or Path(tmp) / "bench-trace.jsonl"
-        wall_times.clear(), step_times.clear()
+        wall_times.clear()
+        step_times.clear()
         with TraceRecorder(engine, path, title="nanoengine bench") as recorder:
             result = run_requests(engine, requests, "nanoengine + tracer")
         recording = sum(step_times) - sum(wall_times)

@@ -41,7 +41,7 @@ def load_hf_model(model: str, device: torch.device, dtype: torch.dtype):
         hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **options)
     else:
         hf = AutoModelForCausalLM.from_pretrained(str(path) if path.is_dir() else model, **options)
-    return hf.to(device).eval()
+    return hf.to(device).eval()  # type: ignore[arg-type]  # transformers' typed .to() wrapper
 
 
 def tiny_hf_model(dtype: torch.dtype):
@@ -111,7 +111,8 @@ def generate_static(hf_model, batch: list[BenchRequest], pad_id: int) -> tuple[l
 def run_hf_generate(hf_model, requests: list[BenchRequest], batch_size: int | None = None) -> RunResult:
     batch_size = batch_size or len(requests)
     pad_id = pad_token_id(hf_model)
-    outputs, token_times = [], []
+    outputs: list[list[int]] = []
+    token_times: list[list[float]] = []
     synchronize(hf_model.device)
     start = time.perf_counter()
     for first in range(0, len(requests), batch_size):

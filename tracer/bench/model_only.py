@@ -28,7 +28,7 @@ class ForwardProbe:
         self.inputs: list[StepInputs] = []
         self.model_time = 0.0
         self.wrapped = self.runner.run
-        self.runner.run = self.run
+        self.runner.run = self.run  # type: ignore[method-assign]
 
     def run(self, seqs, inputs: StepInputs) -> list[int]:
         start = time.perf_counter()

@@ -163,8 +163,8 @@ def targets_table(report: dict):
     from rich.table import Table
 
     table = Table(title="Targets")
-    for name, justify in (("target", "left"), ("value", "right"), ("goal", "right"), ("", "left")):
-        table.add_column(name, justify=justify)
+    for name, right in (("target", False), ("value", True), ("goal", True), ("", False)):
+        table.add_column(name, justify="right" if right else "left")
     for t in report["targets"]:
         verdict = {True: "[green]met", False: "[red]not met", None: "[dim]not measured"}[t["met"]]
         table.add_row(t["name"], fmt_value(t["value"], t["unit"]), fmt_limit(t), verdict)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tracer.bench.metrics import count_matching
+from tracer.bench.metrics import RunResult, count_matching
 from tracer.bench.workload import STANDARD, BenchRequest, WorkloadSpec, build_workload, workload_summary
 
 SCHEMA = "nanoengine-bench/1"
@@ -197,13 +197,15 @@ def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype, k
 def measure_tracer(settings: BenchSettings, options: dict, requests, warmup, plain_elapsed: float) -> dict:
     from tracer.bench.engine import run_traced
 
-    best, info = None, {}
+    best: RunResult | None = None
+    info: dict = {}
     for i in range(settings.repeat):
         log(f"nanoengine with the step recorder, run {i + 1}/{settings.repeat} ...")
         result, run_info = run_traced(settings.model, options, requests, warmup, settings.trace_out)
         if best is None or result.elapsed < best.elapsed:
             best, info = result, run_info
         gc.collect()
+    assert best is not None, "repeat >= 1"
     return {
         "elapsed_s": round(best.elapsed, 4),
         "plain_elapsed_s": round(plain_elapsed, 4),

@@ -31,6 +31,7 @@ def demo_main(argv: list[str]) -> int:
         for run, variant in zip(runs, demo.variants):
             prefix = f"{variant or demo.name}-"
             wanted = steps or [run.focus_step]
+            assert run.trace_path is not None, "demos always record a trace"
             paths = export_frames(run.trace_path, wanted, Path(args.export), prefix, size, console)
             console.print(f"{len(paths)} frame(s) of the {variant or demo.name} run → {args.export}")
         return 0
@@ -38,6 +39,7 @@ def demo_main(argv: list[str]) -> int:
         return 0
     from tracer.replay.app import run_replay
 
+    assert runs[0].trace_path is not None, "demos always record a trace"
     return run_replay(runs[0].trace_path, start_step=runs[0].focus_step, predict=args.predict)
 
 

@@ -351,7 +351,7 @@ class ReplayApp(App[int]):
         self.machine.animations = self.kv.animations = self.animations
         self.notify(f"animations {'on' if self.animations else 'off'}")
 
-    def action_screenshot(self) -> None:
+    def action_screenshot(self) -> None:  # type: ignore[override]  # no filename/path: always the trace's folder
         self.require_main_screen()
         self.screenshot_dir.mkdir(parents=True, exist_ok=True)
         path = self.save_screenshot(filename=f"nanoengine-step-{self.step_number}.svg", path=str(self.screenshot_dir))
@@ -362,7 +362,7 @@ class ReplayApp(App[int]):
         self.require_main_screen()
         self.push_screen(HelpScreen())
 
-    def action_quit(self) -> None:
+    async def action_quit(self) -> None:
         self.exit(0)
 
     # ---- predict mode ---------------------------------------------------------------------

@@ -48,7 +48,7 @@ VIOLATION = Style(bold=True, color="white", bgcolor="#c0392b")
 DIM = Style(dim=True)
 
 
-VISIBLE = {**{i: 0x2400 + i for i in range(32)}, ord("\n"): "↵", ord("\t"): "⇥", 127: "␡"}
+VISIBLE: dict[int, int | str] = {**{i: 0x2400 + i for i in range(32)}, ord("\n"): "↵", ord("\t"): "⇥", 127: "␡"}
 
 
 def printable(text: str) -> str:

@@ -115,6 +115,8 @@ def load_module(path: Path, module_name: str) -> ModuleType:
     if not path.is_file():
         raise LessonError(f"{path} does not exist")
     spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise LessonError(f"{path} cannot be imported as Python (name it *.py)")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

@@ -20,9 +20,10 @@ checks that need them are skipped.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Any
 
 from tracer.trace.step_line import line_from_record
 
@@ -88,7 +89,7 @@ class Violation:
 class Context:
     """One step, with its sequences indexed, handed to every check."""
 
-    step: dict
+    step: Mapping[str, Any]
     seqs: dict[int, dict]
     batch: list[int]  # seq_ids in batch order
     block_size: int
@@ -704,7 +705,7 @@ class InvariantChecker:
             if ids is not None and len(ids) == r.get("num_prompt_tokens", len(ids)):  # else: prompt unknown
                 self.tokens.setdefault(r["seq_id"], list(r["prompt_token_ids"]))
 
-    def check(self, step: dict) -> list[Violation]:
+    def check(self, step: Mapping[str, Any]) -> list[Violation]:
         self.add_requests(step.get("new_requests", ()))
         ctx = Context(
             step,
@@ -716,7 +717,7 @@ class InvariantChecker:
             self.tokens,
             self.memo,
         )
-        found = []
+        found: list[Violation] = []
         for name, fn in CHECKS:
             try:
                 found.extend(fn(ctx))

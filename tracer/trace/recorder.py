@@ -39,9 +39,9 @@ from pathlib import Path
 import nanoengine
 from nanoengine.engine import LLMEngine, RequestOutput
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.step_record import SeqStep, StepRecord
+from nanoengine.step_record import BlockPool, SeqStep, StepRecord
 from tracer.trace.invariants import InvariantChecker, Violation
-from tracer.trace.step_line import SeqRow, StepLine, line_from_record
+from tracer.trace.step_line import PoolLayout, SeqRow, StepLine, line_from_record
 from tracer.trace.trace_file import SCHEMA_VERSION
 
 CONFIG_FIELDS = (
@@ -76,8 +76,8 @@ class TraceRecorder:
         self.config = engine_config(engine)
         self.checker = InvariantChecker(self.config)
         self.requests: dict[int, dict] = {}
-        self.rows: dict[int, dict] = {}  # each sequence's latest row
-        self.carried: dict[int, dict] = {}  # finished sequences' row for later steps
+        self.rows: dict[int, SeqRow] = {}  # each sequence's latest row
+        self.carried: dict[int, SeqRow] = {}  # finished sequences' row for later steps
         self.completions: dict[int, list[int]] = {}  # generated token ids so far
         self.texts: dict[int, str] = {}  # token id -> decoded text
         self.encoded: dict[str, tuple] = {}  # pool field -> (value, its JSON) from the last step
@@ -104,7 +104,7 @@ class TraceRecorder:
         self.num_steps += 1
         self.last_step = record.step
 
-    def serialize(self, line: dict) -> str:
+    def serialize(self, line: StepLine) -> str:
         """The line as JSON; the pool's big arrays are re-encoded only when they changed."""
         rest = {k: v for k, v in line.items() if k not in ("pool", "violations")}
         pool = ",".join(f'"{key}":{self.encode_once(key, value)}' for key, value in line["pool"].items())
@@ -145,7 +145,7 @@ class TraceRecorder:
             row["output_text"] = self.rows[seq_id]["output_text"]
         return row
 
-    def carry(self, seq_id: int) -> dict:
+    def carry(self, seq_id: int) -> SeqRow:
         """A sequence gone from the engine's record (finished earlier): still listed, idle."""
         if seq_id not in self.carried:
             last = self.rows[seq_id]
@@ -161,7 +161,7 @@ class TraceRecorder:
             }
         return self.carried[seq_id]
 
-    def pool_layout(self, seqs: list[dict], pool) -> dict:
+    def pool_layout(self, seqs: list[SeqRow], pool: BlockPool) -> PoolLayout:
         """owners[b]: sequences whose block_table_after holds b; filled[b]: slots of b holding computed KV."""
         bs, n = pool.block_size, len(pool.ref_counts)
         if self.free_filled[:2] != (pool.hashes, pool.ref_counts):  # free blocks' fill changes rarely

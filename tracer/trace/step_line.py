@@ -58,6 +58,11 @@ class PoolLine(TypedDict):
     filled: NotRequired[list[int]]  # recorder only: computed slots of each block
 
 
+class PoolLayout(TypedDict):
+    owners: list[list[int]]
+    filled: list[int]
+
+
 class StepLine(TypedDict):
     type: str  # "step"
     step: int
@@ -85,6 +90,6 @@ def line_from_record(record: StepRecord) -> StepLine:
         "model_time": round(record.model_time, 6),
         "seqs": [seq_row(s) for s in record.seqs],
         "events": [{"kind": e.kind, "seq_id": e.seq_id, "detail": e.detail} for e in record.events],
-        "inputs": {f: getattr(inp, f) for f in type(inp).__slots__},  # type: ignore[misc]
-        "pool": {f: getattr(pool, f) for f in type(pool).__slots__},  # type: ignore[misc]
+        "inputs": {f: getattr(inp, f) for f in type(inp).__slots__},  # type: ignore[typeddict-item]
+        "pool": {f: getattr(pool, f) for f in type(pool).__slots__},  # type: ignore[typeddict-item]
     }

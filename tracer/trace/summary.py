@@ -92,7 +92,7 @@ def totals_table(trace: Trace, s: TraceSummary) -> Table:
 def requests_table(trace: Trace, width: int = 48) -> Table:
     t = Table(title="Requests")
     for col in ("seq", "prompt", "prompt tokens", "generated", "finish", "output"):
-        t.add_column(col, overflow="fold" if col in ("prompt", "output") else None)
+        t.add_column(col, overflow="fold" if col in ("prompt", "output") else "ellipsis")
     for q in trace.steps[-1]["seqs"]:
         prompt = trace.requests.get(q["seq_id"], {}).get("prompt", "")
         t.add_row(

@@ -190,7 +190,7 @@ def parse_header(path: Path, line: str) -> dict:
 def parse_step(path: Path, n: int, line: str) -> dict:
     try:
         step = json.loads(line)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise TraceError(
             f"{path}: line {n} is not valid JSON ({e.msg}, column {e.colno}): the file is damaged"
         ) from None

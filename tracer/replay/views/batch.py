@@ -56,7 +56,7 @@ def groups_of(inputs: dict) -> list[Group]:
 def token_cells(inputs: dict, group_index: int, token: int) -> dict[str, tuple[str, Style | None]]:
     """The token rows' text (and an optional style override) for one token column."""
     texts = inputs.get("input_texts") or []
-    cells = {
+    cells: dict[str, tuple[str, Style | None]] = {
         "input_ids": (str(inputs["input_ids"][token]), None),
         "input_texts": (token_text(texts[token]) if token < len(texts) else "?", None),
         "positions": (str(inputs["positions"][token]), None),

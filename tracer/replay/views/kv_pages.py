@@ -163,7 +163,7 @@ class KVPagesView(ScrollView, can_focus=True):
         if block == self.selected_block:
             extra += Style(reverse=True)
         if owners:
-            owner = self.selected_seq if self.selected_seq in owners else owners[0]
+            owner = self.selected_seq if self.selected_seq is not None and self.selected_seq in owners else owners[0]
             if block in self.table_index:
                 selected = seq_style(owner, selected=True) + extra
                 body = [
@@ -183,7 +183,7 @@ class KVPagesView(ScrollView, can_focus=True):
         else:
             body = [Segment(FREE_GLYPH + "   ", FREE_STYLE + extra)]
         if self.flash and block in self.written:
-            body = [Segment(seg.text, seg.style + WRITTEN_STYLE) for seg in body]
+            body = [Segment(seg.text, (seg.style or Style()) + WRITTEN_STYLE) for seg in body]
         mark = "◆ " if block in self.written else "  "
         return body + [Segment(mark, Style(color="#ffffff", bold=True))]
 

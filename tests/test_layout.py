@@ -1,0 +1,97 @@
+"""The package layout's rules: imports point one way (engine <- trace <- replay <- teach/bench/export
+<- cli), the engine is a library (no tracer, textual or argparse), and it stays within its size budget."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Each package's level: a module may import its own package and lower levels only.
+LEVELS = {
+    "nanoengine": 0,
+    "tracer.trace": 1,
+    "tracer.replay": 2,
+    "tracer.teach": 3,
+    "tracer.bench": 3,
+    "tracer.export": 3,
+    "tracer.cli": 4,
+}
+ENGINE_BUDGET = 1500
+
+
+def package_of(module: str) -> str | None:
+    for package in sorted(LEVELS, key=len, reverse=True):
+        if module == package or module.startswith(package + "."):
+            return package
+    return None
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import in the file, including those inside functions."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def python_files(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_every_tracer_module_belongs_to_a_package():
+    loose = [p.name for p in (ROOT / "tracer").glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"tracer/ top level holds {loose}: put each in the subpackage of its concern"
+    for path in python_files("nanoengine", "tracer"):
+        if path.name != "__init__.py" or path.parent != ROOT / "tracer":
+            assert package_of(module_name(path)), f"{path.relative_to(ROOT)} is in no known package"
+
+
+def test_imports_point_one_way():
+    wrong = []
+    for path in python_files("nanoengine", "tracer"):
+        own = package_of(module_name(path))
+        if own is None:
+            continue
+        for line, module in imported_modules(path):
+            target = package_of(module)
+            if target is None or target == own:
+                continue
+            if LEVELS[target] >= LEVELS[own]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({target})")
+    assert not wrong, "imports pointing up or sideways:\n" + "\n".join(wrong)
+
+
+def test_engine_is_a_library():
+    for path in python_files("nanoengine"):
+        for line, module in imported_modules(path):
+            top = module.split(".")[0]
+            assert top not in ("tracer", "textual", "argparse"), f"{path.relative_to(ROOT)}:{line} imports {module}"
+
+
+def test_importing_the_engine_loads_no_tracer_and_no_textual():
+    code = (
+        "import sys, nanoengine; bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tracer', 'textual'));"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""
+
+
+def test_engine_stays_within_its_line_budget():
+    lines = sum(1 for p in python_files("nanoengine") for line in p.read_text().splitlines() if line.strip())
+    assert lines <= ENGINE_BUDGET, f"nanoengine/ has {lines} non-blank lines; the budget is {ENGINE_BUDGET}"
+
+
+def test_tests_mirror_the_packages():
+    for package in ("engine", "trace", "replay", "teach", "bench", "cli"):
+        assert list((ROOT / "tests" / package).glob("test_*.py")), f"tests/{package}/ has no tests"
