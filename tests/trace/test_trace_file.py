@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -131,7 +130,7 @@ def test_a_header_in_place_of_a_step_is_an_error(tiny_trace_path, tmp_path):
     assert "line 3 is not a step line" in load_error(write(tmp_path / "t.jsonl", lines))
 
 
-def test_ten_thousand_steps_load_quickly(tiny_trace_path, tmp_path):
+def test_ten_thousand_steps_load_with_their_summaries(tiny_trace_path, tmp_path):
     lines = lines_of(tiny_trace_path)
     steps = [json.loads(line) for line in lines[1:]]
     out = [lines[0]]
@@ -140,10 +139,7 @@ def test_ten_thousand_steps_load_quickly(tiny_trace_path, tmp_path):
         step["step"] = n
         out.append(json.dumps(step))
     path = write(tmp_path / "big.jsonl", out)
-    start = time.perf_counter()
-    trace = load_trace(path)
-    elapsed = time.perf_counter() - start
+    trace = load_trace(path)  # its speed is measured by `python -m tracer.bench.tui` (first frame), not here
     assert trace.num_steps == 10_000
-    print(f"10,000 steps loaded in {elapsed:.2f} s")
-    # ~1 s on one idle core (almost all of it json.loads of 31 MB); the bound leaves room for a busy CI box
-    assert elapsed < 3.0, f"10,000 steps took {elapsed:.2f} s to load"
+    assert [s.step for s in trace.summaries] == list(range(10_000))
+    assert trace.summaries[5].kinds == frozenset(e["kind"] for e in steps[5]["events"])

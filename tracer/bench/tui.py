@@ -116,12 +116,13 @@ async def timed_press(pilot, key: str) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def parse_size(text: str) -> tuple[int, int]:
+def size_argument(text: str) -> tuple[int, int]:
+    from tracer.replay.app import parse_terminal_size
+
     try:
-        width, height = (int(v) for v in text.lower().split("x"))
-        return width, height
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size must look like 120x40, got {text!r}") from None
+        return parse_terminal_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     p.add_argument("--steps", type=int, default=10_000, help="steps to record when --trace does not exist")
     p.add_argument("--presses", type=int, default=200)
-    p.add_argument("--size", type=parse_size, default=(120, 40), help="terminal size, e.g. 120x40")
+    p.add_argument("--size", type=size_argument, default=(120, 40), help="terminal size, e.g. 120x40")
     args = p.parse_args(argv)
     if not args.trace.exists():
         args.trace.parent.mkdir(parents=True, exist_ok=True)

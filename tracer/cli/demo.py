@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tracer.replay.app import parse_terminal_size
 from tracer.teach.demos import DEFAULT_SIZE, DEMOS, export_frames, run_demo
 
 
@@ -20,7 +21,7 @@ def demo_main(argv: list[str]) -> int:
     if demo is None:
         raise ValueError(f"no demo {args.name!r}; choose one of: {', '.join(DEMOS)} (or `nanoengine demo list`)")
     steps = parse_steps(args.steps)
-    size = parse_size(args.size)
+    size = parse_terminal_size(args.size)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     runs = run_demo(demo, args.model, args.out_dir, console, threads=args.threads)
@@ -76,16 +77,6 @@ def parse_steps(text: str | None) -> list[int]:
     if any(s < 0 for s in steps):
         raise ValueError(f"--steps must be >= 0, got {text!r}")
     return steps
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"--size takes WIDTHxHEIGHT, e.g. 160x48; got {text!r}") from None
-    if w < 40 or h < 15:
-        raise ValueError(f"--size {text} is too small for the TUI: use at least 40x15")
-    return w, h
 
 
 def list_demos(console: Console) -> int:

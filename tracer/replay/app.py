@@ -418,6 +418,17 @@ class ReplayApp(App[int]):
         self.go_to(event.index)
 
 
+def parse_terminal_size(text: str) -> tuple[int, int]:
+    """'160x48' -> (160, 48), for --size flags; the TUI needs at least 40x15."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--size takes WIDTHxHEIGHT, e.g. 160x48; got {text!r}") from None
+    if w < 40 or h < 15:
+        raise ValueError(f"--size {text} is too small for the TUI: use at least 40x15")
+    return w, h
+
+
 def run_replay(path: str | Path, start_step: int = 0, predict: bool = False) -> int:
     """Open a trace file in the TUI. start_step is a step index (0 = the first recorded step)."""
     try:
