@@ -12,6 +12,7 @@ SUBCOMMANDS = {  # name -> (module, function taking argv)
     "trace": ("tracer.cli.trace", "trace_main"),
     "replay": ("tracer.cli.trace", "replay_main"),
     "check": ("tracer.cli.trace", "check_main"),
+    "export": ("tracer.cli.export", "export_main"),
     "demo": ("tracer.cli.demo", "demo_main"),
     "lesson": ("tracer.cli.lesson", "lesson_main"),
     "bench": ("tracer.cli.bench", "bench_main"),
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             "  trace     generate with the step recorder and open the replay TUI\n"
             "  replay    open a saved trace in the TUI\n"
             "  check     run the invariant checker on a trace\n"
+            "  export    a trace as a Perfetto timeline or a one-file HTML replay\n"
             "  demo      classroom demos\n"
             "  lesson    lessons and exercises\n"
             "  bench     benchmarks against Hugging Face transformers"

@@ -1,0 +1,73 @@
+"""A trace as ONE self-contained HTML file that replays it in a browser:
+`nanoengine export FILE --html OUT.html [--steps A-B]` (docs/export.md).
+
+    html_page(trace, indices, frames) -> str
+    write_html(trace, indices, out, size=..., on_frame=None) -> int        bytes written
+
+The frames are the replay TUI's SVG screenshots (frames.py), packed (frame_pack.py) and embedded
+as gzip + base64; the page (player.html) unpacks them with the browser's DecompressionStream.
+No network, no server: it opens from disk, and mails as one attachment.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Sequence
+from importlib.resources import files
+from pathlib import Path
+
+from tracer.export.frame_pack import compress, pack_frames
+from tracer.export.frames import DEFAULT_SIZE, render_frames
+from tracer.replay.narration import narrate
+from tracer.trace.trace_file import Trace
+
+PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+
+
+def viewer_header(trace: Trace) -> dict:
+    """The header as the replay app reads it: every request, including those added mid-run."""
+    return dict(trace.header, requests=list(trace.requests.values()) or trace.header.get("requests", []))
+
+
+def html_page(trace: Trace, indices: Sequence[int], frames: list[str]) -> str:
+    packed = pack_frames(frames)
+    header = viewer_header(trace)
+    steps = [trace.steps[i] for i in indices]
+    payload = {
+        "steps": [step["step"] for step in steps],
+        "narration": [narrate(step, header) for step in steps],
+        "lines": packed.lines,
+        "frames": packed.frames,
+    }
+    title = trace.title or trace.path.name
+    config = trace.header.get("config", {})
+    subtitle = (
+        f"· {trace.header.get('model', '?')} · block_size {config.get('block_size', '?')} · "
+        f"budget {config.get('max_num_batched_tokens', '?')} tokens · steps {payload['steps'][0]}–{payload['steps'][-1]}"
+    )
+    fields = {
+        "TITLE": html.escape(title),
+        "SUBTITLE": html.escape(subtitle),
+        "FRAME_STYLE": packed.style,
+        "DATA": compress(payload),
+    }
+    template = files("tracer.export").joinpath("player.html").read_text(encoding="utf-8")
+    return PLACEHOLDER.sub(lambda m: fields[m.group(1)], template)  # one pass: a title may hold "{{...}}"
+
+
+def write_html(
+    trace: Trace,
+    indices: Sequence[int],
+    out: Path,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    on_frame: Callable[[int], None] | None = None,
+) -> int:
+    """Render, pack and write the page; returns its size in bytes."""
+    if not indices:
+        raise ValueError("no steps to export: choose a --steps range inside the trace")
+    frames = render_frames(trace, indices, size, on_frame)
+    data = html_page(trace, indices, frames).encode("utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    return len(data)
