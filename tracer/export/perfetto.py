@@ -171,20 +171,19 @@ def counter_events(step: dict, ts: float) -> list[dict]:
 
 
 # ---- a sequence's track ------------------------------------------------------------------
-def seq_step_events(
-    step: dict, seq: dict, track: SeqTrack, ts: float, dur: float, next_flow: list[int]
-) -> list[dict]:
+def seq_step_events(step: dict, seq: dict, track: SeqTrack, ts: float, dur: float, next_flow: list[int]) -> list[dict]:
     seq_id, tid = seq["seq_id"], seq_tid(seq["seq_id"])
     kinds = {e["kind"]: e for e in step.get("events", []) if e["seq_id"] == seq_id}
     scheduled = seq_id in step.get("inputs", {}).get("seq_ids", [])
     out: list[dict] = []
     if track.waiting_since is not None and (scheduled or seq.get("status_after") != "WAITING"):
-        out.append(slice_event("waiting", "seq", SEQS_PID, tid, track.waiting_since, ts))
+        if ts > track.waiting_since:
+            out.append(slice_event("waiting", "seq", SEQS_PID, tid, track.waiting_since, ts))
         track.waiting_since = None
-    for kind, event in kinds.items():  # schedule() admits, hits and preempts; postprocess() finishes
+    for kind, event in kinds.items():
         if kind in ("admitted", "prefix_hit", "preempted", "finished"):
-            at = ts + dur if kind == "finished" else ts
-            out.append(instant_event(kind.replace("_", " "), tid, at, event.get("detail") or {}))
+            detail = event.get("detail") or {}
+            out.append(instant_event(kind.replace("_", " "), tid, ts + dur * happens_late(kind, detail), detail))
     if scheduled:
         chunk = kinds.get("prefill_chunk")
         name = f"prefill chunk {chunk['detail'].get('chunk', 1)}" if chunk else "decode"
@@ -203,6 +202,12 @@ def seq_step_events(
     elif seq.get("status_after") == "WAITING" and track.waiting_since is None:
         track.waiting_since = ts
     return out
+
+
+def happens_late(kind: str, detail: dict) -> bool:
+    """schedule() admits, hits and preempts at a step's start; postprocess() finishes at its end
+    (an abort takes effect before schedule())."""
+    return kind == "finished" and detail.get("reason") != "abort"
 
 
 def seq_args(step: dict, seq: dict) -> dict:
