@@ -65,8 +65,25 @@ def test_report_has_every_run_and_measure(report):
         "total / model-only time",
         "tracer overhead",
         "start-up to first token",
+        "decode efficiency at batch >= 16 (of GEMM peak)",
     ]
-    assert all(isinstance(t["met"], bool) for t in report["targets"])
+    assert all(isinstance(t["met"], bool) for t in report["targets"][:-1])
+    assert report["targets"][-1]["met"] is None  # the quick workload never runs 16 requests at once
+
+
+def test_efficiency_is_reported_per_system_and_phase(report):
+    assert report["gemm_peak"]["gflop_s"] > 0 and set(report["gemm_peak"]["at_batch_32"]) == {"gate_proj", "lm_head"}
+    assert set(report["efficiency"]) == set(report["runs"])
+    for phases in report["efficiency"].values():
+        assert list(phases) == ["whole run", "prefill-heavy", "decode-heavy", "decode at batch >= 16"]
+        whole = phases["whole run"]
+        assert 0 < whole["efficiency"] and whole["gflop"] > 0
+        assert phases["prefill-heavy"]["gflop"] + phases["decode-heavy"]["gflop"] == pytest.approx(
+            whole["gflop"], abs=0.02
+        )
+    # the same useful work, whoever does it
+    gflops = {phases["whole run"]["gflop"] for phases in report["efficiency"].values()}
+    assert max(gflops) - min(gflops) <= 0.01
 
 
 def test_baselines_compute_the_same_greedy_tokens(report):
@@ -82,7 +99,15 @@ def test_tables_show_every_system_and_target(report, capsys):
 
     print_report(report)
     text = capsys.readouterr().out
-    for word in ("HF generate_batch", "TTFT p50", "model-only time", "tracer overhead", "start-up to first token"):
+    for word in (
+        "HF generate_batch",
+        "TTFT p50",
+        "model-only time",
+        "tracer overhead",
+        "start-up to first token",
+        "GEMM peak",
+        "decode-heavy",
+    ):
         assert word in text
 
 

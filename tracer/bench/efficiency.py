@@ -1,0 +1,200 @@
+"""How close each system runs to the machine: useful model FLOP/s against the GEMM peak.
+
+Useful FLOPs are the arithmetic the workload needs, whoever computes it: for every token, each
+linear layer once (2 FLOPs per weight), attention over the token's real context (no padding, no
+recomputation) and the LM head only where a token is sampled (each request's last prompt token and
+each decoded token). Padding, decoding past a request's max_tokens and gathering K/V are not
+useful work, so a system that does them runs at a lower efficiency.
+
+The peak is the best fp32 (the run's dtype) matmul rate measured in the same process, at the model's
+largest linear shapes. A run's time splits in two phases at the moment the last request gets its
+first token (every request arrives at t = 0): before it the prefill-heavy phase (all prompt work, plus
+the decodes that ran beside it), after it the decode-heavy phase. The decode phase is split once more
+where fewer than 16 requests still run: that is the "decode at batch >= 16" window.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from tracer.bench.workload import BenchRequest
+
+FULL_BATCH = 16  # "decode at batch >= 16": while at least this many requests still run
+PEAK_BATCHES = (32, 128, 512)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+
+    @classmethod
+    def of(cls, config) -> ModelShape:
+        from nanoengine.model import head_dim_of
+
+        return cls(
+            config.num_hidden_layers,
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            head_dim_of(config),
+            config.intermediate_size,
+            config.vocab_size,
+        )
+
+    @property
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear layer of one decoder layer, and the LM head."""
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        h, i = self.hidden_size, self.intermediate_size
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+            "lm_head": (h, self.vocab_size),
+        }
+
+    def linear_flops(self) -> int:
+        """Per token, every decoder layer's linears: 2 FLOPs (multiply + add) per weight."""
+        per_layer = sum(a * b for name, (a, b) in self.linear_shapes.items() if name != "lm_head")
+        return 2 * per_layer * self.num_layers
+
+    def attention_flops(self, context: int) -> int:
+        """Per token attending to `context` keys, all layers: q.k and p.v, 2 FLOPs per multiply-add."""
+        return 2 * 2 * self.num_heads * self.head_dim * context * self.num_layers
+
+    def lm_head_flops(self) -> int:
+        return 2 * self.hidden_size * self.vocab_size
+
+    def token_flops(self, position: int) -> int:
+        """One token at `position` (0-based), without the LM head: it attends to position + 1 keys."""
+        return self.linear_flops() + self.attention_flops(position + 1)
+
+    def prefill_flops(self, num_prompt_tokens: int) -> int:
+        """A whole prompt, causal: sum over positions of linear + attention (closed form), one LM head."""
+        n = num_prompt_tokens
+        attention = 2 * 2 * self.num_heads * self.head_dim * self.num_layers * n * (n + 1) // 2
+        return n * self.linear_flops() + attention + self.lm_head_flops()
+
+
+def request_token_flops(shape: ModelShape, request: BenchRequest) -> list[int]:
+    """The useful FLOPs behind each output token: the first is the prompt's prefill; token k >= 1 is
+    the forward of token k - 1 at position prompt + k - 1, plus its LM head."""
+    p = request.num_prompt_tokens
+    flops = [shape.prefill_flops(p)]
+    flops += [shape.token_flops(p + k - 1) + shape.lm_head_flops() for k in range(1, request.max_tokens)]
+    return flops
+
+
+@dataclass(slots=True)
+class Phase:
+    name: str
+    start_s: float
+    end_s: float
+    flops: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.end_s - self.start_s
+
+    def holds(self, t: float) -> bool:
+        """(start, end]; a phase starting at t0 also holds a token at t0."""
+        return (t > self.start_s or self.start_s == 0.0) and t <= self.end_s
+
+    def to_dict(self, peak_flops: float) -> dict:
+        rate = self.flops / self.seconds if self.seconds > 0 else None
+        return {
+            "start_s": round(self.start_s, 3),
+            "seconds": round(self.seconds, 3),
+            "gflop": round(self.flops / 1e9, 2),
+            "gflop_s": None if rate is None else round(rate / 1e9, 2),
+            "efficiency": None if rate is None else round(rate / peak_flops, 4),
+        }
+
+
+def split_phases(token_times: list[list[float]], elapsed: float) -> list[Phase]:
+    """token_times: seconds from t0, per request. The whole run, the prefill-heavy phase (until the
+    last first token), the decode-heavy phase and its batch >= FULL_BATCH window."""
+    first_tokens = [times[0] for times in token_times if times]
+    prefill_end = max(first_tokens, default=elapsed)
+    # the moment fewer than FULL_BATCH requests remain: the FULL_BATCH-th latest finish
+    finishes = sorted((times[-1] for times in token_times if times), reverse=True)
+    full_end = max(prefill_end, finishes[FULL_BATCH - 1]) if len(finishes) >= FULL_BATCH else prefill_end
+    return [
+        Phase("whole run", 0.0, elapsed),
+        Phase("prefill-heavy", 0.0, prefill_end),
+        Phase("decode-heavy", prefill_end, elapsed),
+        Phase(f"decode at batch >= {FULL_BATCH}", prefill_end, full_end),
+    ]
+
+
+def run_efficiency(
+    shape: ModelShape, requests: list[BenchRequest], token_times: list[list[float]], elapsed: float, peak: float
+) -> dict:
+    """Useful FLOP/s and its fraction of the peak, per phase; a token's FLOPs count where it appears."""
+    phases = split_phases(token_times, elapsed)
+    for request, times in zip(requests, token_times):
+        for flops, t in zip(request_token_flops(shape, request), times):
+            for phase in phases:
+                if phase.holds(t):
+                    phase.flops += flops
+    return {phase.name: phase.to_dict(peak) for phase in phases}
+
+
+# ---- the machine's limit ---------------------------------------------------------------------------
+def time_matmul(a: torch.Tensor, b: torch.Tensor, min_time: float = 0.15, max_reps: int = 50) -> float:
+    """Median seconds of a @ b over repeats (after one warm-up), at least min_time in all."""
+    from tracer.bench.metrics import synchronize
+
+    a @ b
+    times: list[float] = []
+    while len(times) < 3 or (sum(times) < min_time and len(times) < max_reps):
+        synchronize(a.device)
+        start = time.perf_counter()
+        a @ b
+        synchronize(a.device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_gemm_peak(shape: ModelShape, device: torch.device, dtype: torch.dtype) -> dict:
+    """GFLOP/s of x @ W at the largest decoder-layer linear and at the LM head, for batches of
+    PEAK_BATCHES rows; the peak is the best of them (the machine's limit as this process sees it)."""
+    (h, i), vocab = shape.linear_shapes["gate_proj"], shape.vocab_size
+    rates: dict[str, dict[int, float]] = {}
+    for name, (k, n) in (("gate_proj", (h, i)), ("lm_head", (h, vocab))):
+        w = torch.randn(k, n, device=device, dtype=dtype)
+        rates[name] = {}
+        for m in PEAK_BATCHES:
+            x = torch.randn(m, k, device=device, dtype=dtype)
+            rates[name][m] = 2 * m * k * n / time_matmul(x, w) / 1e9
+    best_name, best_batch = max(((name, m) for name in rates for m in rates[name]), key=lambda nm: rates[nm[0]][nm[1]])
+    return {
+        "gflop_s": round(rates[best_name][best_batch], 2),
+        "shape": best_name,
+        "batch": best_batch,
+        "at_batch_32": {name: round(r[32], 2) for name, r in rates.items()},
+        "by_batch": {name: {str(m): round(v, 2) for m, v in r.items()} for name, r in rates.items()},
+        "threads": torch.get_num_threads(),
+    }
+
+
+def model_flops_summary(shape: ModelShape) -> dict:
+    return {
+        **asdict(shape),
+        "linear_mflop_per_token": round(shape.linear_flops() / 1e6, 2),
+        "attention_kflop_per_key": round(shape.attention_flops(1) / 1e3, 2),
+        "lm_head_mflop": round(shape.lm_head_flops() / 1e6, 2),
+    }
