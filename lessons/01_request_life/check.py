@@ -1,35 +1,19 @@
 """Checks for lesson 1: check_stop."""
 
-from nanoengine.block_manager import BlockManager
-from nanoengine.sampling_params import SamplingParams
-from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import FinishReason, Sequence
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.kit import EOS, expect, expect_engine_matches, lesson_scenario, make_scheduler, make_sequence
 from tracer.teach.scenarios import Request
 
 TARGETS = {"check_stop": "Scheduler.check_stop"}
-EOS = 2
-
-
-def scheduler(max_model_len: int = 64) -> Scheduler:
-    return Scheduler(
-        BlockManager(16, 4),
-        max_num_batched_tokens=64,
-        max_num_seqs=8,
-        max_model_len=max_model_len,
-        eos_token_ids=frozenset({EOS}),
-    )
 
 
 def sequence_after(prompt_len: int, generated: list[int], **params) -> Sequence:
     """A sequence whose last generated token has just been appended (as postprocess does)."""
-    seq = Sequence(list(range(10, 10 + prompt_len)), SamplingParams(**params))
-    seq.token_ids.extend(generated)
-    return seq
+    return make_sequence(prompt_len, generated=generated, **params)
 
 
 def ask(fns, seq: Sequence, max_model_len: int = 64):
-    result = fns.check_stop(scheduler(max_model_len), seq, seq.token_ids[-1])
+    result = fns.check_stop(make_scheduler(max_model_len=max_model_len, eos=True), seq, seq.token_ids[-1])
     expect(
         result is None or isinstance(result, FinishReason),
         f"check_stop must return a FinishReason member or None, got {result!r}",
@@ -68,14 +52,24 @@ def check_max_tokens(fns):
     expect(
         before is None,
         f"after 2 of max_tokens=3 generated tokens check_stop returned {before!r}; "
-        f"expected None (one more token to go)",
+        f"expected None (one more token to go)"
+        + (
+            ". The prompt's 5 tokens are not generated tokens: count with seq.num_completion_tokens, not seq.num_tokens"
+            if before == FinishReason.LENGTH
+            else ""
+        ),
     )
     at = ask(fns, sequence_after(5, [40, 41, 42], max_tokens=3))
+    late = ask(fns, sequence_after(5, [40, 41, 42, 43], max_tokens=3)) if at is None else None
     expect(
         at == FinishReason.LENGTH,
-        f"after 3 of max_tokens=3 generated tokens check_stop returned {at!r}; "
-        f"expected FinishReason.LENGTH. Count generated tokens with "
-        f"seq.num_completion_tokens, not seq.num_tokens",
+        f"after 3 of max_tokens=3 generated tokens check_stop returned {at!r}; expected FinishReason.LENGTH"
+        + (
+            f" (it returned {late.name} only one token later: compare with >=, not >: the request has "
+            f"used its budget once num_completion_tokens == max_tokens)"
+            if late is not None
+            else ". Compare seq.num_completion_tokens with seq.params.max_tokens"
+        ),
     )
 
 

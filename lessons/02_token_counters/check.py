@@ -1,26 +1,23 @@
 """Checks for lesson 2: postprocess."""
 
-from nanoengine.block_manager import BlockManager
-from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import FinishReason, Sequence, SequenceStatus
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.kit import (
+    EOS,
+    event_kinds,
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_scheduler,
+    make_sequence,
+)
 
 TARGETS = {"postprocess": "Scheduler.postprocess"}
-EOS = 2
 
 
 def setup(prompt_len: int, budget: int = 4, **params) -> tuple[Scheduler, Sequence]:
-    sched = Scheduler(
-        BlockManager(16, 4),
-        max_num_batched_tokens=budget,
-        max_num_seqs=8,
-        max_model_len=64,
-        eos_token_ids=frozenset({EOS}),
-    )
-    seq = Sequence(
-        list(range(10, 10 + prompt_len)), SamplingParams(ignore_eos=params.pop("ignore_eos", True), **params)
-    )
+    sched = make_scheduler(budget=budget, max_model_len=64, eos=True)
+    seq = make_sequence(prompt_len, ignore_eos=params.pop("ignore_eos", True), **params)
     sched.add(seq)
     return sched, seq
 
@@ -31,10 +28,6 @@ def run_step(fns, sched: Scheduler, token_ids: list[int]):
     appended = fns.postprocess(sched, out, token_ids[: len(out.seqs)])
     expect(isinstance(appended, list), f"postprocess must return a list of sequences, got {appended!r}")
     return out, appended
-
-
-def kinds(out) -> list[str]:
-    return [kind for kind, _, _ in out.events]
 
 
 def check_mid_prefill_keeps_no_token(fns):
@@ -60,7 +53,7 @@ def check_mid_prefill_keeps_no_token(fns):
         seq.prefill_chunk == 2,
         f"prefill_chunk is {seq.prefill_chunk} after chunk 1; expected 2 (count the chunk: seq.prefill_chunk += 1)",
     )
-    expect("prefill_done" not in kinds(out), "a 'prefill_done' event was recorded, but the prefill is not done")
+    expect("prefill_done" not in event_kinds(out), "a 'prefill_done' event was recorded, but the prefill is not done")
 
 
 def check_last_chunk_keeps_token(fns):
@@ -95,13 +88,13 @@ def check_decode_step(fns):
         f"{(seq.num_tokens, seq.num_cached_tokens)}; expected (5, 4)",
     )
     expect(seq.token_ids[3:] == [50, 51], f"the generated tokens are {seq.token_ids[3:]}; expected [50, 51]")
-    expect(kinds(out) == [], f"a plain decode step records no events, got {kinds(out)}")
+    expect(event_kinds(out) == [], f"a plain decode step records no events, got {event_kinds(out)}")
 
 
 def check_tokens_go_to_their_sequence(fns):
     """With several sequences in the batch, token_ids[i] belongs to out.seqs[i]."""
     sched, a = setup(3, budget=16, max_tokens=5)
-    b = Sequence(list(range(30, 35)), SamplingParams(max_tokens=5, ignore_eos=True))
+    b = make_sequence(5, name="B", max_tokens=5, ignore_eos=True)
     sched.add(b)
     out, appended = run_step(fns, sched, [61, 62])
     expect(
@@ -126,7 +119,7 @@ def check_finishes_at_max_tokens(fns):
     expect(
         sched.block_manager.num_free_blocks == 16, "a finished sequence's blocks must be freed (self.finish does it)"
     )
-    expect("finished" in kinds(out), "self.finish(seq, reason, out) records the 'finished' event; pass out to it")
+    expect("finished" in event_kinds(out), "self.finish(seq, reason, out) records the 'finished' event; pass out to it")
 
 
 def check_eos_finishes(fns):

@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.kit import expect, expect_engine_matches, expect_same_list, first_difference, lesson_scenario
 
 TARGETS = {"blocks_needed": "blocks_needed", "compute_slot_mapping": "compute_slot_mapping"}
 
@@ -48,12 +48,30 @@ def expected_slots(tables, seq_index, positions, block_size) -> list[int]:
     return [tables[s][p // block_size] * block_size + p % block_size for s, p in zip(seq_index, positions)]
 
 
+WRONG_FORMULAS = (
+    (lambda b, p, bs: b * bs + p, "add the offset inside the block, position % block_size, not the whole position"),
+    (lambda b, p, bs: b + p % bs, "multiply the block id by block_size: block b starts at slot b * block_size"),
+    (lambda b, p, bs: (p // bs) * bs + p % bs, "look the block id up in the block table: block_table[p // block_size]"),
+)
+
+
+def expect_slots(got, tables, seq_index, positions, block_size, what: str) -> None:
+    """Compare with the right slots; when a known wrong formula explains `got`, name it."""
+    want = expected_slots(tables, seq_index, positions, block_size)
+    if got == want:
+        return
+    for formula, fix in WRONG_FORMULAS:
+        wrong = [formula(tables[s][p // block_size], p, block_size) for s, p in zip(seq_index, positions)]
+        if got == wrong:
+            raise AssertionError(f"{what}: {first_difference(got, want)}: {fix}")
+    expect_same_list(got, want, what, "slot = block_table[p // block_size] * block_size + p % block_size")
+
+
 def check_slot_mapping_one_sequence(fns):
     """The README's example: block table [0, 1, 2, 6], position 12 → slot 24."""
     table, positions = [0, 1, 2, 6], list(range(16))
     got = slots(fns, [table], [0] * 16, positions, 4)
-    want = expected_slots([table], [0] * 16, positions, 4)
-    expect(got == want, f"block table [0, 1, 2, 6], block_size 4, positions 0..15: got slots {got}, expected {want}")
+    expect_slots(got, [table], [0] * 16, positions, 4, "block table [0, 1, 2, 6], block_size 4, positions 0..15")
 
 
 def check_slot_mapping_batch(fns):
@@ -61,11 +79,7 @@ def check_slot_mapping_batch(fns):
     tables = [[5, 2], [1, 7, 3]]
     seq_index, positions = [0, 1, 1, 1], [6, 4, 5, 6]  # seq 0 decodes position 6; seq 1 prefills 4..6
     got = slots(fns, tables, seq_index, positions, 4)
-    want = expected_slots(tables, seq_index, positions, 4)
-    expect(
-        got == want,
-        f"tables {tables}, seq_index {seq_index}, positions {positions}, block_size 4: got {got}, expected {want}",
-    )
+    expect_slots(got, tables, seq_index, positions, 4, f"tables {tables}, seq_index {seq_index}, positions {positions}")
 
 
 def check_slot_mapping_random(fns):
@@ -83,8 +97,7 @@ def check_slot_mapping_random(fns):
             seq_index += [i] * (n - start)
             positions += list(range(start, n))
         got = slots(fns, tables, seq_index, positions, block_size)
-        want = expected_slots(tables, seq_index, positions, block_size)
-        expect(got == want, f"block_size {block_size}, tables {tables}: got {got[:10]}..., expected {want[:10]}...")
+        expect_slots(got, tables, seq_index, positions, block_size, f"block_size {block_size}, tables {tables}")
 
 
 def engine_lesson_scenario(fns):

@@ -1,9 +1,6 @@
 """Checks for lesson 4: can_allocate, allocate, free."""
 
-from nanoengine.block_manager import BlockManager
-from nanoengine.sampling_params import SamplingParams
-from nanoengine.sequence import Sequence
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.kit import expect, expect_engine_matches, lesson_scenario, make_block_manager, make_sequence
 
 TARGETS = {
     "can_allocate": "BlockManager.can_allocate",
@@ -12,13 +9,9 @@ TARGETS = {
 }
 
 
-def new_seq(num_tokens: int) -> Sequence:
-    return Sequence(list(range(10, 10 + num_tokens)), SamplingParams())
-
-
 def check_can_allocate(fns):
     """can_allocate(n) is True exactly when n blocks are free."""
-    bm = BlockManager(8, 4)
+    bm = make_block_manager(8)
     for n, expected in ((0, True), (1, True), (8, True), (9, False)):
         got = fns.can_allocate(bm, n)
         expect(
@@ -32,7 +25,7 @@ def check_can_allocate(fns):
 
 def check_allocate_prefill(fns):
     """A 6-token prefill (block size 4) takes the first two free blocks, ref count 1 each."""
-    bm, seq = BlockManager(8, 4), new_seq(6)
+    bm, seq = make_block_manager(8), make_sequence(6)
     fns.allocate(bm, seq, 6)
     expect(seq.block_table == [0, 1], f"a fresh pool's first blocks are 0 and 1; the table is {seq.block_table}")
     expect(
@@ -44,7 +37,7 @@ def check_allocate_prefill(fns):
 
 def check_allocate_decode(fns):
     """Decoding takes a new block only when the last one is full."""
-    bm, seq = BlockManager(8, 4), new_seq(6)
+    bm, seq = make_block_manager(8), make_sequence(6)
     fns.allocate(bm, seq, 6)
     seq.num_cached_tokens = 6
     seq.token_ids.append(99)
@@ -61,7 +54,7 @@ def check_allocate_decode(fns):
 
 def check_allocate_uses_free_list_order(fns):
     """allocate takes blocks from the front of the free list (take_free_block), evicting stale hashes."""
-    bm, a = BlockManager(6, 4), new_seq(16)
+    bm, a = make_block_manager(6), make_sequence(16)
     fns.allocate(bm, a, 16)  # blocks 0-3
     a.num_cached_tokens = 16
     bm.register_full_blocks(a)  # all four hashed
@@ -69,7 +62,7 @@ def check_allocate_uses_free_list_order(fns):
         bm.ref_counts[block] -= 1
         bm.free_blocks[block] = None
     a.block_table = []
-    b = new_seq(12)
+    b = make_sequence(12)
     fns.allocate(bm, b, 12)
     expect(
         b.block_table == [4, 5, 3],
@@ -83,7 +76,7 @@ def check_allocate_uses_free_list_order(fns):
 
 def check_free(fns):
     """free() zeroes ref counts, returns blocks tail first, and empties the table."""
-    bm, seq = BlockManager(8, 4), new_seq(10)
+    bm, seq = make_block_manager(8), make_sequence(10)
     bm.allocate(seq, 10)  # blocks 0, 1, 2 (the engine's allocate)
     seq.block_hashes = [123]
     fns.free(bm, seq)
@@ -102,7 +95,7 @@ def check_free(fns):
 
 def check_free_shared_block(fns):
     """A block shared by two sequences stays allocated until both have freed it."""
-    bm, a, b = BlockManager(8, 4), new_seq(8), new_seq(8)
+    bm, a, b = make_block_manager(8), make_sequence(8), make_sequence(8)
     bm.allocate(a, 8)  # blocks 0, 1
     b.block_table = [0, 2]  # b shares block 0 (as a prefix-cache hit would)
     bm.ref_counts[0] += 1

@@ -1,9 +1,14 @@
 """Checks for lesson 5: compute_block_hash and find_cached_prefix."""
 
 from nanoengine.block_manager import BlockManager
-from nanoengine.sampling_params import SamplingParams
-from nanoengine.sequence import Sequence
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.kit import (
+    cache_prefix,
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_block_manager,
+    make_sequence,
+)
 
 TARGETS = {"compute_block_hash": "compute_block_hash", "find_cached_prefix": "BlockManager.find_cached_prefix"}
 
@@ -42,16 +47,13 @@ def check_hash_depends_on_tokens_and_parent(fns):
 
 def cached_manager(tokens: list[int], block_size: int = 4, num_blocks: int = 16, enable: bool = True):
     """A block manager that has computed `tokens` as one sequence and registered its full blocks."""
-    bm = BlockManager(num_blocks, block_size, enable_prefix_caching=enable)
-    seq = Sequence(list(tokens), SamplingParams())
-    bm.allocate(seq, len(tokens))
-    seq.num_cached_tokens = len(tokens)
-    bm.register_full_blocks(seq)  # hashes with *your* compute_block_hash (it is plugged in)
+    bm = make_block_manager(num_blocks, block_size, prefix_caching=enable)
+    seq = cache_prefix(bm, tokens, keep=True)  # hashes with *your* compute_block_hash (it is plugged in)
     return bm, seq
 
 
 def lookup(fns, bm: BlockManager, tokens: list[int]):
-    result = fns.find_cached_prefix(bm, Sequence(list(tokens), SamplingParams()))
+    result = fns.find_cached_prefix(bm, make_sequence(tokens))
     expect(
         isinstance(result, tuple) and len(result) == 2,
         f"find_cached_prefix must return a pair (block ids, hashes), got {result!r}",

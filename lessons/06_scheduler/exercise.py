@@ -7,6 +7,7 @@ Watch it:  nanoengine lesson trace 6
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput
+from nanoengine.sequence import SequenceStatus
 
 
 def schedule(self) -> SchedulerOutput:

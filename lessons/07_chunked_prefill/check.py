@@ -1,26 +1,14 @@
 """Checks for lesson 7: try_admit."""
 
-from nanoengine.block_manager import BlockManager
-from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.kit import cache_prefix, expect, expect_engine_matches, lesson_scenario, make_scheduler, make_sequence
 
 TARGETS = {"try_admit": "Scheduler.try_admit"}
 
 
-def make(num_blocks: int = 16) -> Scheduler:
-    return Scheduler(
-        BlockManager(num_blocks, 4),
-        max_num_batched_tokens=64,
-        max_num_seqs=8,
-        max_model_len=256,
-        eos_token_ids=frozenset(),
-    )
-
-
-def add(sched: Scheduler, tokens: list[int]) -> Sequence:
-    seq = Sequence(list(tokens), SamplingParams(max_tokens=8, ignore_eos=True))
+def add(sched: Scheduler, tokens) -> Sequence:
+    seq = make_sequence(tokens, max_tokens=8, ignore_eos=True)
     sched.add(seq)
     return seq
 
@@ -34,7 +22,7 @@ def admit(fns, sched: Scheduler, seq: Sequence, budget: int) -> tuple[bool, Sche
 
 def check_admits_whole_prompt(fns):
     """A prompt within the budget is admitted whole: RUNNING, moved from waiting to running."""
-    sched = make()
+    sched = make_scheduler()
     seq = add(sched, range(10, 20))
     ok, out = admit(fns, sched, seq, budget=64)
     expect(ok, "a 10-token prompt, budget 64, 16 free blocks: try_admit must return True")
@@ -51,7 +39,7 @@ def check_admits_whole_prompt(fns):
 
 def check_first_chunk_fits_budget(fns):
     """A prompt longer than the budget gets a first chunk of exactly `budget` tokens, and only its blocks."""
-    sched = make()
+    sched = make_scheduler()
     seq = add(sched, range(10, 40))  # 30 tokens
     ok, _ = admit(fns, sched, seq, budget=6)
     expect(
@@ -68,7 +56,7 @@ def check_first_chunk_fits_budget(fns):
 
 def check_rejects_without_blocks(fns):
     """If the chunk's blocks do not fit, return False and leave everything as it was."""
-    sched = make(num_blocks=2)
+    sched = make_scheduler(2)
     seq = add(sched, range(10, 22))  # 12 tokens: 3 blocks
     ok, out = admit(fns, sched, seq, budget=64)
     expect(ok is False, "12 tokens need 3 blocks but only 2 exist: try_admit must return False")
@@ -83,21 +71,10 @@ def check_rejects_without_blocks(fns):
     expect(seq.status == SequenceStatus.WAITING and out.events == [], "a rejected sequence stays WAITING, no events")
 
 
-def cached_prefix(sched: Scheduler, tokens: list[int]) -> Sequence:
-    """Run `tokens` as a finished request so its full blocks are in the prefix cache (ref count 0)."""
-    bm = sched.block_manager
-    seq = Sequence(list(tokens), SamplingParams())
-    bm.allocate(seq, len(tokens))
-    seq.num_cached_tokens = len(tokens)
-    bm.register_full_blocks(seq)
-    bm.free(seq)
-    return seq
-
-
 def check_prefix_hit(fns):
     """Cached prefix blocks are reused: num_cached_tokens covers them, only the rest is scheduled."""
-    sched = make()
-    cached_prefix(sched, list(range(10, 22)))  # 3 full blocks cached
+    sched = make_scheduler()
+    cache_prefix(sched.block_manager, list(range(10, 22)))  # 3 full blocks cached
     seq = add(sched, list(range(10, 22)) + [5, 6, 7])
     ok, out = admit(fns, sched, seq, budget=64)
     expect(ok, "try_admit must admit a request whose prefix is cached")
@@ -119,8 +96,8 @@ def check_prefix_hit(fns):
 
 def check_cached_free_blocks_count(fns):
     """Reusing cached blocks that sit in the free list uses up free blocks too."""
-    sched = make(num_blocks=4)
-    cached_prefix(sched, list(range(10, 22)))  # blocks 0-2 cached, ref count 0, still in the free list
+    sched = make_scheduler(4)
+    cache_prefix(sched.block_manager, list(range(10, 22)))  # blocks 0-2 cached, ref count 0, still in the free list
     seq = add(sched, list(range(10, 22)) + list(range(50, 58)))  # 20 tokens: 3 cached + 2 new blocks
     try:
         ok, _ = admit(fns, sched, seq, budget=64)

@@ -6,8 +6,9 @@ Watch it:  nanoengine lesson trace 7
 
 from __future__ import annotations
 
+from nanoengine.block_manager import blocks_needed
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence
+from nanoengine.sequence import Sequence, SequenceStatus
 
 
 def try_admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:

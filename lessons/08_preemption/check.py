@@ -1,39 +1,15 @@
 """Checks for lesson 8: choose_victim, preempt, make_room."""
 
-from nanoengine.block_manager import BlockManager
-from nanoengine.sampling_params import SamplingParams
-from nanoengine.scheduler import Scheduler, SchedulerOutput
-from nanoengine.sequence import Sequence, SequenceStatus
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from nanoengine.scheduler import SchedulerOutput
+from nanoengine.sequence import SequenceStatus
+from tracer.teach.kit import expect, expect_engine_matches, lesson_scenario, make_scheduler, make_sequence, prefilled
 
 TARGETS = {"choose_victim": "choose_victim", "preempt": "Scheduler.preempt", "make_room": "Scheduler.make_room"}
 
 
-def make(num_blocks: int) -> Scheduler:
-    return Scheduler(
-        BlockManager(num_blocks, 4),
-        max_num_batched_tokens=64,
-        max_num_seqs=8,
-        max_model_len=256,
-        eos_token_ids=frozenset(),
-    )
-
-
-def running(sched: Scheduler, *sizes: int) -> list[Sequence]:
-    """Admit one sequence per size (distinct tokens) and run its prefill with the engine's code."""
-    seqs = []
-    for i, n in enumerate(sizes):
-        seq = Sequence(list(range(10 + 40 * i, 10 + 40 * i + n)), SamplingParams(max_tokens=50, ignore_eos=True))
-        sched.add(seq)
-        seqs.append(seq)
-    out = sched.schedule()
-    sched.postprocess(out, [5] * len(out.seqs))
-    return seqs
-
-
 def check_choose_victim(fns):
     """choose_victim picks the most recently admitted sequence (the last one)."""
-    seqs = [Sequence([i + 3], SamplingParams()) for i in range(4)]
+    seqs = [make_sequence(1, name=name) for name in "ABCD"]
     got = fns.choose_victim(list(seqs))
     expect(
         got is seqs[-1],
@@ -46,8 +22,8 @@ def check_choose_victim(fns):
 
 def check_preempt_resets_the_sequence(fns):
     """preempt frees the blocks, forgets the KV and puts the sequence back to WAITING."""
-    sched = make(16)
-    a, b = running(sched, 9, 10)
+    sched = make_scheduler(16)
+    a, b = prefilled(sched, 9, 10)
     tokens_before = list(b.token_ids)
     out = SchedulerOutput()
     fns.preempt(sched, b, out, a)
@@ -67,9 +43,9 @@ def check_preempt_resets_the_sequence(fns):
 
 def check_preempt_queues_at_head(fns):
     """The preempted sequence leaves running and goes to the head of waiting."""
-    sched = make(16)
-    a, b = running(sched, 9, 10)
-    later = Sequence([200, 201], SamplingParams())
+    sched = make_scheduler(16)
+    a, b = prefilled(sched, 9, 10)
+    later = make_sequence(2, name="C")
     sched.add(later)
     out = SchedulerOutput()
     fns.preempt(sched, b, out, a)
@@ -88,8 +64,8 @@ def check_preempt_queues_at_head(fns):
 
 def check_make_room_when_it_fits(fns):
     """If the blocks are free, make_room preempts nobody and returns True."""
-    sched = make(16)
-    a, b = running(sched, 8, 8)
+    sched = make_scheduler(16)
+    a, b = prefilled(sched, 8, 8)
     out = SchedulerOutput()
     ok = fns.make_room(sched, a, 1, out)
     expect(ok is True, f"A's next token needs 1 block and 12 are free: make_room must return True, got {ok!r}")
@@ -98,8 +74,8 @@ def check_make_room_when_it_fits(fns):
 
 def check_make_room_preempts_newest(fns):
     """When the pool is full, make_room preempts the newest sequence and returns True for the older one."""
-    sched = make(6)
-    a, b, c = running(sched, 8, 8, 8)  # 2 blocks each: the pool is full
+    sched = make_scheduler(6)
+    a, b, c = prefilled(sched, 8, 8, 8)  # 2 blocks each: the pool is full
     out = SchedulerOutput()
     ok = fns.make_room(sched, a, 1, out)  # A's 9th token needs a 3rd block
     expect(ok is True, f"after preempting C, A's block fits: make_room must return True, got {ok!r}")
@@ -108,8 +84,8 @@ def check_make_room_preempts_newest(fns):
 
 def check_make_room_preempts_until_it_fits(fns):
     """make_room keeps preempting until enough blocks are free."""
-    sched = make(6)
-    a, b, c = running(sched, 8, 8, 8)
+    sched = make_scheduler(6)
+    a, b, c = prefilled(sched, 8, 8, 8)
     out = SchedulerOutput()
     ok = fns.make_room(sched, a, 12, out)  # 20 tokens: 5 blocks, 3 more than A has
     expect(
@@ -125,8 +101,8 @@ def check_make_room_preempts_until_it_fits(fns):
 
 def check_make_room_self_preemption(fns):
     """If the sequence that needs room is the newest, it preempts itself and make_room returns False."""
-    sched = make(4)
-    a, b = running(sched, 8, 8)
+    sched = make_scheduler(4)
+    a, b = prefilled(sched, 8, 8)
     out = SchedulerOutput()
     ok = fns.make_room(sched, b, 1, out)
     expect(ok is False, f"B is the newest, so B is the victim: make_room must return False, got {ok!r}")

@@ -7,7 +7,7 @@ Watch it:  nanoengine lesson trace 8
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence
+from nanoengine.sequence import Sequence, SequenceStatus
 
 
 def choose_victim(running: list[Sequence]) -> Sequence:

@@ -1,20 +1,21 @@
 """Checks for lesson 9: prepare_inputs."""
 
+import traceback
+
 import torch
 
 from nanoengine.model_runner import StepInputs
-from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import Sequence
-from tracer.teach.lessons import expect, expect_engine_matches, lesson_scenario
+from tracer.teach.kit import expect, expect_engine_matches, first_difference, lesson_scenario, make_sequence
 
 TARGETS = {"prepare_inputs": "prepare_inputs"}
 INT_FIELDS = ("input_ids", "positions", "query_start_loc", "seq_lens", "slot_mapping", "block_tables", "logits_indices")
 
 
 def seq(token_ids, num_cached: int, num_scheduled: int, block_table: list[int]) -> Sequence:
-    s = Sequence(list(token_ids), SamplingParams())
-    s.num_cached_tokens, s.num_scheduled_tokens, s.block_table = num_cached, num_scheduled, list(block_table)
-    return s
+    return make_sequence(
+        token_ids, num_cached_tokens=num_cached, num_scheduled_tokens=num_scheduled, block_table=block_table
+    )
 
 
 def readme_batch() -> list[Sequence]:
@@ -25,7 +26,16 @@ def readme_batch() -> list[Sequence]:
 
 
 def flatten(fns, seqs, block_size: int = 4) -> dict[str, list]:
-    inputs = fns.prepare_inputs(seqs, block_size)
+    try:
+        inputs = fns.prepare_inputs(seqs, block_size)
+    except IndexError as e:
+        if "compute_slot_mapping" not in "".join(str(f) for f in traceback.extract_tb(e.__traceback__)):
+            raise
+        raise AssertionError(
+            f"compute_slot_mapping indexed past a block table ({e}): some position points beyond its "
+            f"sequence's blocks. positions count from the start of each sequence (num_cached_tokens + "
+            f"the offset inside its chunk), not along the flat row"
+        ) from None
     expect(isinstance(inputs, StepInputs), f"prepare_inputs must return a StepInputs, got {type(inputs).__name__}")
     got = {}
     for name in INT_FIELDS + ("discard",):
@@ -43,7 +53,10 @@ def flatten(fns, seqs, block_size: int = 4) -> dict[str, list]:
 
 
 def expect_field(got: dict, name: str, expected, why: str) -> None:
-    expect(got[name] == expected, f"{name}: expected {expected}, got {got[name]}. {why}")
+    expect(
+        got[name] == expected,
+        f"{name}: expected {expected}, got {got[name]} ({first_difference(got[name], expected)}). {why}",
+    )
 
 
 def check_query_start_loc(fns):

@@ -6,7 +6,11 @@ Watch it:  nanoengine lesson trace 9
 
 from __future__ import annotations
 
-from nanoengine.model_runner import StepInputs
+import itertools
+
+import torch
+
+from nanoengine.model_runner import StepInputs, compute_slot_mapping
 from nanoengine.sequence import Sequence
 
 

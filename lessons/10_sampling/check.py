@@ -6,13 +6,13 @@ from collections import Counter
 import torch
 
 from nanoengine.sampling_params import SamplingParams
-from tracer.teach.lessons import expect, expect_engine_matches, expect_no_violations, lesson_scenario
+from tracer.teach.kit import expect, expect_engine_matches, expect_no_violations, lesson_scenario
 from tracer.teach.scenarios import ScenarioError, run_scenario
 
 TARGETS = {"sample": "sample", "sample_one": "sample_one"}
 
 
-def draw_many(fns, logits: list[float], n: int = 600, seed: int = 7, **params) -> Counter:
+def draw_many(fns, logits: list[float], n: int = 600, seed: int = 7, one_token: bool = False, **params) -> Counter:
     """n seeded draws, one per num_tokens value: a sample of the distribution sample_one draws from."""
     row = torch.tensor(logits)
     p = SamplingParams(seed=seed, **params)
@@ -25,6 +25,13 @@ def draw_many(fns, logits: list[float], n: int = 600, seed: int = 7, **params) -
         )
         expect(0 <= token < len(logits), f"sample_one returned {token}, outside the vocabulary 0..{len(logits) - 1}")
         counts[token] += 1
+    top = torch.softmax(row / params.get("temperature", 1.0), -1).max().item()
+    expect(
+        len(counts) > 1 or top > 0.9 or one_token,
+        f"sample_one drew token {next(iter(counts))} for all {n} values of num_tokens (seed {seed}), though "
+        f"no token has more than {top:.0%} of the probability: include num_tokens in the seed "
+        f"(p.seed * 1_000_003 + num_tokens), so each position gets its own draw",
+    )
     return counts
 
 
@@ -76,7 +83,7 @@ def check_top_p(fns):
     """top_p keeps the shortest run of top tokens whose probability reaches top_p."""
     logits = [math.log(x) for x in (0.5, 0.3, 0.15, 0.05)]
     for top_p, allowed in ((0.7, {0, 1}), (0.9, {0, 1, 2}), (0.45, {0})):
-        counts = draw_many(fns, logits, n=400, temperature=1.0, top_p=top_p)
+        counts = draw_many(fns, logits, n=400, one_token=len(allowed) == 1, temperature=1.0, top_p=top_p)
         expect(
             set(counts) == allowed,
             f"probabilities [0.5, 0.3, 0.15, 0.05] with top_p={top_p} may only draw "

@@ -5,7 +5,6 @@ All on the tiny model."""
 from __future__ import annotations
 
 import functools
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -13,12 +12,11 @@ import pytest
 
 from nanoengine import LLMEngine, SamplingParams
 from tracer.cli.lesson import lesson_main
+from tracer.teach.kit import expect_engine_matches, lesson_scenario
 from tracer.teach.lessons import (
+    LessonError,
     all_lessons,
-    expect_engine_matches,
     find_lesson,
-    lesson_scenario,
-    reference_functions,
     reference_solution,
     run_lesson_checks,
     student_functions,
@@ -93,8 +91,11 @@ def test_plugged_rejects_unknown_targets():
 
 # ---- every lesson's checks ---------------------------------------------------------------
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda l: l.name)
-def test_reference_implementation_passes(lesson):
-    results = run_lesson_checks(lesson, reference_functions(lesson))
+def test_reference_solution_in_the_exercise_file_passes(lesson, tmp_path):
+    """The engine's own code pasted into the stub file passes: the stub imports all it needs."""
+    path = tmp_path / "exercise.py"
+    path.write_text(reference_solution(lesson), encoding="utf-8")
+    results = run_lesson_checks(lesson, student_functions(lesson, path), path)
     failed = [(r.name, r.message) for r in results if not r.passed]
     assert not failed
     assert any(r.name.startswith("engine_") for r in results), "every lesson runs the engine with the code plugged in"
@@ -108,76 +109,95 @@ def test_untouched_stub_fails_with_a_helpful_message(lesson):
     assert not any(r.passed for r in results)
 
 
+# A typical wrong answer per lesson: (a line of the engine's code, the student's version of it,
+# the check that must fail, words its message must contain: the hint that names the real mistake).
 MISTAKES = {
     "01_request_life": (
-        "check_stop",
-        """
-        def check_stop(self, seq, token_id):
-            if token_id in self.eos_token_ids:                      # forgets ignore_eos
-                return FinishReason.STOP
-            if seq.num_completion_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
-                return FinishReason.LENGTH
-            return None
-    """,
-        "check_ignore_eos",
+        "seq.num_completion_tokens >= seq.params.max_tokens",
+        "seq.num_completion_tokens > seq.params.max_tokens",
+        "check_max_tokens",
+        "compare with >=, not >",
+    ),
+    "02_token_counters": (
+        "        seq.num_scheduled_tokens = 0\n",
+        "",
+        "check_mid_prefill_keeps_no_token",
+        "must be reset to 0",
     ),
     "03_paged_kv": (
-        "compute_slot_mapping",
-        """
-        def compute_slot_mapping(block_tables, seq_index, positions, block_size):
-            return block_tables[seq_index, positions // block_size] * block_size + positions  # offset wrong
-    """,
+        "+ positions % block_size",
+        "+ positions",
         "check_slot_mapping_one_sequence",
+        "first difference at index 4: got 8, expected 4: add the offset inside the block",
+    ),
+    "04_block_manager": (
+        "for block_id in reversed(seq.block_table):",
+        "for block_id in seq.block_table:",
+        "check_free",
+        "tail first",
+    ),
+    "05_prefix_caching": (
+        "range((seq.num_tokens - 1) // self.block_size)",
+        "range(seq.num_tokens // self.block_size)",
+        "check_last_token_is_never_cached",
+        "(16 - 1) // 4 = 3",
     ),
     "06_scheduler": (
-        "schedule",
-        """
-        def schedule(self):
-            out = SchedulerOutput()
-            budget = self.max_num_batched_tokens
-            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:   # waiting first
-                seq = self.waiting[0]
-                if not self.try_admit(seq, budget, out):
-                    break
-                budget -= self.schedule_tokens(seq, seq.num_scheduled_tokens, out)
-            for seq in list(self.running):
-                if budget == 0 or seq.num_scheduled_tokens:
-                    continue
-                num_new = min(seq.num_uncomputed_tokens, budget)
-                if self.make_room(seq, num_new, out):
-                    self.block_manager.allocate(seq, num_new)
-                    budget -= self.schedule_tokens(seq, num_new, out)
-            return out
-    """,
-        "check_running_before_waiting",
+        "        if seq.status != SequenceStatus.RUNNING:  # preempted earlier in this loop\n            continue\n",
+        "",
+        "check_uses_make_room",
+        "no longer RUNNING",
+    ),
+    "07_chunked_prefill": (
+        "bm.can_allocate(num_new_blocks + bm.num_free_in(hit_blocks))",
+        "bm.can_allocate(num_new_blocks)",
+        "check_cached_free_blocks_count",
+        "num_free_in(hit_blocks)",
+    ),
+    "08_preemption": (
+        "self.waiting.appendleft(seq)",
+        "self.waiting.append(seq)",
+        "check_preempt_queues_at_head",
+        "HEAD of self.waiting",
     ),
     "09_flat_batch": (
-        "prepare_inputs",
-        """
-        def prepare_inputs(seqs, block_size):
-            inputs = ORIGINAL(seqs, block_size)
-            inputs.positions = torch.arange(len(inputs.input_ids))     # flat index, not position
-            return inputs
-    """,
-        "check_positions",
+        "positions = torch.arange(len(input_ids)) - query_start_loc[seq_index] + num_cached[seq_index]",
+        "positions = torch.arange(len(input_ids))",
+        "check_query_start_loc",
+        "positions count from the start of each sequence",
+    ),
+    "10_sampling": (
+        "manual_seed(p.seed * 1_000_003 + num_tokens)",
+        "manual_seed(p.seed)",
+        "check_temperature",
+        "include num_tokens in the seed",
     ),
 }
 
 
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_a_plausible_mistake_fails_the_right_check(name, tmp_path):
-    lesson = find_lesson(name)
-    function, body, failing_check = MISTAKES[name]
-    path = tmp_path / "exercise.py"
+def write_mistake(lesson, tmp_path) -> Path:
+    right, wrong, _, _ = MISTAKES[lesson.name]
     solution = reference_solution(lesson)
-    path.write_text(
-        solution + "\nfrom tracer.teach.plugins import original\nORIGINAL = original("
-        f"{lesson.targets[function]!r})\n" + textwrap.dedent(body),
-        encoding="utf-8",
-    )
+    assert solution.count(right) == 1, f"{lesson.name}: the engine's code changed; update MISTAKES"
+    path = tmp_path / "exercise.py"
+    path.write_text(solution.replace(right, wrong), encoding="utf-8")
+    return path
+
+
+def test_every_lesson_has_a_typical_mistake():
+    assert sorted(MISTAKES) == [l.name for l in LESSONS]
+
+
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_a_typical_mistake_gets_the_hint_that_names_it(name, tmp_path):
+    lesson = find_lesson(name)
+    path = write_mistake(lesson, tmp_path)
+    _, _, failing_check, hint = MISTAKES[name]
     results = {r.name: r for r in run_lesson_checks(lesson, student_functions(lesson, path), path)}
     assert results[failing_check].status == "failed", results[failing_check]
-    assert results[failing_check].message
+    assert hint in results[failing_check].message, results[failing_check].message
+    first_failure = next(r for r in results.values() if not r.passed)
+    assert first_failure.name == failing_check, "the first failing check is the one whose hint names the mistake"
 
 
 def test_the_engine_run_catches_what_outputs_alone_would_not():
@@ -188,14 +208,62 @@ def test_the_engine_run_catches_what_outputs_alone_would_not():
             expect_engine_matches(scenario)
 
 
-def test_an_endless_loop_is_stopped(tmp_path):
+def test_an_endless_loop_is_stopped_and_named(tmp_path):
+    """A make_room that loops without preempting: the check is stopped, named, the loop's line
+    quoted, and the checks after it are skipped (no freeze)."""
     lesson = find_lesson("08_preemption")
     path = tmp_path / "exercise.py"
     path.write_text(
-        reference_solution(lesson).replace("return running[-1]", "while True:\n        pass"), encoding="utf-8"
+        reference_solution(lesson).replace("        self.preempt(victim, out, needed_by=seq)\n", ""), encoding="utf-8"
     )
     results = run_lesson_checks(lesson, student_functions(lesson, path), path, time_limit=0.5)
-    assert results[0].status == "failed" and "did not finish" in results[0].message
+    stopped = [r for r in results if r.timed_out]
+    assert len(stopped) == 1 and stopped[0].name == "check_make_room_preempts_newest"
+    message = stopped[0].message
+    assert "check_make_room_preempts_newest did not finish within 0.5 s" in message
+    assert "loop that never ends" in message and "make_room" in message and "while not bm.can_allocate" in message
+    after = results[results.index(stopped[0]) + 1 :]
+    assert after and all(r.status == "skipped" and "timed out" in r.message for r in after)
+
+
+def test_except_exception_cannot_swallow_the_time_limit(tmp_path):
+    lesson = find_lesson("01_request_life")
+    path = tmp_path / "exercise.py"
+    path.write_text(
+        "def check_stop(self, seq, token_id):\n    while True:\n        try:\n            pass\n"
+        "        except Exception:\n            pass\n",
+        encoding="utf-8",
+    )
+    results = run_lesson_checks(lesson, student_functions(lesson, path), path, time_limit=0.3)
+    assert results[0].timed_out and "exercise.py line" in results[0].message
+
+
+def test_sys_exit_is_a_failure_not_a_pass(tmp_path, capsys):
+    lesson = find_lesson("01_request_life")
+    path = tmp_path / "exercise.py"
+    path.write_text("import sys\n\ndef check_stop(self, seq, token_id):\n    sys.exit(0)\n", encoding="utf-8")
+    results = run_lesson_checks(lesson, student_functions(lesson, path), path)
+    assert results[0].status == "failed" and "sys.exit(0)" in results[0].message and "line 4" in results[0].message
+    assert lesson_main(["check", "1", "--file", str(path)]) == 1
+    at_import = tmp_path / "exits.py"
+    at_import.write_text("raise SystemExit\n", encoding="utf-8")
+    with pytest.raises(LessonError, match="SystemExit"):
+        student_functions(lesson, at_import)
+    capsys.readouterr()
+    assert lesson_main(["check", "1", "--file", str(at_import)]) == 2
+    assert "SystemExit" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "folder"])
+def test_check_file_that_is_not_python_gets_one_line(name, tmp_path, capsys):
+    path = tmp_path / name
+    if name == "folder":
+        path.mkdir()
+    else:
+        path.write_text("my notes\n", encoding="utf-8")
+    assert lesson_main(["check", "1", "--file", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") <= 2 and "exercise.py" in out and "Traceback" not in out
 
 
 # ---- scenarios ----------------------------------------------------------------------------

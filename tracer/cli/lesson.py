@@ -105,6 +105,8 @@ def workdir(args) -> Path:
 
 def working_file(args, lesson: Lesson) -> Path:
     if getattr(args, "file", None) is not None:
+        if args.file.is_dir():
+            raise LessonError(f"{args.file} is a folder: pass the exercise.py file you wrote")
         if not args.file.is_file():
             raise LessonError(f"{args.file} does not exist")
         return args.file
@@ -233,9 +235,18 @@ def cmd_check(args, console: Console) -> int:
     functions = student_functions(lesson, path)
     console.print(f"[bold]{lesson.title}[/]: checking {shorten(path)}")
 
+    skip_reasons: set[str] = set()
+
     def show(result: CheckResult) -> None:
-        console.print(f" {ICONS[result.status]} {result.doc}")
-        if result.message and result.status != "skipped":
+        line = Table.grid(padding=(0, 1))
+        line.add_column(width=2, justify="right")
+        line.add_column()
+        line.add_row(ICONS[result.status], Text(result.doc))
+        console.print(line)
+        if result.status == "skipped" and result.message not in skip_reasons:
+            skip_reasons.add(result.message)  # say why once, at the first check it skips
+            console.print(Padding(Text(f"skipped: {result.message}", style="dim"), (0, 0, 0, 5)))
+        elif result.message and result.status != "skipped":
             style = "red" if result.status == "failed" else "yellow"
             console.print(Padding(Text(result.message, style=style), (0, 0, 0, 5)))
 

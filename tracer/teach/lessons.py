@@ -30,12 +30,10 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import tracer
-from tracer.teach.plugins import TARGETS as ENGINE_TARGETS
 from tracer.teach.plugins import original, plugged, replacements_for
-from tracer.teach.scenarios import Scenario, ScenarioError, ScenarioRun, StepSummary, load_scenario, run_scenario
-from tracer.trace.invariants import short
 
-CHECK_TIME_LIMIT_S = 120
+DIRECT_TIME_LIMIT_S = 10.0  # a direct check calls the student's function on a tiny input
+ENGINE_TIME_LIMIT_S = 60.0  # an engine check runs a whole scenario (about a second when all is well)
 
 
 class LessonError(ValueError):
@@ -112,16 +110,25 @@ def find_lesson(key: str, root: Path | None = None) -> Lesson:
 # ---- loading the student's file -------------------------------------------------------------
 def load_module(path: Path, module_name: str) -> ModuleType:
     """Import a file by path; a syntax or import error becomes a one-line LessonError."""
+    if path.is_dir():
+        raise LessonError(f"{path} is a folder: pass the exercise.py file you wrote")
     if not path.is_file():
         raise LessonError(f"{path} does not exist")
+    if path.suffix != ".py":
+        raise LessonError(f"{path} is not a Python file: pass the exercise.py file you wrote (a .py file)")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise LessonError(f"{path} cannot be imported as Python (name it *.py)")
+        raise LessonError(f"{path} cannot be imported as Python: pass the exercise.py file you wrote")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
         raise LessonError(f"{path} line {e.lineno}: syntax error: {e.msg}; fix it and run the check again") from None
+    except SystemExit:
+        raise LessonError(
+            f"{path} called sys.exit() (or raised SystemExit) while being imported: "
+            f"remove it; an exercise file only defines functions"
+        ) from None
     except Exception as e:  # the student's module-level code: report it, never a traceback
         raise LessonError(f"{path} failed to import: {describe_exception(e, path)}") from None
     return module
@@ -184,14 +191,16 @@ class CheckResult:
     doc: str  # its first docstring line: what it checks
     status: str  # passed / failed / skipped / stub
     message: str = ""
+    timed_out: bool = False
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
 
-class CheckTimeout(Exception):
-    pass
+class CheckTimeout(BaseException):
+    """Raised inside a check that ran too long; a BaseException, so `except Exception` in the
+    student's loop cannot swallow it."""
 
 
 @contextlib.contextmanager
@@ -206,7 +215,7 @@ def deadline(seconds: float) -> Iterator[None]:
         return
 
     def expire(signum, frame):
-        raise CheckTimeout(f"it ran for more than {seconds:.0f} s")
+        raise CheckTimeout(f"{seconds:g} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -232,7 +241,7 @@ def run_lesson_checks(
     lesson: Lesson,
     functions: dict[str, Callable],
     student_file: Path | None = None,
-    time_limit: float = CHECK_TIME_LIMIT_S,
+    time_limit: float | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
     module = lesson.checks_module()
@@ -254,9 +263,12 @@ def run_lesson_checks(
             if blocked:
                 add(CheckResult(check.__name__, doc, "skipped", blocked))
                 continue
-            result = run_one(check, fns, doc, student_file, time_limit)
+            limit = time_limit or (ENGINE_TIME_LIMIT_S if check in engine else DIRECT_TIME_LIMIT_S)
+            result = run_one(check, fns, doc, student_file, limit)
             if result.status == "stub":
                 blocked = "your function is still the stub"
+            elif result.timed_out:
+                blocked = f"{check.__name__} timed out: fix the endless loop first"
             add(result)
     return results
 
@@ -281,12 +293,46 @@ def run_one(
     except AssertionError as e:
         return CheckResult(check.__name__, doc, "failed", str(e) or "the check failed")
     except CheckTimeout as e:
+        return CheckResult(check.__name__, doc, "failed", describe_timeout(check, e, student_file), timed_out=True)
+    except SystemExit as e:
         return CheckResult(
-            check.__name__, doc, "failed", f"your code did not finish: {e}. Look for a loop that never ends."
+            check.__name__,
+            doc,
+            "failed",
+            f"your code called sys.exit({'' if e.code is None else repr(e.code)}){where_in(e, student_file)}: "
+            f"an exercise function must return its result, never exit the program",
         )
     except Exception as e:
         return CheckResult(check.__name__, doc, "failed", f"your code raised {describe_exception(e, student_file)}")
     return CheckResult(check.__name__, doc, "passed")
+
+
+def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None) -> str:
+    """Name the check, the time, and where the student's code was when it was stopped."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).name != "lessons.py"]
+    if student_file is not None:
+        frames = [f for f in frames if Path(f.filename).resolve() == student_file.resolve()] or frames
+    message = f"{check.__name__} did not finish within {e} and was stopped. "
+    if frames and (student_file is None or Path(frames[-1].filename).resolve() == student_file.resolve()):
+        f = frames[-1]
+        line = f" (`{f.line.strip()}`)" if f.line else ""
+        return message + (
+            f"Likely cause: a loop that never ends. Your {f.name} was at {Path(f.filename).name} line "
+            f"{f.lineno}{line} when it was stopped: make sure each pass of the loop changes what its "
+            f"condition tests"
+        )
+    return message + (
+        "Likely cause: a loop that never ends, in your code or in the engine running it (for example a "
+        "function that never frees or takes the blocks the engine waits for)"
+    )
+
+
+def where_in(e: BaseException, student_file: Path | None) -> str:
+    """' (exercise.py line 12)' for the student's last frame in e's traceback, if any."""
+    if student_file is None:
+        return ""
+    mine = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == student_file.resolve()]
+    return f" ({student_file.name} line {mine[-1].lineno})" if mine else ""
 
 
 def stub_name(e: NotImplementedError) -> str | None:
@@ -314,92 +360,6 @@ def reference_solution(lesson: Lesson) -> str:
         code = re.sub(rf"^def {re.escape(engine_fn.__name__)}\(", f"def {name}(", code, count=1, flags=re.M)
         lines[start:end] = [code]
     return "".join(lines)
-
-
-# ---- helpers for check.py ---------------------------------------------------------------
-def expect(ok: bool, message: str) -> None:
-    if not ok:
-        raise AssertionError(message)
-
-
-def lesson_scenario(check_file: str, **changes) -> Scenario:
-    """The scenario.json next to a check.py, optionally with some top-level fields changed."""
-    path = Path(check_file).parent / "scenario.json"
-    scenario = load_scenario(path, name=path.parent.name)
-    for key, value in changes.items():
-        setattr(scenario, key, value)
-    return scenario
-
-
-REFERENCE_RUNS: dict[str, ScenarioRun] = {}
-
-
-def reference_run(scenario: Scenario) -> ScenarioRun:
-    """The scenario run with the engine's own code everywhere (cached per process)."""
-    key = repr(scenario)
-    if key not in REFERENCE_RUNS:
-        with plugged({name: original(name) for name in ENGINE_TARGETS}):
-            REFERENCE_RUNS[key] = run_scenario(scenario)
-    return REFERENCE_RUNS[key]
-
-
-def expect_engine_matches(
-    scenario: Scenario, same_schedule: bool = True, requests: list[int] | None = None
-) -> ScenarioRun:
-    """Run the scenario with whatever is plugged in now; compare it with the engine's own run.
-
-    Checks, in order: no invariant was broken, every request (or those listed in `requests`)
-    generated the same tokens and finished for the same reason, and (same_schedule) every step
-    scheduled the same tokens.
-    """
-    try:
-        run = run_scenario(scenario)
-    except ScenarioError as e:
-        raise AssertionError(str(e)) from None
-    expect_no_violations(run)
-    ref = reference_run(scenario)
-    for i, (mine, theirs) in enumerate(zip(run.outputs, ref.outputs)):
-        if requests is not None and i not in requests:
-            continue
-        expect(
-            mine.token_ids == theirs.token_ids,
-            f"request {i} generated tokens {short(mine.token_ids)} but the engine's own code generates "
-            f"{short(theirs.token_ids)} in the same run",
-        )
-        expect(
-            mine.finish_reason == theirs.finish_reason,
-            f"request {i} finished with reason {mine.finish_reason!r}, expected {theirs.finish_reason!r}",
-        )
-    if same_schedule:
-        expect_same_schedule(run, ref)
-    return run
-
-
-def expect_no_violations(run: ScenarioRun) -> None:
-    if run.violations:
-        v = run.violations[0]
-        seq = f", seq {v.seq_id}" if v.seq_id is not None else ""
-        more = f" (and {len(run.violations) - 1} more)" if len(run.violations) > 1 else ""
-        raise AssertionError(f"the engine broke the invariant '{v.invariant}' at step {v.step}{seq}: {v.message}{more}")
-
-
-def expect_same_schedule(run: ScenarioRun, ref: ScenarioRun) -> None:
-    for mine, theirs in zip(run.steps, ref.steps):
-        if mine.batch != theirs.batch or sorted(mine.events) != sorted(theirs.events):
-            raise AssertionError(
-                f"step {mine.step} differs from the engine's own code: yours ran {describe_step(mine)}; "
-                f"the engine's runs {describe_step(theirs)}"
-            )
-    expect(
-        run.num_steps == ref.num_steps,
-        f"the run took {run.num_steps} steps, the engine's own code takes {ref.num_steps}",
-    )
-
-
-def describe_step(step: StepSummary) -> str:
-    batch = ", ".join(f"request {i}: {n} token{'s' if n != 1 else ''}" for i, n in step.batch) or "nothing"
-    events = ", ".join(f"{kind} {i}" for kind, i in step.events)
-    return f"[{batch}]" + (f" with events [{events}]" if events else "")
 
 
 def shorten(path: Path) -> str:

@@ -1,0 +1,237 @@
+"""The kit for lesson check.py authors: build engine parts, compare, and run the real engine.
+
+Every lesson's check.py imports from here, so the same situation is built the same way in
+every lesson:
+
+    make_scheduler(num_blocks=6)            a Scheduler over a fresh BlockManager (block size 4)
+    make_block_manager(8)                   a BlockManager of 8 free blocks (block size 4)
+    make_sequence(8, name="A")              a request with 8 distinct prompt tokens
+    add_sequences(sched, 10, 10, 10)        three waiting requests A, B, C (no shared prefix)
+    add_sequences(sched, 5, names="D")      one more, named D
+    prefilled(sched, 8, 8)                  ... admitted and prefilled by the engine's own code
+    expect(ok, "message for the student")   fail a check
+    expect_same_list(got, want, "slots")    fail with the first differing index and both values
+    expect_engine_matches(lesson_scenario(__file__))   run the engine, compare with its own code
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from collections.abc import Sequence as SequenceOf
+from pathlib import Path
+
+from nanoengine.block_manager import BlockManager
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.scheduler import Scheduler, SchedulerOutput
+from nanoengine.sequence import Sequence
+from tracer.teach.plugins import TARGETS as ENGINE_TARGETS
+from tracer.teach.plugins import original, plugged
+from tracer.teach.scenarios import Scenario, ScenarioError, ScenarioRun, StepSummary, load_scenario, run_scenario
+
+BLOCK_SIZE = 4
+EOS = 2  # the end-of-sequence id of make_scheduler(eos=True)
+FIRST_TOKEN = 10  # prompt token ids start here (0-9 stay free for EOS and made-up samples)
+TOKENS_PER_NAME = 40  # request "B" starts 40 ids after "A": no two named requests share a prefix
+
+
+# ---- building engine parts -------------------------------------------------------------------
+def make_block_manager(num_blocks: int = 16, block_size: int = BLOCK_SIZE, prefix_caching: bool = True) -> BlockManager:
+    """A fresh pool: every block free, ref count 0, nothing cached."""
+    return BlockManager(num_blocks, block_size, enable_prefix_caching=prefix_caching)
+
+
+def make_scheduler(
+    num_blocks: int = 16,
+    *,
+    block_size: int = BLOCK_SIZE,
+    budget: int = 64,
+    max_num_seqs: int = 8,
+    max_model_len: int = 256,
+    eos: bool = False,
+    prefix_caching: bool = True,
+) -> Scheduler:
+    """A Scheduler over a fresh pool of `num_blocks` blocks; `budget` is max_num_batched_tokens."""
+    return Scheduler(
+        make_block_manager(num_blocks, block_size, prefix_caching),
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        eos_token_ids=frozenset({EOS}) if eos else frozenset(),
+    )
+
+
+def make_sequence(
+    tokens: int | Iterable[int],
+    *,
+    name: str = "",
+    generated: Iterable[int] = (),
+    num_cached_tokens: int = 0,
+    num_scheduled_tokens: int = 0,
+    block_table: Iterable[int] = (),
+    **params,
+) -> Sequence:
+    """A request: `tokens` prompt ids (or that many distinct ids, different per `name`), then
+    `generated` tokens appended as postprocess would; `params` are SamplingParams fields."""
+    if isinstance(tokens, int):
+        start = FIRST_TOKEN + TOKENS_PER_NAME * (ord(name) - ord("A") if name else 0)
+        tokens = range(start, start + tokens)
+    seq = Sequence(list(tokens), SamplingParams(**params), prompt=name)
+    seq.token_ids.extend(generated)
+    seq.num_cached_tokens, seq.num_scheduled_tokens = num_cached_tokens, num_scheduled_tokens
+    seq.block_table = list(block_table)
+    return seq
+
+
+def add_sequences(sched: Scheduler, *sizes: int, names: str = "ABCDEFGH", max_tokens: int = 50) -> list[Sequence]:
+    """One waiting request per size, named A, B, C, ... (or from `names`); ignore_eos, so only
+    lengths stop them."""
+    seqs = [make_sequence(n, name=name, max_tokens=max_tokens, ignore_eos=True) for n, name in zip(sizes, names)]
+    for seq in seqs:
+        sched.add(seq)
+    return seqs
+
+
+def prefilled(sched: Scheduler, *sizes: int) -> list[Sequence]:
+    """add_sequences, then one step of the engine's own schedule() and postprocess()."""
+    seqs = add_sequences(sched, *sizes)
+    engine_step(sched)
+    return seqs
+
+
+def engine_step(sched: Scheduler, token_id: int = 5) -> SchedulerOutput:
+    """One step of whatever schedule/postprocess are plugged in, with a made-up sampled token."""
+    out = sched.schedule()
+    sched.postprocess(out, [token_id] * len(out.seqs))
+    return out
+
+
+def cache_prefix(bm: BlockManager, tokens: list[int], keep: bool = False) -> Sequence:
+    """Compute `tokens` as one request and register its full blocks in the prefix cache.
+
+    keep=False frees it again (its blocks stay cached with ref count 0, in the free list)."""
+    seq = make_sequence(tokens)
+    bm.allocate(seq, len(tokens))
+    seq.num_cached_tokens = len(tokens)
+    bm.register_full_blocks(seq)
+    if not keep:
+        bm.free(seq)
+    return seq
+
+
+def names(seqs: Iterable[Sequence]) -> list[str]:
+    """The names (prompt field) of sequences built with make_sequence(name=...)."""
+    return [s.prompt if isinstance(s.prompt, str) and s.prompt else f"seq {s.seq_id}" for s in seqs]
+
+
+def batch_of(out: SchedulerOutput) -> list[tuple[str, int]]:
+    """A step's batch as (name, num_scheduled_tokens) pairs."""
+    return [(name, s.num_scheduled_tokens) for name, s in zip(names(out.seqs), out.seqs)]
+
+
+def event_kinds(out: SchedulerOutput) -> list[str]:
+    return [kind for kind, _, _ in out.events]
+
+
+# ---- failing a check -----------------------------------------------------------------------
+def expect(ok: bool, message: str) -> None:
+    """Fail the check with `message` (written for the student) unless ok."""
+    if not ok:
+        raise AssertionError(message)
+
+
+def first_difference(got: SequenceOf, want: SequenceOf) -> str:
+    """'first difference at index 3: got 7, expected 12' (or which list is longer)."""
+    got, want = list(got), list(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return f"first difference at index {i}: got {g!r}, expected {w!r}"
+    if len(got) != len(want):
+        return f"got {len(got)} items, expected {len(want)}"
+    return "they are equal"
+
+
+def expect_same_list(got: SequenceOf, want: SequenceOf, what: str, why: str = "") -> None:
+    """Fail with the first differing index and both values (lists too long to print whole)."""
+    if list(got) != list(want):
+        raise AssertionError(f"{what}: {first_difference(got, want)}" + (f". {why}" if why else ""))
+
+
+# ---- running the real engine ---------------------------------------------------------------
+def lesson_scenario(check_file: str, **changes) -> Scenario:
+    """The scenario.json next to a check.py, optionally with some top-level fields changed."""
+    path = Path(check_file).parent / "scenario.json"
+    scenario = load_scenario(path, name=path.parent.name)
+    for key, value in changes.items():
+        setattr(scenario, key, value)
+    return scenario
+
+
+REFERENCE_RUNS: dict[str, ScenarioRun] = {}
+
+
+def reference_run(scenario: Scenario) -> ScenarioRun:
+    """The scenario run with the engine's own code everywhere (cached per process)."""
+    key = repr(scenario)
+    if key not in REFERENCE_RUNS:
+        with plugged({name: original(name) for name in ENGINE_TARGETS}):
+            REFERENCE_RUNS[key] = run_scenario(scenario)
+    return REFERENCE_RUNS[key]
+
+
+def expect_engine_matches(
+    scenario: Scenario, same_schedule: bool = True, requests: list[int] | None = None
+) -> ScenarioRun:
+    """Run the scenario with whatever is plugged in now; compare it with the engine's own run.
+
+    Checks, in order: no invariant was broken, every request (or those listed in `requests`)
+    generated the same tokens and finished for the same reason, and (same_schedule) every step
+    scheduled the same tokens.
+    """
+    try:
+        run = run_scenario(scenario)
+    except ScenarioError as e:
+        raise AssertionError(str(e)) from None
+    expect_no_violations(run)
+    ref = reference_run(scenario)
+    for i, (mine, theirs) in enumerate(zip(run.outputs, ref.outputs)):
+        if requests is not None and i not in requests:
+            continue
+        expect_same_list(
+            mine.token_ids,
+            theirs.token_ids,
+            f"request {i} generated other tokens than the engine's own code does in the same run",
+        )
+        expect(
+            mine.finish_reason == theirs.finish_reason,
+            f"request {i} finished with reason {mine.finish_reason!r}, expected {theirs.finish_reason!r}",
+        )
+    if same_schedule:
+        expect_same_schedule(run, ref)
+    return run
+
+
+def expect_no_violations(run: ScenarioRun) -> None:
+    if run.violations:
+        v = run.violations[0]
+        seq = f", seq {v.seq_id}" if v.seq_id is not None else ""
+        more = f" (and {len(run.violations) - 1} more)" if len(run.violations) > 1 else ""
+        raise AssertionError(f"the engine broke the invariant '{v.invariant}' at step {v.step}{seq}: {v.message}{more}")
+
+
+def expect_same_schedule(run: ScenarioRun, ref: ScenarioRun) -> None:
+    for mine, theirs in zip(run.steps, ref.steps):
+        if mine.batch != theirs.batch or sorted(mine.events) != sorted(theirs.events):
+            raise AssertionError(
+                f"step {mine.step} differs from the engine's own code: yours ran {describe_step(mine)}; "
+                f"the engine's runs {describe_step(theirs)}"
+            )
+    expect(
+        run.num_steps == ref.num_steps,
+        f"the run took {run.num_steps} steps, the engine's own code takes {ref.num_steps}",
+    )
+
+
+def describe_step(step: StepSummary) -> str:
+    batch = ", ".join(f"request {i}: {n} token{'s' if n != 1 else ''}" for i, n in step.batch) or "nothing"
+    events = ", ".join(f"{kind} {i}" for kind, i in step.events)
+    return f"[{batch}]" + (f" with events [{events}]" if events else "")
