@@ -110,7 +110,7 @@ def test_steps_range_exports_only_those_steps(tiny_trace_path, tmp_path, capsys)
     [
         (["--html", "{out}", "--steps", "40-60"], "no steps in that range"),
         (["--html", "{out}", "--steps", "three"], "give step numbers as A-B"),
-        (["--html", "{out}", "--size", "10x5"], "needs at least 80x24"),
+        (["--html", "{out}", "--size", "10x5"], "too small for the TUI"),
         ([], "say what to write"),
     ],
 )

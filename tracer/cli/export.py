@@ -20,8 +20,6 @@ from tracer.cli.trace import err, load_or_report
 from tracer.trace.trace_file import Trace
 
 STEP_RANGE = re.compile(r"^\s*(\d*)\s*(?:-\s*(\d*))?\s*$")
-SIZE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
-MIN_SIZE = (80, 24)
 
 
 def export_main(argv: list[str]) -> int:
@@ -35,13 +33,15 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML replay")
     p.add_argument("--steps", metavar="A-B", help="only steps A to B (step numbers, inclusive; 'A-' or '-B' too)")
     p.add_argument("--logical", action="store_true", help="Perfetto timestamps: one step = 1 ms, not the wall time")
-    p.add_argument("--size", default="160x48", metavar="COLSxROWS", help="HTML: the replay's terminal size")
+    p.add_argument("--size", default="160x48", metavar="WIDTHxHEIGHT", help="HTML: the replay's terminal size")
     args = p.parse_args(argv)
     if not args.perfetto and not args.html:
         err("say what to write: --perfetto OUT.json and/or --html OUT.html")
         return 2
+    from tracer.replay.app import parse_terminal_size
+
     try:
-        size = parse_size(args.size)
+        size = parse_terminal_size(args.size)
     except ValueError as e:
         err(str(e))
         return 2
@@ -59,16 +59,6 @@ def export_main(argv: list[str]) -> int:
     if args.html:
         write_html_file(trace, indices, Path(args.html), size, console)
     return 0
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    match = SIZE.match(text)
-    if not match:
-        raise ValueError(f"--size {text!r}: give columns x rows, e.g. 160x48")
-    cols, rows = int(match.group(1)), int(match.group(2))
-    if cols < MIN_SIZE[0] or rows < MIN_SIZE[1]:
-        raise ValueError(f"--size {text}: the replay needs at least {MIN_SIZE[0]}x{MIN_SIZE[1]}")
-    return cols, rows
 
 
 def select_steps(trace: Trace, spec: str | None) -> list[int]:
