@@ -1,6 +1,7 @@
 """Many SVG frames of the same screen, packed small enough to mail.
 
     pack_frames(svgs) -> PackedFrames        shared CSS + unique lines + each frame as line numbers
+    add_frame(packed, svg)                   one more frame (render and pack one at a time: little memory)
     unpack_frame(packed, i) -> str           frame i as an SVG string (what the page rebuilds)
     compress(obj) -> str                     JSON, gzip, base64 (the page undoes it with DecompressionStream)
 
@@ -19,6 +20,7 @@ import base64
 import gzip
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 UNIQUE_ID = re.compile(r"terminal-(\d+)")
@@ -34,19 +36,23 @@ class FrameFormatError(ValueError):
 
 @dataclass(slots=True)
 class PackedFrames:
-    style: str = ""  # the CSS all frames share
+    base_style: str = ""  # the CSS rules that are not numbered styles (the same in every frame)
     lines: list[str] = field(default_factory=list)
     frames: list[list[int]] = field(default_factory=list)
     style_classes: dict[str, str] = field(default_factory=dict)  # css -> shared class name
     line_numbers: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def style(self) -> str:
+        """The CSS all frames share."""
+        rules = "\n".join(f".{name} {{ {css} }}" for css, name in self.style_classes.items())
+        return self.base_style + "\n" + rules
 
-def pack_frames(svgs: list[str]) -> PackedFrames:
+
+def pack_frames(svgs: Iterable[str]) -> PackedFrames:
     packed = PackedFrames()
     for svg in svgs:
         add_frame(packed, svg)
-    rules = "\n".join(f".{name} {{ {css} }}" for css, name in packed.style_classes.items())
-    packed.style = packed.style + "\n" + rules
     return packed
 
 
@@ -58,8 +64,8 @@ def add_frame(packed: PackedFrames, svg: str) -> None:
     head, rest = svg.split("<style>", 1)
     css, body = rest.split("</style>", 1)
     local = {number: shared_class(packed, rule) for _, number, rule in STYLE_RULE.findall(css)}
-    if not packed.style:  # the rules that are not numbered styles (matrix, title) are the same in every frame
-        packed.style = FONT_FACE.sub("", STYLE_RULE.sub("", css)).replace(f"terminal-{uid}", FRAME_ID).strip()
+    if not packed.base_style:
+        packed.base_style = FONT_FACE.sub("", STYLE_RULE.sub("", css)).replace(f"terminal-{uid}", FRAME_ID).strip()
 
     def rename(m: re.Match) -> str:
         if m.group(1) not in local:

@@ -1,7 +1,7 @@
 """A trace as ONE self-contained HTML file that replays it in a browser:
 `nanoengine export FILE --html OUT.html [--steps A-B]` (docs/export.md).
 
-    html_page(trace, indices, frames) -> str
+    html_page(trace, indices, packed_frames) -> str
     write_html(trace, indices, out, size=..., on_frame=None) -> int        bytes written
 
 The frames are the replay TUI's SVG screenshots (frames.py), packed (frame_pack.py) and embedded
@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
 
-from tracer.export.frame_pack import compress, pack_frames
-from tracer.export.frames import DEFAULT_SIZE, render_frames
+from tracer.export.frame_pack import PackedFrames, add_frame, compress
+from tracer.export.frames import DEFAULT_SIZE, stream_frames
 from tracer.replay.narration import narrate
 from tracer.trace.trace_file import Trace
 
@@ -30,8 +30,7 @@ def viewer_header(trace: Trace) -> dict:
     return dict(trace.header, requests=list(trace.requests.values()) or trace.header.get("requests", []))
 
 
-def html_page(trace: Trace, indices: Sequence[int], frames: list[str]) -> str:
-    packed = pack_frames(frames)
+def html_page(trace: Trace, indices: Sequence[int], packed: PackedFrames) -> str:
     header = viewer_header(trace)
     steps = [trace.steps[i] for i in indices]
     payload = {
@@ -66,8 +65,15 @@ def write_html(
     """Render, pack and write the page; returns its size in bytes."""
     if not indices:
         raise ValueError("no steps to export: choose a --steps range inside the trace")
-    frames = render_frames(trace, indices, size, on_frame)
-    data = html_page(trace, indices, frames).encode("utf-8")
+    packed = PackedFrames()
+
+    def pack(n: int, svg: str) -> None:
+        add_frame(packed, svg)
+        if on_frame is not None:
+            on_frame(n)
+
+    stream_frames(trace, indices, size, pack)
+    data = html_page(trace, indices, packed).encode("utf-8")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
     return len(data)
