@@ -58,7 +58,7 @@ class LLMEngine:
         )
         self.sequences: dict[int, Sequence] = {}  # every request not yet collected
         self.step_hooks: list[StepHook] = []
-        self.to_abort: set[int] = set()
+        self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
         self.num_steps = 0
 
     # ---- requests -------------------------------------------------------------------------
@@ -98,7 +98,7 @@ class LLMEngine:
     def abort(self, seq_id: int) -> None:
         """Finishes the request (reason 'abort') at the start of the next step."""
         if seq_id in self.sequences and not self.sequences[seq_id].is_finished:
-            self.to_abort.add(seq_id)
+            self.to_abort.setdefault(seq_id, self.num_steps)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -113,10 +113,13 @@ class LLMEngine:
         live = self.scheduler.running + list(self.scheduler.waiting)
         if not live:
             return []
-        watch = StepWatch(self.num_steps, live, self.step_hooks) if self.step_hooks else NO_WATCH
+        num_running = len(self.scheduler.running)
+        watch = StepWatch(self.num_steps, live, self.step_hooks, num_running) if self.step_hooks else NO_WATCH
         aborted = self.apply_aborts()
         out = self.scheduler.schedule()
-        out.events.extend(("finished", s.seq_id, {"reason": "abort"}) for s in aborted)
+        out.events.extend(
+            ("finished", s.seq_id, {"reason": "abort", "requested_step": requested}) for s, requested in aborted
+        )
         model_time, appended, inputs = 0.0, [], None
         if out.seqs:
             inputs = prepare_inputs(out.seqs, self.config.block_size)
@@ -130,11 +133,12 @@ class LLMEngine:
         watch.publish(model_time, out, inputs, self.block_manager)
         return appended
 
-    def apply_aborts(self) -> list[Sequence]:
-        """Aborts take effect inside a step, so the step record shows the RUNNING -> FINISHED edge."""
-        aborted = [s for i in self.to_abort if (s := self.sequences.get(i)) and not s.is_finished]
+    def apply_aborts(self) -> list[tuple[Sequence, int]]:
+        """Aborts take effect inside a step, so the step record shows the RUNNING -> FINISHED edge.
+        Returns each aborted sequence with the step its abort was requested in."""
+        aborted = [(s, n) for i, n in self.to_abort.items() if (s := self.sequences.get(i)) and not s.is_finished]
         self.to_abort.clear()
-        for seq in aborted:
+        for seq, _ in aborted:
             self.scheduler.finish(seq, FinishReason.ABORT)
         return aborted
 

@@ -76,6 +76,14 @@ class BlockPool:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueOrder:
+    """The scheduler's queues at the start of the step (before aborts), as the step found them."""
+
+    running: tuple[int, ...]  # admission order: the victim policy preempts from the end
+    waiting: tuple[int, ...]  # head first: preempted sequences go back to the head
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     step: int
     wall_time: float  # seconds for the whole step
@@ -84,6 +92,7 @@ class StepRecord:
     events: tuple[StepEvent, ...]
     inputs: InputsRecord
     pool: BlockPool
+    queues: QueueOrder
 
 
 StepHook = Callable[[StepRecord], None]
@@ -93,8 +102,11 @@ Scheduled = tuple[int, int, int, tuple[int, ...]]  # num_tokens, num_cached, num
 class StepWatch:
     """Takes the snapshots one step's record needs, then hands the record to the hooks."""
 
-    def __init__(self, step: int, live: list[Sequence], hooks: Seq[StepHook]):
+    def __init__(self, step: int, live: list[Sequence], hooks: Seq[StepHook], num_running: int = 0):
+        """live: the running list, then the waiting queue, in order; the first num_running are running."""
         self.step, self.live, self.hooks = step, live, hooks
+        ids = tuple(s.seq_id for s in live)
+        self.queues = QueueOrder(ids[:num_running], ids[num_running:])
         self.start = time.perf_counter()
         self.status_before = {s.seq_id: s.status.value for s in live}
         self.scheduled: dict[int, Scheduled] = {}
@@ -165,6 +177,7 @@ def build_record(
         events=tuple(StepEvent(kind, seq_id, detail) for kind, seq_id, detail in out.events),
         inputs=record_inputs(out.seqs, inputs, watch.scheduled),
         pool=BlockPool(bm.block_size, tuple(bm.ref_counts), tuple(bm.hashes), tuple(bm.free_blocks)),
+        queues=watch.queues,
     )
 
 

@@ -203,3 +203,15 @@ def test_trace_without_a_terminal_prints_the_summary_and_replay_refuses(tmp_path
     )
     assert replay.returncode == 2
     assert "needs an interactive terminal" in replay.stderr and len(replay.stderr.strip().splitlines()) == 1
+
+
+def test_check_list_names_every_invariant_with_its_rule(capsys, monkeypatch):
+    from tracer.trace.invariants import INVARIANTS
+
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["check", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name, rule in INVARIANTS.items():
+        assert name in out and rule in out, name
+    assert main(["check"]) == 2
+    assert "--list" in capsys.readouterr().err

@@ -294,6 +294,76 @@ def exceed_the_budget(steps, config):
     return prefill_step(steps)
 
 
+@mutation("kv_content")
+def compute_kv_for_another_token(steps, config):
+    i = decode_step(steps)
+    inputs = steps[i]["inputs"]
+    inputs["input_ids"][0] += 1  # the K/V written at that position is for another token
+    return i
+
+
+def events_of(step: dict, kind: str) -> list[dict]:
+    return [e for e in step["events"] if e["kind"] == kind]
+
+
+@mutation("shared_block_write")
+def write_into_a_shared_prefix_block(steps, config):
+    """A sequence that hit cached blocks writes its first token into one of them."""
+
+    def shared_hit(s):
+        for e in events_of(s, "prefix_hit"):
+            others = [q for q in s["seqs"] if q["seq_id"] != e["seq_id"]]
+            if any(e["detail"]["blocks"][0] in q["block_table"] for q in others):
+                return True
+        return False
+
+    i = first(steps, shared_hit)
+    e = next(e for e in events_of(steps[i], "prefix_hit"))
+    start = steps[i]["inputs"]["query_start_loc"][steps[i]["inputs"]["seq_ids"].index(e["seq_id"])]
+    steps[i]["inputs"]["slot_mapping"][start] = e["detail"]["blocks"][0] * config["block_size"]
+    return i
+
+
+@mutation("preempt_resets")
+def keep_the_cached_count_after_preemption(steps, config):
+    i = first(steps, lambda s: events_of(s, "preempted"))
+    seq(steps[i], events_of(steps[i], "preempted")[0]["seq_id"])["num_cached_tokens_after"] = 4
+    return i
+
+
+@mutation("victim_policy")
+def preempt_the_oldest(steps, config):
+    i = first(steps, lambda s: events_of(s, "preempted") and len(s["queues"]["running"]) >= 2)
+    running = steps[i]["queues"]["running"]
+    running.insert(0, running.pop())  # the victim now looks like the oldest running sequence
+    return i
+
+
+@mutation("preempted_to_head")
+def queue_the_preempted_at_the_tail(steps, config):
+    i = first(steps, lambda s: events_of(s, "preempted")) + 1
+    steps[i]["queues"]["waiting"].insert(0, 99)
+    return i
+
+
+@mutation("eos_finish")
+def stop_without_eos(steps, config):
+    i = first(steps, lambda s: any(e["detail"].get("reason") == "length" for e in events_of(s, "finished")))
+    e = next(e for e in events_of(steps[i], "finished") if e["detail"]["reason"] == "length")
+    e["detail"]["reason"] = "stop"
+    seq(steps[i], e["seq_id"])["finish_reason"] = "stop"
+    return i
+
+
+@mutation("abort_step")
+def abort_late(steps, config):
+    i = first(steps, lambda s: any(e["detail"].get("reason") == "abort" for e in events_of(s, "finished")))
+    next(e for e in events_of(steps[i], "finished") if e["detail"]["reason"] == "abort")["detail"][
+        "requested_step"
+    ] -= 1
+    return i
+
+
 def test_every_invariant_has_a_mutation_test():
     assert set(MUTATIONS) == set(INVARIANTS)
 
@@ -301,12 +371,13 @@ def test_every_invariant_has_a_mutation_test():
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
 def test_invariant_fires_on_a_broken_step(tiny_trace, name):
     config, requests = tiny_trace.header["config"], tiny_trace.header["requests"]
+    eos = tiny_trace.header["eos_token_ids"]
     steps = copy.deepcopy(tiny_trace.steps)
     broken_config = dict(config)
     i = MUTATIONS[name](steps, broken_config)
     number = steps[i]["step"]
-    before = [v for v in check_steps(tiny_trace.steps, config, requests) if v.step == number]
-    after = check_steps(steps, broken_config, requests)
+    before = [v for v in check_steps(tiny_trace.steps, config, requests, eos) if v.step == number]
+    after = check_steps(steps, broken_config, requests, eos)
     assert not [v for v in before if v.invariant == name], "the unbroken step already violates it"
     fired = [v for v in after if v.invariant == name and v.step == number]
     assert fired, f"{name} did not fire on step {number}; got {after}"

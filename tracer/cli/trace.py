@@ -3,6 +3,7 @@
     nanoengine trace "prompt" ["prompt" ...] [engine flags] [--out FILE] [--title T] [--no-tui] [--predict]
     nanoengine replay FILE [--step N] [--predict]
     nanoengine check FILE [--full]
+    nanoengine check --list
 
 Exit codes: 0 fine; 1 `check` found an invariant violation; 2 bad input (one-line error);
 130 interrupted.
@@ -130,11 +131,17 @@ def check_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="nanoengine check", description="Run the invariant checker on every step of a trace."
     )
-    p.add_argument("file")
+    p.add_argument("file", nargs="?")
     p.add_argument(
         "--full", action="store_true", help="validate every line against the JSON schema (slower; default: a sample)"
     )
+    p.add_argument("--list", action="store_true", help="list every invariant with its one-line rule, then exit")
     args = p.parse_args(argv)
+    if args.list:
+        return list_invariants()
+    if args.file is None:
+        err("give a trace file to check (`nanoengine check FILE`), or --list to see the invariants")
+        return 2
     trace = load_or_report(args.file, "all" if args.full else "sample")
     if trace is None:
         return 2
@@ -150,6 +157,21 @@ def check_main(argv: list[str]) -> int:
     console.print(
         f"[green]OK[/]: {trace.num_steps} steps of {args.file}, {len(INVARIANTS)} invariants hold at every step"
     )
+    return 0
+
+
+def list_invariants() -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    from tracer.trace.invariants import INVARIANTS
+
+    table = Table(title=f"{len(INVARIANTS)} invariants, checked at every step", title_justify="left")
+    table.add_column("invariant", style="bold", no_wrap=True)
+    table.add_column("what must hold")
+    for name, rule in INVARIANTS.items():
+        table.add_row(name, Text(rule))  # rules hold brackets: never markup
+    Console().print(table)
     return 0
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from tracer.trace.kv_shadow import KvShadow
 from tracer.trace.step_line import line_from_record
 
 # name -> what must hold (one line each; the trace viewer and `nanoengine check` show these)
@@ -64,6 +65,15 @@ INVARIANTS: dict[str, str] = {
     "finished_holds_no_blocks": "a FINISHED sequence holds no blocks",
     "no_leak": "when no sequence is live, every block is free (no leaked blocks)",
     "token_budget": "a step schedules at most max_num_batched_tokens tokens and max_num_seqs sequences",
+    "kv_content": "every scheduled sequence reads, at each position 0 .. seq_len-1 through its block table, "
+    "the KV computed for its own token prefix (a shadow of each slot, set by slot_mapping)",
+    "shared_block_write": "KV is written only into blocks no other sequence holds (shared prefix blocks are read-only)",
+    "preempt_resets": "a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0",
+    "victim_policy": "preemption takes the newest running sequence first (the end of the running list)",
+    "preempted_to_head": "preempted sequences wait at the head of the waiting queue, the last preempted first",
+    "eos_finish": "sampling an EOS id finishes the sequence with 'stop' unless ignore_eos; "
+    "a 'stop' without an EOS id needs a stop string",
+    "abort_step": "an abort takes effect in the step it was requested for",
 }
 
 LIVE = ("WAITING", "RUNNING")
@@ -97,6 +107,10 @@ class Context:
     prev: dict[int, dict] | None  # previous step's sequences by id
     tokens: dict[int, list[int]]  # each sequence's tokens before this step
     memo: dict  # results a check may reuse while its inputs are unchanged
+    kv: KvShadow  # what each KV slot holds, across steps
+    params: dict[int, dict]  # each request's sampling params, where known
+    eos_token_ids: frozenset[int] | None  # None: unknown (a version-1 trace or a bare record)
+    preempted_before: list[int] | None  # sequences the previous step preempted, in order; None: no previous
 
     def violation(self, invariant: str, seq_id: int | None, message: str) -> Violation:
         return Violation(self.step["step"], seq_id, invariant, message)
@@ -344,6 +358,60 @@ def check_slot_unique(ctx: Context) -> Iterator[Violation]:
         if n > 1:
             yield ctx.violation(
                 "slot_unique", None, f"slot {slot} (block {slot // ctx.block_size}) is written {n} times in one step"
+            )
+
+
+# ---- KV content ---------------------------------------------------------------------------
+
+
+@check("kv_content")
+def check_kv_content(ctx: Context) -> Iterator[Violation]:
+    # Writes first: attention reads the K/V the step itself just wrote (a prefill reads its own chunk).
+    inp, bs, kv = ctx.step["inputs"], ctx.block_size, ctx.kv
+    if not kv.slots:
+        kv.slots.extend([None] * (len(ctx.step["pool"]["ref_counts"]) * bs))
+    chains = {}
+    for sid, start in starts(ctx).items():
+        tokens = ctx.tokens.get(sid)
+        if tokens is None:
+            continue  # its prompt is unknown: nothing to compare with
+        s = ctx.seqs[sid]
+        end = start + s["num_scheduled_tokens"]
+        seq_len = s["num_cached_tokens"] + s["num_scheduled_tokens"]
+        chains[sid] = chain = kv.prefix_digests(sid, tokens, max(seq_len, s["num_tokens"]))
+        kv.write(sid, chain, inp["input_ids"][start:end], inp["positions"][start:end], inp["slot_mapping"][start:end])
+    for sid, chain in chains.items():
+        s = ctx.seqs[sid]
+        seq_len = s["num_cached_tokens"] + s["num_scheduled_tokens"]
+        for bad in kv.bad_reads(sid, chain, s["block_table"], seq_len, bs):
+            yield ctx.violation(
+                "kv_content",
+                sid,
+                f"seq {sid} reads position {bad.position} from slot {bad.slot} (block {bad.slot // bs}), "
+                f"which holds {bad.holds}, not its own prefix",
+            )
+
+
+@check("shared_block_write")
+def check_shared_block_write(ctx: Context) -> Iterator[Violation]:
+    bs = ctx.block_size
+    writers: dict[int, int] = {}
+    for sid, i, _ in batch_tokens(ctx):
+        writers.setdefault(ctx.step["inputs"]["slot_mapping"][i] // bs, sid)
+    if not writers:
+        return
+    holders: dict[int, list[int]] = {}
+    for sid, s in ctx.seqs.items():
+        for block in s["block_table"]:
+            if block in writers:
+                holders.setdefault(block, []).append(sid)
+    for block, sids in holders.items():
+        if len(sids) > 1:
+            yield ctx.violation(
+                "shared_block_write",
+                writers[block],
+                f"seq {writers[block]} writes KV into block {block}, which seqs {sids} all hold: "
+                f"a shared block is read-only",
             )
 
 
@@ -680,6 +748,106 @@ def check_token_budget(ctx: Context) -> Iterator[Violation]:
         )
 
 
+# ---- queues, preemption, EOS and aborts (schema version 2) -----------------------------------
+
+
+def preempted(step: dict) -> list[int]:
+    return [e["seq_id"] for e in step["events"] if e["kind"] == "preempted"]
+
+
+@check("preempt_resets")
+def check_preempt_resets(ctx: Context) -> Iterator[Violation]:
+    for sid in preempted(ctx.step):
+        s = ctx.seqs.get(sid)
+        if s is None or s["status_after"] == "FINISHED" or sid in ctx.batch:
+            continue  # re-admitted in the same step, or finished: other checks cover it
+        if s["block_table_after"] or s["num_cached_tokens_after"] != 0:
+            yield ctx.violation(
+                "preempt_resets",
+                sid,
+                f"seq {sid} was preempted but ends the step with num_cached_tokens = "
+                f"{s['num_cached_tokens_after']} and blocks {short(s['block_table_after'])}; recompute "
+                f"starts from nothing",
+            )
+
+
+@check("victim_policy")
+def check_victim_policy(ctx: Context) -> Iterator[Violation]:
+    victims = preempted(ctx.step)
+    queues = ctx.step.get("queues")
+    if not victims or queues is None:
+        return
+    aborted = {e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished"}
+    running = [sid for sid in queues["running"] if sid not in aborted]
+    want = running[::-1][: len(victims)]
+    if victims != want:
+        yield ctx.violation(
+            "victim_policy",
+            victims[0],
+            f"the step preempted seqs {victims} from running list {list(queues['running'])}; the newest "
+            f"first would be {want}",
+        )
+
+
+@check("preempted_to_head")
+def check_preempted_to_head(ctx: Context) -> Iterator[Violation]:
+    queues = ctx.step.get("queues")
+    if not ctx.preempted_before or queues is None:
+        return
+    want = ctx.preempted_before[::-1]
+    head = list(queues["waiting"][: len(want)])
+    if head != want:
+        yield ctx.violation(
+            "preempted_to_head",
+            want[0],
+            f"the previous step preempted seqs {ctx.preempted_before}, so the waiting queue must start "
+            f"with {want}; it is {short(queues['waiting'])}",
+        )
+
+
+@check("eos_finish")
+def check_eos_finish(ctx: Context) -> Iterator[Violation]:
+    eos = ctx.eos_token_ids
+    if eos is None:
+        return
+    stopped = {
+        e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished" and e["detail"].get("reason") == "stop"
+    }
+    for sid, s in ctx.seqs.items():
+        params = ctx.params.get(sid)
+        if params is None or "ignore_eos" not in params:
+            continue
+        sampled_eos = bool(s["new_token_ids"]) and s["new_token_ids"][-1] in eos and not params["ignore_eos"]
+        if sampled_eos and sid not in stopped:
+            yield ctx.violation(
+                "eos_finish",
+                sid,
+                f"seq {sid} sampled EOS id {s['new_token_ids'][-1]} without ignore_eos but did not finish "
+                f"with 'stop' (it is {s['status_after']}, reason {s['finish_reason']!r})",
+            )
+        elif sid in stopped and not sampled_eos and not params.get("stop"):
+            what = "ignores EOS" if params["ignore_eos"] and s["new_token_ids"] else "sampled no EOS id"
+            yield ctx.violation(
+                "eos_finish",
+                sid,
+                f"seq {sid} finished with 'stop' but {what} and has no stop strings",
+            )
+
+
+@check("abort_step")
+def check_abort_step(ctx: Context) -> Iterator[Violation]:
+    for e in ctx.step["events"]:
+        detail = e["detail"]
+        if e["kind"] == "finished" and detail.get("reason") == "abort" and "requested_step" in detail:
+            if detail["requested_step"] != ctx.step["step"]:
+                yield ctx.violation(
+                    "abort_step",
+                    e["seq_id"],
+                    f"seq {e['seq_id']}'s abort was requested for step {detail['requested_step']} but took "
+                    f"effect in step {ctx.step['step']}",
+                )
+
+
 # ---- driving ------------------------------------------------------------------------------
 
 
@@ -692,11 +860,17 @@ def short(values, limit: int = 8) -> str:
 class InvariantChecker:
     """Checks steps in order; keeps what carries over between steps."""
 
-    def __init__(self, config: dict | None = None, requests: Iterable[dict] = ()):
+    def __init__(
+        self, config: dict | None = None, requests: Iterable[dict] = (), eos_token_ids: Iterable[int] | None = None
+    ):
         self.config = dict(config or {})
         self.prev: dict[int, dict] | None = None
         self.tokens: dict[int, list[int]] = {}
+        self.params: dict[int, dict] = {}
         self.memo: dict = {}
+        self.kv = KvShadow()
+        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else None
+        self.preempted: list[int] | None = None
         self.add_requests(requests)
 
     def add_requests(self, requests: Iterable[dict]) -> None:
@@ -704,6 +878,8 @@ class InvariantChecker:
             ids = r.get("prompt_token_ids")
             if ids is not None and len(ids) == r.get("num_prompt_tokens", len(ids)):  # else: prompt unknown
                 self.tokens.setdefault(r["seq_id"], list(r["prompt_token_ids"]))
+            if r.get("params"):
+                self.params.setdefault(r["seq_id"], r["params"])
 
     def check(self, step: Mapping[str, Any]) -> list[Violation]:
         self.add_requests(step.get("new_requests", ()))
@@ -716,6 +892,10 @@ class InvariantChecker:
             self.prev,
             self.tokens,
             self.memo,
+            self.kv,
+            self.params,
+            self.eos_token_ids,
+            self.preempted,
         )
         found: list[Violation] = []
         for name, fn in CHECKS:
@@ -730,19 +910,28 @@ class InvariantChecker:
 
     def remember(self, ctx: Context) -> None:
         self.prev = ctx.seqs
+        self.preempted = [sid for sid in preempted(ctx.step) if ctx.seqs.get(sid, {}).get("status_after") == "WAITING"]
         for sid, s in ctx.seqs.items():
             if sid in self.tokens and s.get("new_token_ids"):
                 self.tokens[sid].extend(s["new_token_ids"])
+            if s.get("status_after") == "FINISHED":
+                self.kv.forget(sid)
 
 
-def check_steps(steps: Iterable[dict], config: dict | None = None, requests: Iterable[dict] = ()) -> list[Violation]:
-    checker = InvariantChecker(config, requests)
+def check_steps(
+    steps: Iterable[dict],
+    config: dict | None = None,
+    requests: Iterable[dict] = (),
+    eos_token_ids: Iterable[int] | None = None,
+) -> list[Violation]:
+    checker = InvariantChecker(config, requests, eos_token_ids)
     return [v for step in steps for v in checker.check(step)]
 
 
 def check_trace(trace) -> list[Violation]:
     """Every violation in a loaded trace (tracer.trace_file.Trace)."""
-    return check_steps(trace.steps, trace.header.get("config"), trace.header.get("requests", ()))
+    header = trace.header
+    return check_steps(trace.steps, header.get("config"), header.get("requests", ()), header.get("eos_token_ids"))
 
 
 def check_record(record, block_size: int | None = None) -> list[Violation]:

@@ -74,7 +74,7 @@ class TraceRecorder:
         self.file = open(self.path, "w", encoding="utf-8")
         self.header: dict | None = None
         self.config = engine_config(engine)
-        self.checker = InvariantChecker(self.config)
+        self.checker = InvariantChecker(self.config, eos_token_ids=engine.eos_token_ids)
         self.requests: dict[int, dict] = {}
         self.rows: dict[int, SeqRow] = {}  # each sequence's latest row
         self.carried: dict[int, SeqRow] = {}  # finished sequences' row for later steps
@@ -230,6 +230,8 @@ class TraceRecorder:
             "requests": requests,
             "title": self.title,
             "focus_step": self.focus_step,
+            "eos_token_ids": sorted(self.engine.eos_token_ids),
+            "tokenizer": tokenizer_identity(self.engine.tokenizer),
         }
         self.file.write(json.dumps(self.header, ensure_ascii=False) + "\n")
         self.file.flush()
@@ -248,6 +250,13 @@ class TraceRecorder:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def tokenizer_identity(tokenizer) -> dict:
+    """Which tokenizer made the token ids: its name (the path or hub id it came from) and vocab size."""
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else getattr(tokenizer, "vocab_size", 0)
+    return {"name": str(name), "vocab_size": int(size)}
 
 
 def engine_config(engine: LLMEngine) -> dict:

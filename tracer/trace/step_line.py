@@ -63,6 +63,11 @@ class PoolLayout(TypedDict):
     filled: list[int]
 
 
+class QueuesLine(TypedDict):
+    running: list[int] | tuple[int, ...]  # at the start of the step, admission order
+    waiting: list[int] | tuple[int, ...]  # at the start of the step, head first
+
+
 class StepLine(TypedDict):
     type: str  # "step"
     step: int
@@ -72,6 +77,7 @@ class StepLine(TypedDict):
     events: list[EventLine]
     inputs: InputsLine
     pool: PoolLine
+    queues: QueuesLine  # schema version 2
     new_requests: NotRequired[list[dict[str, Any]]]
     violations: NotRequired[list[dict[str, Any]]]
 
@@ -92,4 +98,5 @@ def line_from_record(record: StepRecord) -> StepLine:
         "events": [{"kind": e.kind, "seq_id": e.seq_id, "detail": e.detail} for e in record.events],
         "inputs": {f: getattr(inp, f) for f in type(inp).__slots__},  # type: ignore[typeddict-item]
         "pool": {f: getattr(pool, f) for f in type(pool).__slots__},  # type: ignore[typeddict-item]
+        "queues": {"running": record.queues.running, "waiting": record.queues.waiting},
     }

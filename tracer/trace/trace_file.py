@@ -41,7 +41,7 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added eos_token_ids, tokenizer, queues, requested_step; 1 still loads
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 SAMPLE_STEPS = 3
 LAZY_BYTES = 32 * 2**20
