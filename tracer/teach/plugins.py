@@ -24,6 +24,7 @@ TARGETS: dict[str, str] = {
     "compute_block_hash": "nanoengine.block_manager:compute_block_hash",
     "BlockManager.can_allocate": "nanoengine.block_manager:BlockManager.can_allocate",
     "BlockManager.allocate": "nanoengine.block_manager:BlockManager.allocate",
+    "BlockManager.take_free_block": "nanoengine.block_manager:BlockManager.take_free_block",
     "BlockManager.free": "nanoengine.block_manager:BlockManager.free",
     "BlockManager.find_cached_prefix": "nanoengine.block_manager:BlockManager.find_cached_prefix",
     "BlockManager.register_full_blocks": "nanoengine.block_manager:BlockManager.register_full_blocks",
