@@ -346,6 +346,14 @@ def queue_the_preempted_at_the_tail(steps, config):
     return i
 
 
+@mutation("admission_order")
+def admit_out_of_order(steps, config):
+    i = first(steps, lambda s: len(events_of(s, "admitted")) >= 2)
+    waiting = steps[i]["queues"]["waiting"]
+    waiting[0], waiting[1] = waiting[1], waiting[0]
+    return i
+
+
 @mutation("eos_finish")
 def stop_without_eos(steps, config):
     i = first(steps, lambda s: any(e["detail"].get("reason") == "length" for e in events_of(s, "finished")))

@@ -71,6 +71,7 @@ INVARIANTS: dict[str, str] = {
     "preempt_resets": "a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0",
     "victim_policy": "preemption takes the newest running sequence first (the end of the running list)",
     "preempted_to_head": "preempted sequences wait at the head of the waiting queue, the last preempted first",
+    "admission_order": "a step admits from the head of the waiting queue, in order (its own preempted ones first)",
     "eos_finish": "sampling an EOS id finishes the sequence with 'stop' unless ignore_eos; "
     "a 'stop' without an EOS id needs a stop string",
     "abort_step": "an abort takes effect in the step it was requested for",
@@ -777,8 +778,8 @@ def check_victim_policy(ctx: Context) -> Iterator[Violation]:
     queues = ctx.step.get("queues")
     if not victims or queues is None:
         return
-    aborted = {e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished"}
-    running = [sid for sid in queues["running"] if sid not in aborted]
+    aborted = {e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished" and e["detail"]["reason"] == "abort"}
+    running = [sid for sid in queues["running"] if sid not in aborted]  # aborts take effect before scheduling
     want = running[::-1][: len(victims)]
     if victims != want:
         yield ctx.violation(
@@ -802,6 +803,26 @@ def check_preempted_to_head(ctx: Context) -> Iterator[Violation]:
             want[0],
             f"the previous step preempted seqs {ctx.preempted_before}, so the waiting queue must start "
             f"with {want}; it is {short(queues['waiting'])}",
+        )
+
+
+@check("admission_order")
+def check_admission_order(ctx: Context) -> Iterator[Violation]:
+    queues = ctx.step.get("queues")
+    admitted = [e["seq_id"] for e in ctx.step["events"] if e["kind"] == "admitted"]
+    if not admitted or queues is None:
+        return
+    # The queue as the admission loop found it: this step's preempted sequences went to the head.
+    finished = {e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished"}
+    queue = [
+        sid for sid in preempted(ctx.step)[::-1] + list(queues["waiting"]) if sid in admitted or sid not in finished
+    ]
+    if admitted != queue[: len(admitted)]:
+        yield ctx.violation(
+            "admission_order",
+            admitted[0],
+            f"the step admitted seqs {admitted}, but the waiting queue it admitted from was {short(queue)}: "
+            f"admission takes the head first",
         )
 
 

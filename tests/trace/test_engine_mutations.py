@@ -1,0 +1,228 @@
+"""Plant a real engine bug (one per test), run random tiny-model workloads, and see the checker name it.
+
+The trace mutations in test_invariants.py break a recorded step by hand; here the *engine* is
+broken (tests/trace/engine_bugs.py, plugged in with tracer.teach.plugins) and the recorder's live
+checker must notice from the step records alone. For each workload the test also watches the
+engine's own state for the moment the bug actually bites (not every workload exercises it: a
+preemption needs a full pool, a stale hash needs an eviction and a later prefix hit), and asserts
+
+    the bug bit  ->  the checker named one of the bug's invariants
+    it did not   ->  the checker stayed silent (the bug's dormant path raises no false alarm)
+
+Across the examples each bug must have bitten a few times, so the test cannot pass vacuously.
+NANOENGINE_MUTATION_EXAMPLES sets the workloads per bug (default 12: a few seconds each).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from engine_bugs import BUGS, Bug
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nanoengine.block_manager import BlockManager, blocks_needed
+from nanoengine.engine import LLMEngine
+from nanoengine.model_runner import compute_slot_mapping
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.scheduler import Scheduler
+from tracer.teach.plugins import original, plugged
+from tracer.trace.recorder import TraceRecorder
+
+NUM_EXAMPLES = int(os.environ.get("NANOENGINE_MUTATION_EXAMPLES", "12"))
+MAX_STEPS = 400
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    options: dict
+    requests: tuple[tuple[str, int, int], ...]  # (prompt, max_tokens, arrival step)
+
+
+@st.composite
+def workloads(draw) -> Workload:
+    """Prompts sharing a prefix (prefix hits, exact repeats), arriving over a few steps, in a small pool."""
+    block_size = draw(st.integers(2, 4))
+    base = draw(st.text(alphabet="ab", min_size=2, max_size=12))
+    reqs = [("q" * draw(st.integers(1, 6)), 30, 0)]  # a long decode, in the batch for most of the run
+    for _ in range(draw(st.integers(3, 6))):
+        cut = draw(st.one_of(st.just(len(base)), st.integers(1, len(base))))
+        prompt = base[:cut] + draw(st.text(alphabet="xyz", max_size=4))
+        reqs.append((prompt, draw(st.integers(2, 10)), draw(st.integers(0, 6))))
+    need = max(blocks_needed(len(p) + n, block_size) for p, n, _ in reqs)
+    options = dict(
+        block_size=block_size,
+        num_kv_blocks=need + draw(st.integers(0, 3)),  # tight: preemption and eviction
+        max_num_batched_tokens=draw(st.integers(4, 24)),
+        max_num_seqs=draw(st.integers(3, 4)),
+        enable_prefix_caching=True,
+    )
+    return Workload(options, tuple(reqs))
+
+
+# ---- when each bug bites, seen from the engine's own state ----------------------------------------
+class Bites:
+    """Counts the moments a planted bug changes what the engine does."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def watch(self, key: str, engine: LLMEngine, monkeypatch) -> dict:
+        """Patches that count bites for this bug; returns the broken functions to plug in."""
+        bug = BUGS[key]
+        broken = bug.make(engine)
+        return getattr(self, key)(engine, broken, monkeypatch, bug)
+
+    def stale_hash_entry(self, engine, broken, monkeypatch, bug: Bug) -> dict:
+        use = BlockManager.use_cached_prefix
+
+        def use_cached_prefix(bm, seq, block_ids, hashes):
+            # A hit through an entry whose block has since been taken for other content.
+            self.count += sum(bm.hashes[b] != h for b, h in zip(block_ids, hashes))
+            use(bm, seq, block_ids, hashes)
+
+        monkeypatch.setattr(BlockManager, "use_cached_prefix", use_cached_prefix)
+        return {bug.target: broken}
+
+    def stale_cached_count(self, engine, broken, monkeypatch, bug: Bug) -> dict:
+        schedule = original("Scheduler.schedule")
+
+        def watched(sched):
+            out = schedule(sched)
+            self.count += sum(s.num_cached_tokens > 0 for s in sched.waiting)  # KV counted, blocks gone
+            return out
+
+        return {bug.target: broken, "Scheduler.schedule": watched}
+
+    def zero_length_query(self, engine, broken, monkeypatch, bug: Bug) -> dict:
+        schedule = original("Scheduler.schedule")
+
+        def watched(sched):
+            out = schedule(sched)
+            self.count += sum(s.num_scheduled_tokens == 0 for s in out.seqs)
+            return out
+
+        return {bug.target: broken, "Scheduler.schedule": watched}
+
+    def slot_off_by_one_block(self, engine, broken, monkeypatch, bug: Bug) -> dict:
+        def watched(block_tables, seq_index, positions, block_size):
+            slots = broken(block_tables, seq_index, positions, block_size)
+            self.count += int((slots != compute_slot_mapping(block_tables, seq_index, positions, block_size)).sum())
+            return slots
+
+        return {bug.target: watched}
+
+    def preempt_to_tail(self, engine, broken, monkeypatch, bug: Bug) -> dict:
+        def watched(sched: Scheduler, seq, out, needed_by):
+            self.count += bool(sched.waiting)  # with nobody waiting, the tail is the head
+            broken(sched, seq, out, needed_by)
+
+        return {bug.target: watched}
+
+    def decode_into_shared_block(self, engine, broken, monkeypatch, bug: Bug) -> dict:
+        prepare = original("prepare_inputs")
+
+        def watched(seqs, block_size):
+            inputs = broken(seqs, block_size)
+            self.count += int((inputs.slot_mapping != prepare(seqs, block_size).slot_mapping).sum())
+            return inputs
+
+        return {bug.target: watched}
+
+
+def drive(engine: LLMEngine, w: Workload) -> None:
+    step = 0
+    while step == 0 or engine.has_unfinished() or any(a >= step for _, _, a in w.requests):
+        for prompt, max_tokens, arrival in w.requests:
+            if arrival == step:
+                engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        engine.step()
+        step += 1
+        assert step < MAX_STEPS, f"the engine did not finish {w} in {MAX_STEPS} steps"
+
+
+def run_with_bug(key: str, w: Workload, monkeypatch) -> tuple[set[str], int, list]:
+    """(invariants the live checker named, bites, violations) for one workload on the broken engine."""
+    options = dict(w.options)
+    if key == "zero_length_query":
+        options["num_kv_blocks"] = 64  # no preemption: the long decode keeps the batch from being empty
+    engine = LLMEngine("tiny", **options)
+    bites = Bites()
+    with monkeypatch.context() as m, tempfile.TemporaryDirectory() as tmp:
+        with plugged(bites.watch(key, engine, m)), TraceRecorder(engine, Path(tmp) / "t.jsonl") as recorder:
+            drive(engine, w)
+    return {v.invariant for v in recorder.violations}, bites.count, recorder.violations
+
+
+# One fixed workload that every bug bites: block size 4, a 10-block pool, prefix sharing, a repeat
+# of a 5-block prompt (a full prefix hit), late arrivals, preemption.
+FIXED = Workload(
+    dict(block_size=4, num_kv_blocks=10, max_num_batched_tokens=16, max_num_seqs=4, enable_prefix_caching=True),
+    (
+        ("the cat sat on a mat", 6, 0),
+        ("the cat sat on a hat", 6, 0),
+        ("dog", 12, 0),
+        ("the cat sat on a mat", 4, 3),
+        ("the cat sat", 5, 9),
+        ("the cat sat on a mat", 3, 12),
+    ),
+)
+# bug -> (the invariant the checker names first on FIXED, at which step): the closing note's table
+FIXED_FIRST = {
+    "stale_hash_entry": ("kv_content", 7),
+    "stale_cached_count": ("preempt_resets", 6),
+    "zero_length_query": ("batch_membership", 3),
+    "slot_off_by_one_block": ("slot_mapping", 0),
+    "preempt_to_tail": ("preempted_to_head", 7),
+    "decode_into_shared_block": ("shared_block_write", 2),
+}
+
+
+@pytest.mark.parametrize("key", sorted(BUGS))
+def test_each_bug_is_named_at_a_known_step_of_a_fixed_workload(key, monkeypatch):
+    invariant, step = FIXED_FIRST[key]
+    fired, bites, violations = run_with_bug(key, FIXED, monkeypatch)
+    assert bites and invariant in BUGS[key].invariants
+    named = [(v.step, v.invariant) for v in violations if v.invariant in BUGS[key].invariants]
+    assert min(named)[0] == step and (step, invariant) in named, named
+
+
+def test_the_fixed_workload_is_clean_on_the_real_engine():
+    engine = LLMEngine("tiny", **FIXED.options)
+    with tempfile.TemporaryDirectory() as tmp, TraceRecorder(engine, Path(tmp) / "t.jsonl") as recorder:
+        drive(engine, FIXED)
+    assert recorder.violations == []
+
+
+SEEN: Counter = Counter()
+
+
+@pytest.mark.parametrize("key", sorted(BUGS))
+def test_the_checker_names_a_planted_engine_bug(key, monkeypatch):
+    bug = BUGS[key]
+    SEEN.clear()
+
+    @settings(
+        max_examples=NUM_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(workloads())
+    def bug_is_named_when_it_bites(w: Workload) -> None:
+        fired, bites, violations = run_with_bug(key, w, monkeypatch)
+        if bites:
+            SEEN["bit"] += 1
+            assert fired & set(bug.invariants), f"{bug.name} bit {bites} times but the checker named {fired}: {w}"
+        else:
+            assert not violations, f"{bug.name} never bit, yet the checker reported {violations[:2]}: {w}"
+
+    bug_is_named_when_it_bites()
+    print(f"[{key}] bit in {SEEN['bit']} of {NUM_EXAMPLES} workloads")
+    assert SEEN["bit"] >= 2, f"only {SEEN['bit']} of {NUM_EXAMPLES} workloads exercised {bug.name}"
