@@ -752,7 +752,7 @@ def check_token_budget(ctx: Context) -> Iterator[Violation]:
 # ---- queues, preemption, EOS and aborts (schema version 2) -----------------------------------
 
 
-def preempted(step: dict) -> list[int]:
+def preempted(step: Mapping[str, Any]) -> list[int]:
     return [e["seq_id"] for e in step["events"] if e["kind"] == "preempted"]
 
 
