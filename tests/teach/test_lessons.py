@@ -201,10 +201,11 @@ def test_a_typical_mistake_gets_the_hint_that_names_it(name, tmp_path):
 
 
 def test_the_engine_run_catches_what_outputs_alone_would_not():
-    """Preempting the oldest instead of the newest keeps greedy outputs the same, but the schedule differs."""
+    """Preempting the oldest instead of the newest keeps greedy outputs the same; the checker's
+    victim_policy invariant names it (before the schedule comparison would)."""
     scenario = lesson_scenario(str(find_lesson("8").path / "check.py"))
     with plugged({"choose_victim": lambda running: running[0]}):
-        with pytest.raises(AssertionError, match="differs from the engine's own code"):
+        with pytest.raises(AssertionError, match="victim_policy"):
             expect_engine_matches(scenario)
 
 
