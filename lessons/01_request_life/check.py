@@ -1,7 +1,14 @@
 """Checks for lesson 1: check_stop."""
 
 from nanoengine.sequence import FinishReason, Sequence
-from tracer.teach.kit import EOS, expect, expect_engine_matches, lesson_scenario, make_scheduler, make_sequence
+from tracer.teach.kit import (
+    EOS,
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_scheduler,
+    make_sequence,
+)
 from tracer.teach.scenarios import Request
 
 TARGETS = {"check_stop": "Scheduler.check_stop"}
@@ -13,7 +20,11 @@ def sequence_after(prompt_len: int, generated: list[int], **params) -> Sequence:
 
 
 def ask(fns, seq: Sequence, max_model_len: int = 64):
-    result = fns.check_stop(make_scheduler(max_model_len=max_model_len, eos=True), seq, seq.token_ids[-1])
+    result = fns.check_stop(
+        make_scheduler(max_model_len=max_model_len, eos=True),
+        seq,
+        seq.token_ids[-1],
+    )
     expect(
         result is None or isinstance(result, FinishReason),
         f"check_stop must return a FinishReason member or None, got {result!r}",
@@ -24,7 +35,10 @@ def ask(fns, seq: Sequence, max_model_len: int = 64):
 def check_ordinary_token_continues(fns):
     """An ordinary token, far from any limit, lets the request continue (None)."""
     result = ask(fns, sequence_after(5, [40], max_tokens=10))
-    expect(result is None, f"after 1 of 10 tokens (not EOS) check_stop returned {result!r}; expected None")
+    expect(
+        result is None,
+        f"after 1 of 10 tokens (not EOS) check_stop returned {result!r}; expected None",
+    )
 
 
 def check_eos_stops(fns):
@@ -39,7 +53,9 @@ def check_eos_stops(fns):
 
 def check_ignore_eos(fns):
     """With ignore_eos=True the EOS token is just another token."""
-    result = ask(fns, sequence_after(5, [40, EOS], max_tokens=10, ignore_eos=True))
+    result = ask(
+        fns, sequence_after(5, [40, EOS], max_tokens=10, ignore_eos=True)
+    )
     expect(
         result is None,
         f"the request set ignore_eos=True, so EOS must not stop it; check_stop returned {result!r}; expected None",
@@ -60,7 +76,11 @@ def check_max_tokens(fns):
         ),
     )
     at = ask(fns, sequence_after(5, [40, 41, 42], max_tokens=3))
-    late = ask(fns, sequence_after(5, [40, 41, 42, 43], max_tokens=3)) if at is None else None
+    late = (
+        ask(fns, sequence_after(5, [40, 41, 42, 43], max_tokens=3))
+        if at is None
+        else None
+    )
     expect(
         at == FinishReason.LENGTH,
         f"after 3 of max_tokens=3 generated tokens check_stop returned {at!r}; expected FinishReason.LENGTH"
@@ -85,14 +105,19 @@ def check_prompt_not_counted(fns):
 
 def check_max_model_len(fns):
     """A sequence that reaches max_model_len (prompt + output) stops with LENGTH."""
-    result = ask(fns, sequence_after(14, [40, 41], max_tokens=50), max_model_len=16)
+    result = ask(
+        fns, sequence_after(14, [40, 41], max_tokens=50), max_model_len=16
+    )
     expect(
         result == FinishReason.LENGTH,
         f"14 prompt + 2 generated tokens = 16 = max_model_len, but "
         f"check_stop returned {result!r}; expected FinishReason.LENGTH",
     )
     below = ask(fns, sequence_after(14, [40], max_tokens=50), max_model_len=16)
-    expect(below is None, f"15 tokens with max_model_len=16: check_stop returned {below!r}; expected None")
+    expect(
+        below is None,
+        f"15 tokens with max_model_len=16: check_stop returned {below!r}; expected None",
+    )
 
 
 def check_eos_wins_over_length(fns):
@@ -120,7 +145,8 @@ def engine_context_limit(fns):
     run = expect_engine_matches(scenario)
     out = run.outputs[0]
     expect(
-        len(out.prompt_token_ids) + len(out.token_ids) == 8 and out.finish_reason == "length",
+        len(out.prompt_token_ids) + len(out.token_ids) == 8
+        and out.finish_reason == "length",
         f"a 3-token prompt with max_model_len=8 must stop at 8 tokens with reason 'length'; it stopped at "
         f"{len(out.prompt_token_ids) + len(out.token_ids)} with reason {out.finish_reason!r}",
     )

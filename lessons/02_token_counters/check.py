@@ -15,9 +15,13 @@ from tracer.teach.kit import (
 TARGETS = {"postprocess": "Scheduler.postprocess"}
 
 
-def setup(prompt_len: int, budget: int = 4, **params) -> tuple[Scheduler, Sequence]:
+def setup(
+    prompt_len: int, budget: int = 4, **params
+) -> tuple[Scheduler, Sequence]:
     sched = make_scheduler(budget=budget, max_model_len=64, eos=True)
-    seq = make_sequence(prompt_len, ignore_eos=params.pop("ignore_eos", True), **params)
+    seq = make_sequence(
+        prompt_len, ignore_eos=params.pop("ignore_eos", True), **params
+    )
     sched.add(seq)
     return sched, seq
 
@@ -26,7 +30,10 @@ def run_step(fns, sched: Scheduler, token_ids: list[int]):
     """One step: the engine's schedule(), then your postprocess with the given sampled tokens."""
     out = sched.schedule()
     appended = fns.postprocess(sched, out, token_ids[: len(out.seqs)])
-    expect(isinstance(appended, list), f"postprocess must return a list of sequences, got {appended!r}")
+    expect(
+        isinstance(appended, list),
+        f"postprocess must return a list of sequences, got {appended!r}",
+    )
     return out, appended
 
 
@@ -48,12 +55,18 @@ def check_mid_prefill_keeps_no_token(fns):
         f"the prompt is only 4/6 computed, so the sampled token must be dropped, but "
         f"num_tokens went from 6 to {seq.num_tokens}",
     )
-    expect(appended == [], f"no sequence gained a token, but postprocess returned {len(appended)} sequence(s)")
+    expect(
+        appended == [],
+        f"no sequence gained a token, but postprocess returned {len(appended)} sequence(s)",
+    )
     expect(
         seq.prefill_chunk == 2,
         f"prefill_chunk is {seq.prefill_chunk} after chunk 1; expected 2 (count the chunk: seq.prefill_chunk += 1)",
     )
-    expect("prefill_done" not in event_kinds(out), "a 'prefill_done' event was recorded, but the prefill is not done")
+    expect(
+        "prefill_done" not in event_kinds(out),
+        "a 'prefill_done' event was recorded, but the prefill is not done",
+    )
 
 
 def check_last_chunk_keeps_token(fns):
@@ -61,20 +74,29 @@ def check_last_chunk_keeps_token(fns):
     sched, seq = setup(6, budget=4, max_tokens=3)
     run_step(fns, sched, [99])
     out, appended = run_step(fns, sched, [77])
-    expect(seq.num_cached_tokens == 6, f"num_cached_tokens is {seq.num_cached_tokens} after both chunks; expected 6")
+    expect(
+        seq.num_cached_tokens == 6,
+        f"num_cached_tokens is {seq.num_cached_tokens} after both chunks; expected 6",
+    )
     expect(
         seq.token_ids[-1] == 77 and seq.num_tokens == 7,
         f"the prompt is now fully computed, so the sampled token 77 must be appended; token_ids ends with "
         f"{seq.token_ids[-2:]} (num_tokens {seq.num_tokens}, expected 7)",
     )
-    expect(appended == [seq], "postprocess must return the sequences that gained a token: [seq]")
+    expect(
+        appended == [seq],
+        "postprocess must return the sequences that gained a token: [seq]",
+    )
     done = [d for kind, _, d in out.events if kind == "prefill_done"]
     expect(
         done == [{"chunks": 2}],
         f"expected one event ('prefill_done', seq_id, {{'chunks': 2}}), got "
         f"{[e for e in out.events if e[0] == 'prefill_done']}",
     )
-    expect(seq.prefill_chunk == 0, f"prefill_chunk must go back to 0 once the prefill is done, got {seq.prefill_chunk}")
+    expect(
+        seq.prefill_chunk == 0,
+        f"prefill_chunk must go back to 0 once the prefill is done, got {seq.prefill_chunk}",
+    )
 
 
 def check_decode_step(fns):
@@ -87,8 +109,14 @@ def check_decode_step(fns):
         f"after a prefill and one decode step of a 3-token prompt, (num_tokens, num_cached_tokens) is "
         f"{(seq.num_tokens, seq.num_cached_tokens)}; expected (5, 4)",
     )
-    expect(seq.token_ids[3:] == [50, 51], f"the generated tokens are {seq.token_ids[3:]}; expected [50, 51]")
-    expect(event_kinds(out) == [], f"a plain decode step records no events, got {event_kinds(out)}")
+    expect(
+        seq.token_ids[3:] == [50, 51],
+        f"the generated tokens are {seq.token_ids[3:]}; expected [50, 51]",
+    )
+    expect(
+        event_kinds(out) == [],
+        f"a plain decode step records no events, got {event_kinds(out)}",
+    )
 
 
 def check_tokens_go_to_their_sequence(fns):
@@ -102,7 +130,10 @@ def check_tokens_go_to_their_sequence(fns):
         f"the batch was [A, B] and the sampled tokens [61, 62], but A ends with {a.token_ids[-1]} and B with "
         f"{b.token_ids[-1]}",
     )
-    expect(appended == [a, b], "postprocess must return [A, B]: both gained a token")
+    expect(
+        appended == [a, b],
+        "postprocess must return [A, B]: both gained a token",
+    )
 
 
 def check_finishes_at_max_tokens(fns):
@@ -111,15 +142,23 @@ def check_finishes_at_max_tokens(fns):
     run_step(fns, sched, [50])
     out, appended = run_step(fns, sched, [51])
     expect(
-        seq.status == SequenceStatus.FINISHED and seq.finish_reason == FinishReason.LENGTH,
+        seq.status == SequenceStatus.FINISHED
+        and seq.finish_reason == FinishReason.LENGTH,
         f"2 of max_tokens=2 tokens generated, but the sequence is {seq.status.value} "
         f"(finish_reason {seq.finish_reason}); call self.check_stop and self.finish",
     )
-    expect(appended == [seq], "a sequence that finished this step still gained a token: return it")
     expect(
-        sched.block_manager.num_free_blocks == 16, "a finished sequence's blocks must be freed (self.finish does it)"
+        appended == [seq],
+        "a sequence that finished this step still gained a token: return it",
     )
-    expect("finished" in event_kinds(out), "self.finish(seq, reason, out) records the 'finished' event; pass out to it")
+    expect(
+        sched.block_manager.num_free_blocks == 16,
+        "a finished sequence's blocks must be freed (self.finish does it)",
+    )
+    expect(
+        "finished" in event_kinds(out),
+        "self.finish(seq, reason, out) records the 'finished' event; pass out to it",
+    )
 
 
 def check_eos_finishes(fns):
@@ -136,7 +175,9 @@ def check_registers_full_blocks(fns):
     """Blocks that became full of computed tokens are registered for the prefix cache."""
     sched, seq = setup(9, budget=16, max_tokens=4)
     run_step(fns, sched, [50])
-    hashed = [b for b in seq.block_table if sched.block_manager.hashes[b] is not None]
+    hashed = [
+        b for b in seq.block_table if sched.block_manager.hashes[b] is not None
+    ]
     expect(
         len(hashed) == 2,
         f"9 computed prompt tokens fill 2 blocks of 4, but {len(hashed)} block(s) were "
@@ -152,5 +193,12 @@ def engine_lesson_scenario(fns):
 def engine_budget_of_one(fns):
     """Even with a budget of 1 token per step (every prompt token its own chunk), it still matches."""
     expect_engine_matches(
-        lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 16, "max_num_batched_tokens": 1})
+        lesson_scenario(
+            __file__,
+            engine={
+                "block_size": 4,
+                "num_kv_blocks": 16,
+                "max_num_batched_tokens": 1,
+            },
+        )
     )

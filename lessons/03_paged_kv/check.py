@@ -4,9 +4,18 @@ import random
 
 import torch
 
-from tracer.teach.kit import expect, expect_engine_matches, expect_same_list, first_difference, lesson_scenario
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    expect_same_list,
+    first_difference,
+    lesson_scenario,
+)
 
-TARGETS = {"blocks_needed": "blocks_needed", "compute_slot_mapping": "compute_slot_mapping"}
+TARGETS = {
+    "blocks_needed": "blocks_needed",
+    "compute_slot_mapping": "compute_slot_mapping",
+}
 
 
 def check_blocks_needed(fns):
@@ -27,59 +36,120 @@ def check_blocks_needed(fns):
     ]
     for num_tokens, block_size, expected in cases:
         got = fns.blocks_needed(num_tokens, block_size)
-        expect(isinstance(got, int), f"blocks_needed({num_tokens}, {block_size}) returned {got!r}, not an int")
-        expect(got == expected, f"blocks_needed({num_tokens}, {block_size}) returned {got}; expected {expected}")
+        expect(
+            isinstance(got, int),
+            f"blocks_needed({num_tokens}, {block_size}) returned {got!r}, not an int",
+        )
+        expect(
+            got == expected,
+            f"blocks_needed({num_tokens}, {block_size}) returned {got}; expected {expected}",
+        )
 
 
-def slots(fns, tables: list[list[int]], seq_index: list[int], positions: list[int], block_size: int) -> list[int]:
+def slots(
+    fns,
+    tables: list[list[int]],
+    seq_index: list[int],
+    positions: list[int],
+    block_size: int,
+) -> list[int]:
     width = max(len(t) for t in tables)
     bt = torch.tensor([t + [0] * (width - len(t)) for t in tables])
-    got = fns.compute_slot_mapping(bt, torch.tensor(seq_index), torch.tensor(positions), block_size)
-    expect(isinstance(got, torch.Tensor), f"compute_slot_mapping must return a torch tensor, got {type(got).__name__}")
+    got = fns.compute_slot_mapping(
+        bt, torch.tensor(seq_index), torch.tensor(positions), block_size
+    )
+    expect(
+        isinstance(got, torch.Tensor),
+        f"compute_slot_mapping must return a torch tensor, got {type(got).__name__}",
+    )
     expect(
         tuple(got.shape) == (len(positions),),
         f"compute_slot_mapping must return one slot per token: shape ({len(positions)},), got {tuple(got.shape)}",
     )
-    expect(not got.is_floating_point(), f"slots are integers; got a {got.dtype} tensor")
+    expect(
+        not got.is_floating_point(),
+        f"slots are integers; got a {got.dtype} tensor",
+    )
     return got.tolist()
 
 
 def expected_slots(tables, seq_index, positions, block_size) -> list[int]:
-    return [tables[s][p // block_size] * block_size + p % block_size for s, p in zip(seq_index, positions)]
+    return [
+        tables[s][p // block_size] * block_size + p % block_size
+        for s, p in zip(seq_index, positions)
+    ]
 
 
 WRONG_FORMULAS = (
-    (lambda b, p, bs: b * bs + p, "add the offset inside the block, position % block_size, not the whole position"),
-    (lambda b, p, bs: b + p % bs, "multiply the block id by block_size: block b starts at slot b * block_size"),
-    (lambda b, p, bs: (p // bs) * bs + p % bs, "look the block id up in the block table: block_table[p // block_size]"),
+    (
+        lambda b, p, bs: b * bs + p,
+        "add the offset inside the block, position % block_size, not the whole position",
+    ),
+    (
+        lambda b, p, bs: b + p % bs,
+        "multiply the block id by block_size: block b starts at slot b * block_size",
+    ),
+    (
+        lambda b, p, bs: (p // bs) * bs + p % bs,
+        "look the block id up in the block table: block_table[p // block_size]",
+    ),
 )
 
 
-def expect_slots(got, tables, seq_index, positions, block_size, what: str) -> None:
+def expect_slots(
+    got, tables, seq_index, positions, block_size, what: str
+) -> None:
     """Compare with the right slots; when a known wrong formula explains `got`, name it."""
     want = expected_slots(tables, seq_index, positions, block_size)
     if got == want:
         return
     for formula, fix in WRONG_FORMULAS:
-        wrong = [formula(tables[s][p // block_size], p, block_size) for s, p in zip(seq_index, positions)]
+        wrong = [
+            formula(tables[s][p // block_size], p, block_size)
+            for s, p in zip(seq_index, positions)
+        ]
         if got == wrong:
-            raise AssertionError(f"{what}: {first_difference(got, want)}: {fix}")
-    expect_same_list(got, want, what, "slot = block_table[p // block_size] * block_size + p % block_size")
+            raise AssertionError(
+                f"{what}: {first_difference(got, want)}: {fix}"
+            )
+    expect_same_list(
+        got,
+        want,
+        what,
+        "slot = block_table[p // block_size] * block_size + p % block_size",
+    )
 
 
 def check_slot_mapping_one_sequence(fns):
     """The README's example: block table [0, 1, 2, 6], position 12 → slot 24."""
     table, positions = [0, 1, 2, 6], list(range(16))
     got = slots(fns, [table], [0] * 16, positions, 4)
-    expect_slots(got, [table], [0] * 16, positions, 4, "block table [0, 1, 2, 6], block_size 4, positions 0..15")
+    expect_slots(
+        got,
+        [table],
+        [0] * 16,
+        positions,
+        4,
+        "block table [0, 1, 2, 6], block_size 4, positions 0..15",
+    )
 
 
 def check_slot_mapping_batch(fns):
     """A step with a decode token and a prefill chunk: each token uses its own sequence's table."""
     tables = [[5, 2], [1, 7, 3]]
-    seq_index, positions = [0, 1, 1, 1], [6, 4, 5, 6]  # seq 0 decodes position 6; seq 1 prefills 4..6
+    seq_index, positions = (
+        [0, 1, 1, 1],
+        [6, 4, 5, 6],
+    )  # seq 0 decodes position 6; seq 1 prefills 4..6
     got = slots(fns, tables, seq_index, positions, 4)
-    expect_slots(got, tables, seq_index, positions, 4, f"tables {tables}, seq_index {seq_index}, positions {positions}")
+    expect_slots(
+        got,
+        tables,
+        seq_index,
+        positions,
+        4,
+        f"tables {tables}, seq_index {seq_index}, positions {positions}",
+    )
 
 
 def check_slot_mapping_random(fns):
@@ -90,14 +160,24 @@ def check_slot_mapping_random(fns):
         lengths = [rng.randint(1, 40) for _ in range(rng.randint(1, 4))]
         free = list(range(200))
         rng.shuffle(free)
-        tables = [[free.pop() for _ in range((n + block_size - 1) // block_size)] for n in lengths]
+        tables = [
+            [free.pop() for _ in range((n + block_size - 1) // block_size)]
+            for n in lengths
+        ]
         seq_index, positions = [], []
         for i, n in enumerate(lengths):
             start = rng.randint(0, n - 1)
             seq_index += [i] * (n - start)
             positions += list(range(start, n))
         got = slots(fns, tables, seq_index, positions, block_size)
-        expect_slots(got, tables, seq_index, positions, block_size, f"block_size {block_size}, tables {tables}")
+        expect_slots(
+            got,
+            tables,
+            seq_index,
+            positions,
+            block_size,
+            f"block_size {block_size}, tables {tables}",
+        )
 
 
 def engine_lesson_scenario(fns):
@@ -108,4 +188,8 @@ def engine_lesson_scenario(fns):
 def engine_other_block_sizes(fns):
     """It still matches with block sizes 1, 3 and 16."""
     for block_size in (1, 3, 16):
-        expect_engine_matches(lesson_scenario(__file__, engine={"block_size": block_size, "num_kv_blocks": 64}))
+        expect_engine_matches(
+            lesson_scenario(
+                __file__, engine={"block_size": block_size, "num_kv_blocks": 64}
+            )
+        )

@@ -1,6 +1,12 @@
 """Checks for lesson 4: can_allocate, allocate, free."""
 
-from tracer.teach.kit import expect, expect_engine_matches, lesson_scenario, make_block_manager, make_sequence
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_block_manager,
+    make_sequence,
+)
 
 TARGETS = {
     "can_allocate": "BlockManager.can_allocate",
@@ -19,20 +25,32 @@ def check_can_allocate(fns):
             f"8 free blocks: can_allocate({n}) returned {got!r}, expected {expected}",
         )
     bm.take_free_block(), bm.take_free_block(), bm.take_free_block()
-    expect(not fns.can_allocate(bm, 6), "with 5 of 8 blocks free, can_allocate(6) must be False")
-    expect(fns.can_allocate(bm, 5), "with 5 of 8 blocks free, can_allocate(5) must be True")
+    expect(
+        not fns.can_allocate(bm, 6),
+        "with 5 of 8 blocks free, can_allocate(6) must be False",
+    )
+    expect(
+        fns.can_allocate(bm, 5),
+        "with 5 of 8 blocks free, can_allocate(5) must be True",
+    )
 
 
 def check_allocate_prefill(fns):
     """A 6-token prefill (block size 4) takes the first two free blocks, ref count 1 each."""
     bm, seq = make_block_manager(8), make_sequence(6)
     fns.allocate(bm, seq, 6)
-    expect(seq.block_table == [0, 1], f"a fresh pool's first blocks are 0 and 1; the table is {seq.block_table}")
+    expect(
+        seq.block_table == [0, 1],
+        f"a fresh pool's first blocks are 0 and 1; the table is {seq.block_table}",
+    )
     expect(
         bm.ref_counts[:3] == [1, 1, 0],
         f"ref counts of blocks 0-2 are {bm.ref_counts[:3]}; expected [1, 1, 0] (use self.take_free_block())",
     )
-    expect(bm.num_free_blocks == 6, f"{bm.num_free_blocks} blocks are free after taking 2 of 8; expected 6")
+    expect(
+        bm.num_free_blocks == 6,
+        f"{bm.num_free_blocks} blocks are free after taking 2 of 8; expected 6",
+    )
 
 
 def check_allocate_decode(fns):
@@ -49,7 +67,10 @@ def check_allocate_decode(fns):
     seq.num_cached_tokens = 8
     seq.token_ids += [98, 97]
     fns.allocate(bm, seq, 1)  # position 8: a 3rd block
-    expect(seq.block_table == [0, 1, 2], f"position 8 needs a 3rd block; the table is {seq.block_table}")
+    expect(
+        seq.block_table == [0, 1, 2],
+        f"position 8 needs a 3rd block; the table is {seq.block_table}",
+    )
 
 
 def check_allocate_uses_free_list_order(fns):
@@ -58,7 +79,9 @@ def check_allocate_uses_free_list_order(fns):
     fns.allocate(bm, a, 16)  # blocks 0-3
     a.num_cached_tokens = 16
     bm.register_full_blocks(a)  # all four hashed
-    for block in reversed(a.block_table):  # free by hand, so this check does not depend on your free()
+    for block in reversed(
+        a.block_table
+    ):  # free by hand, so this check does not depend on your free()
         bm.ref_counts[block] -= 1
         bm.free_blocks[block] = None
     a.block_table = []
@@ -80,7 +103,10 @@ def check_free(fns):
     bm.allocate(seq, 10)  # blocks 0, 1, 2 (the engine's allocate)
     seq.block_hashes = [123]
     fns.free(bm, seq)
-    expect(bm.ref_counts[:3] == [0, 0, 0], f"after free the ref counts of blocks 0-2 are {bm.ref_counts[:3]}")
+    expect(
+        bm.ref_counts[:3] == [0, 0, 0],
+        f"after free the ref counts of blocks 0-2 are {bm.ref_counts[:3]}",
+    )
     expect(
         list(bm.free_blocks)[-3:] == [2, 1, 0],
         f"freed blocks join the back of the free list tail first: "
@@ -90,7 +116,10 @@ def check_free(fns):
         seq.block_table == [] and seq.block_hashes == [],
         f"after free the sequence must hold nothing: block_table {seq.block_table}, block_hashes {seq.block_hashes}",
     )
-    expect(bm.num_free_blocks == 8, f"all 8 blocks must be free again, {bm.num_free_blocks} are")
+    expect(
+        bm.num_free_blocks == 8,
+        f"all 8 blocks must be free again, {bm.num_free_blocks} are",
+    )
 
 
 def check_free_shared_block(fns):
@@ -105,10 +134,16 @@ def check_free_shared_block(fns):
         bm.ref_counts[0] == 1,
         f"block 0 is still held by another sequence: its ref count must go 2 → 1, got {bm.ref_counts[0]}",
     )
-    expect(0 not in bm.free_blocks, "block 0 is still in use and must not be on the free list")
+    expect(
+        0 not in bm.free_blocks,
+        "block 0 is still in use and must not be on the free list",
+    )
     expect(1 in bm.free_blocks, "block 1 was only a's and must be free now")
     fns.free(bm, b)
-    expect(bm.ref_counts[0] == 0 and 0 in bm.free_blocks, "after both frees block 0 must be free")
+    expect(
+        bm.ref_counts[0] == 0 and 0 in bm.free_blocks,
+        "after both frees block 0 must be free",
+    )
 
 
 def engine_lesson_scenario(fns):
@@ -118,5 +153,10 @@ def engine_lesson_scenario(fns):
 
 def engine_memory_pressure(fns):
     """With 7 blocks (B is preempted, freed, and re-admitted later) it still matches."""
-    run = expect_engine_matches(lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 7}))
-    expect(run.event_counts["preempted"] >= 1, "this run should preempt a request; none was preempted")
+    run = expect_engine_matches(
+        lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 7})
+    )
+    expect(
+        run.event_counts["preempted"] >= 1,
+        "this run should preempt a request; none was preempted",
+    )

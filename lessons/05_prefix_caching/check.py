@@ -10,13 +10,23 @@ from tracer.teach.kit import (
     make_sequence,
 )
 
-TARGETS = {"compute_block_hash": "compute_block_hash", "find_cached_prefix": "BlockManager.find_cached_prefix"}
+TARGETS = {
+    "compute_block_hash": "compute_block_hash",
+    "find_cached_prefix": "BlockManager.find_cached_prefix",
+}
 
 
 def check_hash_is_deterministic_int(fns):
     """The hash is a non-negative int, and the same inputs give the same hash."""
-    for parent, tokens in ((None, [1, 2, 3, 4]), (12345, [5, 6, 7, 8]), (None, [0])):
-        a, b = fns.compute_block_hash(parent, list(tokens)), fns.compute_block_hash(parent, list(tokens))
+    for parent, tokens in (
+        (None, [1, 2, 3, 4]),
+        (12345, [5, 6, 7, 8]),
+        (None, [0]),
+    ):
+        a, b = (
+            fns.compute_block_hash(parent, list(tokens)),
+            fns.compute_block_hash(parent, list(tokens)),
+        )
         expect(
             isinstance(a, int) and not isinstance(a, bool),
             f"compute_block_hash({parent}, {tokens}) returned {a!r}; it must be an int",
@@ -26,15 +36,23 @@ def check_hash_is_deterministic_int(fns):
             f"compute_block_hash({parent}, {tokens}) returned the negative {a}; mask it non-negative "
             f"(& 0x7FFF_FFFF_FFFF_FFFF)",
         )
-        expect(a == b, f"compute_block_hash({parent}, {tokens}) gave {a} then {b}: it must be deterministic")
+        expect(
+            a == b,
+            f"compute_block_hash({parent}, {tokens}) gave {a} then {b}: it must be deterministic",
+        )
 
 
 def check_hash_depends_on_tokens_and_parent(fns):
     """Different tokens, order or parent give different hashes (the chain)."""
     h = fns.compute_block_hash
     base = h(None, [1, 2, 3, 4])
-    expect(h(None, [1, 2, 3, 5]) != base, "changing a token must change the hash")
-    expect(h(None, [4, 3, 2, 1]) != base, "the same tokens in another order must hash differently")
+    expect(
+        h(None, [1, 2, 3, 5]) != base, "changing a token must change the hash"
+    )
+    expect(
+        h(None, [4, 3, 2, 1]) != base,
+        "the same tokens in another order must hash differently",
+    )
     expect(
         h(base, [1, 2, 3, 4]) != base,
         "the same tokens after a parent block must hash differently from a first block: include parent_hash",
@@ -45,10 +63,17 @@ def check_hash_depends_on_tokens_and_parent(fns):
     )
 
 
-def cached_manager(tokens: list[int], block_size: int = 4, num_blocks: int = 16, enable: bool = True):
+def cached_manager(
+    tokens: list[int],
+    block_size: int = 4,
+    num_blocks: int = 16,
+    enable: bool = True,
+):
     """A block manager that has computed `tokens` as one sequence and registered its full blocks."""
     bm = make_block_manager(num_blocks, block_size, prefix_caching=enable)
-    seq = cache_prefix(bm, tokens, keep=True)  # hashes with *your* compute_block_hash (it is plugged in)
+    seq = cache_prefix(
+        bm, tokens, keep=True
+    )  # hashes with *your* compute_block_hash (it is plugged in)
     return bm, seq
 
 
@@ -59,7 +84,10 @@ def lookup(fns, bm: BlockManager, tokens: list[int]):
         f"find_cached_prefix must return a pair (block ids, hashes), got {result!r}",
     )
     blocks, hashes = result
-    expect(len(blocks) == len(hashes), f"one hash per block: got {len(blocks)} blocks and {len(hashes)} hashes")
+    expect(
+        len(blocks) == len(hashes),
+        f"one hash per block: got {len(blocks)} blocks and {len(hashes)} hashes",
+    )
     return list(blocks), list(hashes)
 
 
@@ -96,7 +124,10 @@ def check_no_hit_for_shifted_text(fns):
     a = list(range(10, 22))
     bm, _ = cached_manager(a)
     blocks, _ = lookup(fns, bm, [1, 1, 1, 1] + a)
-    expect(blocks == [], f"the prompt holds A's tokens shifted by one block; nothing may match, got {blocks}")
+    expect(
+        blocks == [],
+        f"the prompt holds A's tokens shifted by one block; nothing may match, got {blocks}",
+    )
 
 
 def check_last_token_is_never_cached(fns):
@@ -109,7 +140,10 @@ def check_last_token_is_never_cached(fns):
         f"a 16-token repeat may reuse only (16 - 1) // 4 = 3 blocks, got {len(blocks)}: {blocks}",
     )
     blocks, _ = lookup(fns, bm, a + [7])
-    expect(blocks == seq_a.block_table[:4], f"with one more token all 4 blocks may be reused, got {blocks}")
+    expect(
+        blocks == seq_a.block_table[:4],
+        f"with one more token all 4 blocks may be reused, got {blocks}",
+    )
 
 
 def check_disabled(fns):
@@ -119,7 +153,8 @@ def check_disabled(fns):
     bm.enable_prefix_caching = False
     blocks, hashes = lookup(fns, bm, a + [1])
     expect(
-        blocks == [] and hashes == [], f"enable_prefix_caching is False: expected ([], []), got ({blocks}, {hashes})"
+        blocks == [] and hashes == [],
+        f"enable_prefix_caching is False: expected ([], []), got ({blocks}, {hashes})",
     )
 
 
@@ -134,4 +169,6 @@ def engine_lesson_scenario(fns):
 
 def engine_block_size_one(fns):
     """With block size 1 (every token its own block) it still matches."""
-    expect_engine_matches(lesson_scenario(__file__, engine={"block_size": 1, "num_kv_blocks": 96}))
+    expect_engine_matches(
+        lesson_scenario(__file__, engine={"block_size": 1, "num_kv_blocks": 96})
+    )

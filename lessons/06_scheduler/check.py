@@ -15,21 +15,31 @@ from tracer.teach.kit import (
 TARGETS = {"schedule": "Scheduler.schedule"}
 
 
-def make(budget: int = 16, max_num_seqs: int = 4, num_blocks: int = 32) -> Scheduler:
+def make(
+    budget: int = 16, max_num_seqs: int = 4, num_blocks: int = 32
+) -> Scheduler:
     return make_scheduler(num_blocks, budget=budget, max_num_seqs=max_num_seqs)
 
 
 def step(fns, sched: Scheduler) -> SchedulerOutput:
     """Your schedule(), then the engine's postprocess() with a made-up token per sequence."""
     out = fns.schedule(sched)
-    expect(isinstance(out, SchedulerOutput), f"schedule must return a SchedulerOutput, got {out!r}")
+    expect(
+        isinstance(out, SchedulerOutput),
+        f"schedule must return a SchedulerOutput, got {out!r}",
+    )
     sched.postprocess(out, [50] * len(out.seqs))
     return out
 
 
-def batch_now(fns, sched: Scheduler) -> tuple[SchedulerOutput, list[tuple[str, int]]]:
+def batch_now(
+    fns, sched: Scheduler
+) -> tuple[SchedulerOutput, list[tuple[str, int]]]:
     out = fns.schedule(sched)
-    expect(isinstance(out, SchedulerOutput), f"schedule must return a SchedulerOutput, got {out!r}")
+    expect(
+        isinstance(out, SchedulerOutput),
+        f"schedule must return a SchedulerOutput, got {out!r}",
+    )
     return out, batch_of(out)
 
 
@@ -38,8 +48,14 @@ def check_admits_a_waiting_request(fns):
     sched = make()
     (a,) = add_sequences(sched, 6)
     out, got = batch_now(fns, sched)
-    expect(got == [("A", 6)], f"one 6-token request waiting, budget 16: expected batch [('A', 6)], got {got}")
-    expect(a.status == SequenceStatus.RUNNING and sched.running == [a], "A must now be RUNNING, in self.running")
+    expect(
+        got == [("A", 6)],
+        f"one 6-token request waiting, budget 16: expected batch [('A', 6)], got {got}",
+    )
+    expect(
+        a.status == SequenceStatus.RUNNING and sched.running == [a],
+        "A must now be RUNNING, in self.running",
+    )
 
 
 def check_running_before_waiting(fns):
@@ -49,7 +65,10 @@ def check_running_before_waiting(fns):
     step(fns, sched)
     add_sequences(sched, 5, names="B")
     out, got = batch_now(fns, sched)
-    expect(got == [("A", 1), ("B", 5)], f"A is decoding and B just arrived: expected [('A', 1), ('B', 5)], got {got}")
+    expect(
+        got == [("A", 1), ("B", 5)],
+        f"A is decoding and B just arrived: expected [('A', 1), ('B', 5)], got {got}",
+    )
 
 
 def check_token_budget(fns):
@@ -70,7 +89,10 @@ def check_continues_a_chunked_prefill(fns):
     add_sequences(sched, 10, 10)
     step(fns, sched)  # A 10, B 6
     out, got = batch_now(fns, sched)
-    expect(got == [("A", 1), ("B", 4)], f"B has 4 prompt tokens left: expected [('A', 1), ('B', 4)], got {got}")
+    expect(
+        got == [("A", 1), ("B", 4)],
+        f"B has 4 prompt tokens left: expected [('A', 1), ('B', 4)], got {got}",
+    )
 
 
 def check_max_num_seqs(fns):
@@ -79,7 +101,8 @@ def check_max_num_seqs(fns):
     add_sequences(sched, 3, 3, 3)
     out, got = batch_now(fns, sched)
     expect(
-        [n for n, _ in got] == ["A", "B"], f"max_num_seqs=2 and three short requests: only A and B may run, got {got}"
+        [n for n, _ in got] == ["A", "B"],
+        f"max_num_seqs=2 and three short requests: only A and B may run, got {got}",
     )
 
 
@@ -88,9 +111,14 @@ def check_fifo_no_overtaking(fns):
     sched = make(budget=64, num_blocks=4)  # 4 blocks of 4 = 16 tokens of KV
     add_sequences(sched, 12, names="A")
     step(fns, sched)  # A holds 3 blocks (4 after it grows)
-    add_sequences(sched, 12, 2, names="BC")  # B needs 3 blocks: does not fit; C would
+    add_sequences(
+        sched, 12, 2, names="BC"
+    )  # B needs 3 blocks: does not fit; C would
     out, got = batch_now(fns, sched)
-    expect(got == [("A", 1)], f"B does not fit, so C must wait behind it (first come, first served); got {got}")
+    expect(
+        got == [("A", 1)],
+        f"B does not fit, so C must wait behind it (first come, first served); got {got}",
+    )
 
 
 def check_stops_when_budget_is_spent(fns):
@@ -101,7 +129,8 @@ def check_stops_when_budget_is_spent(fns):
     sched.max_num_batched_tokens = 2
     out, got = batch_now(fns, sched)
     expect(
-        got == [("A", 1), ("B", 1)], f"budget 2 with three decoding sequences: expected [('A', 1), ('B', 1)], got {got}"
+        got == [("A", 1), ("B", 1)],
+        f"budget 2 with three decoding sequences: expected [('A', 1), ('B', 1)], got {got}",
     )
 
 
@@ -111,7 +140,13 @@ def check_uses_make_room(fns):
     add_sequences(sched, 8, 8)  # 2 blocks each: the pool is full
     step(fns, sched)
     out, got = batch_now(fns, sched)  # A's 9th token needs a 3rd block
-    preempted = [seq for seq in out.seqs if any(kind == "preempted" and i == seq.seq_id for kind, i, _ in out.events)]
+    preempted = [
+        seq
+        for seq in out.seqs
+        if any(
+            kind == "preempted" and i == seq.seq_id for kind, i, _ in out.events
+        )
+    ]
     if preempted:
         name = batch_of(out)[out.seqs.index(preempted[0])][0]
         raise AssertionError(
@@ -125,9 +160,13 @@ def check_uses_make_room(fns):
         f"self.make_room(seq, num_new, out) before allocating; expected [('A', 1)], got {got}",
     )
     expect(
-        got == [("A", 1)], f"the pool is full and A needs a block: B must be preempted; expected [('A', 1)], got {got}"
+        got == [("A", 1)],
+        f"the pool is full and A needs a block: B must be preempted; expected [('A', 1)], got {got}",
     )
-    expect(event_kinds(out) == ["preempted"], f"expected one 'preempted' event, got {out.events}")
+    expect(
+        event_kinds(out) == ["preempted"],
+        f"expected one 'preempted' event, got {out.events}",
+    )
 
 
 def engine_lesson_scenario(fns):
@@ -139,7 +178,16 @@ def engine_tight_memory(fns):
     """With a small pool (preemptions) and a budget of 5 it still matches."""
     run = expect_engine_matches(
         lesson_scenario(
-            __file__, engine={"block_size": 4, "num_kv_blocks": 7, "max_num_seqs": 3, "max_num_batched_tokens": 5}
+            __file__,
+            engine={
+                "block_size": 4,
+                "num_kv_blocks": 7,
+                "max_num_seqs": 3,
+                "max_num_batched_tokens": 5,
+            },
         )
     )
-    expect(run.event_counts["preempted"] >= 1, "this run should preempt a request; none was preempted")
+    expect(
+        run.event_counts["preempted"] >= 1,
+        "this run should preempt a request; none was preempted",
+    )

@@ -2,7 +2,14 @@
 
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
-from tracer.teach.kit import cache_prefix, expect, expect_engine_matches, lesson_scenario, make_scheduler, make_sequence
+from tracer.teach.kit import (
+    cache_prefix,
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_scheduler,
+    make_sequence,
+)
 
 TARGETS = {"try_admit": "Scheduler.try_admit"}
 
@@ -13,10 +20,15 @@ def add(sched: Scheduler, tokens) -> Sequence:
     return seq
 
 
-def admit(fns, sched: Scheduler, seq: Sequence, budget: int) -> tuple[bool, SchedulerOutput]:
+def admit(
+    fns, sched: Scheduler, seq: Sequence, budget: int
+) -> tuple[bool, SchedulerOutput]:
     out = SchedulerOutput()
     ok = fns.try_admit(sched, seq, budget, out)
-    expect(ok is True or ok is False, f"try_admit must return True or False, got {ok!r}")
+    expect(
+        ok is True or ok is False,
+        f"try_admit must return True or False, got {ok!r}",
+    )
     return ok, out
 
 
@@ -25,16 +37,34 @@ def check_admits_whole_prompt(fns):
     sched = make_scheduler()
     seq = add(sched, range(10, 20))
     ok, out = admit(fns, sched, seq, budget=64)
-    expect(ok, "a 10-token prompt, budget 64, 16 free blocks: try_admit must return True")
-    expect(seq.num_scheduled_tokens == 10, f"num_scheduled_tokens is {seq.num_scheduled_tokens}; expected 10")
-    expect(seq.status == SequenceStatus.RUNNING, f"status is {seq.status.value}; expected RUNNING")
+    expect(
+        ok,
+        "a 10-token prompt, budget 64, 16 free blocks: try_admit must return True",
+    )
+    expect(
+        seq.num_scheduled_tokens == 10,
+        f"num_scheduled_tokens is {seq.num_scheduled_tokens}; expected 10",
+    )
+    expect(
+        seq.status == SequenceStatus.RUNNING,
+        f"status is {seq.status.value}; expected RUNNING",
+    )
     expect(
         list(sched.waiting) == [] and sched.running == [seq],
         "the sequence must move from self.waiting (popleft) to self.running (append)",
     )
-    expect(len(seq.block_table) == 3, f"10 tokens need 3 blocks of 4; the table is {seq.block_table}")
-    expect(seq.prefill_chunk == 1, f"prefill_chunk must be 1 (the first chunk), got {seq.prefill_chunk}")
-    expect([k for k, _, _ in out.events] == ["admitted"], f"expected one 'admitted' event, got {out.events}")
+    expect(
+        len(seq.block_table) == 3,
+        f"10 tokens need 3 blocks of 4; the table is {seq.block_table}",
+    )
+    expect(
+        seq.prefill_chunk == 1,
+        f"prefill_chunk must be 1 (the first chunk), got {seq.prefill_chunk}",
+    )
+    expect(
+        [k for k, _, _ in out.events] == ["admitted"],
+        f"expected one 'admitted' event, got {out.events}",
+    )
 
 
 def check_first_chunk_fits_budget(fns):
@@ -59,7 +89,10 @@ def check_rejects_without_blocks(fns):
     sched = make_scheduler(2)
     seq = add(sched, range(10, 22))  # 12 tokens: 3 blocks
     ok, out = admit(fns, sched, seq, budget=64)
-    expect(ok is False, "12 tokens need 3 blocks but only 2 exist: try_admit must return False")
+    expect(
+        ok is False,
+        "12 tokens need 3 blocks but only 2 exist: try_admit must return False",
+    )
     expect(
         list(sched.waiting) == [seq] and sched.running == [],
         "a rejected sequence stays at the head of self.waiting and is not running",
@@ -68,13 +101,18 @@ def check_rejects_without_blocks(fns):
         seq.block_table == [] and sched.block_manager.num_free_blocks == 2,
         "a rejected sequence must not take any block (check can_allocate before allocating)",
     )
-    expect(seq.status == SequenceStatus.WAITING and out.events == [], "a rejected sequence stays WAITING, no events")
+    expect(
+        seq.status == SequenceStatus.WAITING and out.events == [],
+        "a rejected sequence stays WAITING, no events",
+    )
 
 
 def check_prefix_hit(fns):
     """Cached prefix blocks are reused: num_cached_tokens covers them, only the rest is scheduled."""
     sched = make_scheduler()
-    cache_prefix(sched.block_manager, list(range(10, 22)))  # 3 full blocks cached
+    cache_prefix(
+        sched.block_manager, list(range(10, 22))
+    )  # 3 full blocks cached
     seq = add(sched, list(range(10, 22)) + [5, 6, 7])
     ok, out = admit(fns, sched, seq, budget=64)
     expect(ok, "try_admit must admit a request whose prefix is cached")
@@ -97,8 +135,12 @@ def check_prefix_hit(fns):
 def check_cached_free_blocks_count(fns):
     """Reusing cached blocks that sit in the free list uses up free blocks too."""
     sched = make_scheduler(4)
-    cache_prefix(sched.block_manager, list(range(10, 22)))  # blocks 0-2 cached, ref count 0, still in the free list
-    seq = add(sched, list(range(10, 22)) + list(range(50, 58)))  # 20 tokens: 3 cached + 2 new blocks
+    cache_prefix(
+        sched.block_manager, list(range(10, 22))
+    )  # blocks 0-2 cached, ref count 0, still in the free list
+    seq = add(
+        sched, list(range(10, 22)) + list(range(50, 58))
+    )  # 20 tokens: 3 cached + 2 new blocks
     try:
         ok, _ = admit(fns, sched, seq, budget=64)
     except KeyError:  # the free list ran dry inside allocate
@@ -112,22 +154,40 @@ def check_cached_free_blocks_count(fns):
         "the pool has 4 blocks: the 3 cached ones (in the free list) + 2 new = 5 > 4, so "
         "try_admit must return False. Count bm.num_free_in(hit_blocks) in the check",
     )
-    expect(list(sched.waiting) == [seq] and seq.block_table == [], "a rejected sequence must be left untouched")
+    expect(
+        list(sched.waiting) == [seq] and seq.block_table == [],
+        "a rejected sequence must be left untouched",
+    )
 
 
 def engine_lesson_scenario(fns):
     """The engine, running the lesson's scenario with your try_admit, matches the engine's own."""
     run = expect_engine_matches(lesson_scenario(__file__))
-    expect(max(s.num_batched_tokens for s in run.steps) <= 16, "a step went over the 16-token budget")
+    expect(
+        max(s.num_batched_tokens for s in run.steps) <= 16,
+        "a step went over the 16-token budget",
+    )
 
 
 def engine_prefix_and_chunks(fns):
     """Prefix hits, chunks and a tight pool together still match the engine's own run."""
-    scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 20, "max_num_batched_tokens": 7})
+    scenario = lesson_scenario(
+        __file__,
+        engine={
+            "block_size": 4,
+            "num_kv_blocks": 20,
+            "max_num_batched_tokens": 7,
+        },
+    )
     scenario.requests.append(
         type(scenario.requests[0])(
-            "A long prompt: chunked prefill splits it over many steps.", {"max_tokens": 3, "ignore_eos": True}, 8
+            "A long prompt: chunked prefill splits it over many steps.",
+            {"max_tokens": 3, "ignore_eos": True},
+            8,
         )
     )
     run = expect_engine_matches(scenario)
-    expect(run.event_counts["prefix_hit"] >= 1, "the last request should reuse the long prompt's first blocks")
+    expect(
+        run.event_counts["prefix_hit"] >= 1,
+        "the last request should reuse the long prompt's first blocks",
+    )

@@ -2,9 +2,20 @@
 
 from nanoengine.scheduler import SchedulerOutput
 from nanoengine.sequence import SequenceStatus
-from tracer.teach.kit import expect, expect_engine_matches, lesson_scenario, make_scheduler, make_sequence, prefilled
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_scheduler,
+    make_sequence,
+    prefilled,
+)
 
-TARGETS = {"choose_victim": "choose_victim", "preempt": "Scheduler.preempt", "make_room": "Scheduler.make_room"}
+TARGETS = {
+    "choose_victim": "choose_victim",
+    "preempt": "Scheduler.preempt",
+    "make_room": "Scheduler.make_room",
+}
 
 
 def check_choose_victim(fns):
@@ -17,7 +28,10 @@ def check_choose_victim(fns):
         f"{'ABCD'[seqs.index(got)] if got in seqs else got!r}",
     )
     one = [seqs[0]]
-    expect(fns.choose_victim(one) is seqs[0], "with one running sequence, it is the victim")
+    expect(
+        fns.choose_victim(one) is seqs[0],
+        "with one running sequence, it is the victim",
+    )
 
 
 def check_preempt_resets_the_sequence(fns):
@@ -32,9 +46,18 @@ def check_preempt_resets_the_sequence(fns):
         f"after preempt B must hold no blocks (free them with self.block_manager.free(seq)); it holds "
         f"{b.block_table}, {sched.block_manager.num_free_blocks} of 16 blocks are free (A holds 3)",
     )
-    expect(b.num_cached_tokens == 0, f"B's KV is gone: num_cached_tokens must be 0, got {b.num_cached_tokens}")
-    expect(b.prefill_chunk == 0, f"prefill_chunk must be reset to 0, got {b.prefill_chunk}")
-    expect(b.status == SequenceStatus.WAITING, f"B must be WAITING, is {b.status.value}")
+    expect(
+        b.num_cached_tokens == 0,
+        f"B's KV is gone: num_cached_tokens must be 0, got {b.num_cached_tokens}",
+    )
+    expect(
+        b.prefill_chunk == 0,
+        f"prefill_chunk must be reset to 0, got {b.prefill_chunk}",
+    )
+    expect(
+        b.status == SequenceStatus.WAITING,
+        f"B must be WAITING, is {b.status.value}",
+    )
     expect(
         b.token_ids == tokens_before,
         "preempt must keep token_ids (prompt and generated tokens): they are recomputed later",
@@ -55,7 +78,10 @@ def check_preempt_queues_at_head(fns):
         "B must go to the HEAD of self.waiting (appendleft), before the request that was already waiting",
     )
     kinds = [(k, sid) for k, sid, _ in out.events]
-    expect(kinds == [("preempted", b.seq_id)], f"expected one event ('preempted', B's seq_id, {{...}}), got {kinds}")
+    expect(
+        kinds == [("preempted", b.seq_id)],
+        f"expected one event ('preempted', B's seq_id, {{...}}), got {kinds}",
+    )
     expect(
         isinstance(out.events[0][2], dict) and "reason" in out.events[0][2],
         "the event's detail must be a dict with a 'reason'",
@@ -68,8 +94,14 @@ def check_make_room_when_it_fits(fns):
     a, b = prefilled(sched, 8, 8)
     out = SchedulerOutput()
     ok = fns.make_room(sched, a, 1, out)
-    expect(ok is True, f"A's next token needs 1 block and 12 are free: make_room must return True, got {ok!r}")
-    expect(out.events == [] and sched.running == [a, b], "nothing may be preempted when the blocks fit")
+    expect(
+        ok is True,
+        f"A's next token needs 1 block and 12 are free: make_room must return True, got {ok!r}",
+    )
+    expect(
+        out.events == [] and sched.running == [a, b],
+        "nothing may be preempted when the blocks fit",
+    )
 
 
 def check_make_room_preempts_newest(fns):
@@ -78,8 +110,14 @@ def check_make_room_preempts_newest(fns):
     a, b, c = prefilled(sched, 8, 8, 8)  # 2 blocks each: the pool is full
     out = SchedulerOutput()
     ok = fns.make_room(sched, a, 1, out)  # A's 9th token needs a 3rd block
-    expect(ok is True, f"after preempting C, A's block fits: make_room must return True, got {ok!r}")
-    expect(sched.running == [a, b] and list(sched.waiting) == [c], "C, the newest, must be the one preempted")
+    expect(
+        ok is True,
+        f"after preempting C, A's block fits: make_room must return True, got {ok!r}",
+    )
+    expect(
+        sched.running == [a, b] and list(sched.waiting) == [c],
+        "C, the newest, must be the one preempted",
+    )
 
 
 def check_make_room_preempts_until_it_fits(fns):
@@ -87,7 +125,9 @@ def check_make_room_preempts_until_it_fits(fns):
     sched = make_scheduler(6)
     a, b, c = prefilled(sched, 8, 8, 8)
     out = SchedulerOutput()
-    ok = fns.make_room(sched, a, 12, out)  # 20 tokens: 5 blocks, 3 more than A has
+    ok = fns.make_room(
+        sched, a, 12, out
+    )  # 20 tokens: 5 blocks, 3 more than A has
     expect(
         ok is True and sched.running == [a],
         f"A needs 3 more blocks: both C and B must be preempted; "
@@ -105,19 +145,38 @@ def check_make_room_self_preemption(fns):
     a, b = prefilled(sched, 8, 8)
     out = SchedulerOutput()
     ok = fns.make_room(sched, b, 1, out)
-    expect(ok is False, f"B is the newest, so B is the victim: make_room must return False, got {ok!r}")
-    expect(sched.running == [a] and list(sched.waiting) == [b], "B must be WAITING at the head of the queue")
+    expect(
+        ok is False,
+        f"B is the newest, so B is the victim: make_room must return False, got {ok!r}",
+    )
+    expect(
+        sched.running == [a] and list(sched.waiting) == [b],
+        "B must be WAITING at the head of the queue",
+    )
 
 
 def engine_lesson_scenario(fns):
     """The engine, running the lesson's scenario with your preemption, matches the engine's own."""
     run = expect_engine_matches(lesson_scenario(__file__))
-    expect(run.event_counts["preempted"] >= 1, "the scenario must preempt a request")
+    expect(
+        run.event_counts["preempted"] >= 1,
+        "the scenario must preempt a request",
+    )
 
 
 def engine_heavy_pressure(fns):
     """With an even smaller pool and a token budget of 8 (many preemptions) it still matches."""
     run = expect_engine_matches(
-        lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 8, "max_num_batched_tokens": 8})
+        lesson_scenario(
+            __file__,
+            engine={
+                "block_size": 4,
+                "num_kv_blocks": 8,
+                "max_num_batched_tokens": 8,
+            },
+        )
     )
-    expect(run.event_counts["preempted"] >= 2, "this run should preempt at least twice")
+    expect(
+        run.event_counts["preempted"] >= 2,
+        "this run should preempt at least twice",
+    )

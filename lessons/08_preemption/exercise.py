@@ -11,27 +11,34 @@ from nanoengine.sequence import Sequence, SequenceStatus
 
 
 def choose_victim(running: list[Sequence]) -> Sequence:
-    """The running sequence to preempt: the most recently admitted one (running is oldest first)."""
+    """The running sequence to preempt: the most recently admitted one (running
+    is oldest first)."""
     # TODO
     raise NotImplementedError("choose_victim is not written yet")
 
 
-def preempt(self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
-    """Preempt seq by recompute. self is the Scheduler; needed_by is the sequence that needed room.
+def preempt(
+    self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence
+) -> None:
+    """Preempt seq by recompute. self is the Scheduler; needed_by is the
+    sequence that needed room.
 
-    Free its blocks, forget its KV (num_cached_tokens = 0, prefill_chunk = 0), make it WAITING,
-    move it from self.running to the head of self.waiting, and record
-    ("preempted", seq.seq_id, {"reason": "..."}) in out.events (say who needed the room).
+    Free its blocks, forget its KV (num_cached_tokens = 0, prefill_chunk = 0),
+    make it WAITING, move it from self.running to the head of self.waiting, and
+    record ("preempted", seq.seq_id, {"reason": "..."}) in out.events (say who
+    needed the room).
     """
     # TODO
     raise NotImplementedError("preempt is not written yet")
 
 
 def make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
-    """Preempt until seq's num_new tokens have their blocks; False if seq itself was preempted.
+    """Preempt until seq's num_new tokens have their blocks; False if seq itself
+    was preempted.
 
-    bm = self.block_manager; bm.blocks_to_schedule(seq, num_new) blocks are needed and
-    bm.can_allocate(n) says whether n are free.
+    bm = self.block_manager; bm.blocks_to_schedule(seq, num_new) blocks are
+    needed and bm.can_allocate(n) says whether n are free.
     """
-    # TODO: loop: choose_victim(self.running), self.preempt(victim, out, needed_by=seq).
+    # TODO: loop: choose_victim(self.running), self.preempt(victim, out,
+    #       needed_by=seq).
     raise NotImplementedError("make_room is not written yet")

@@ -6,15 +6,34 @@ import torch
 
 from nanoengine.model_runner import StepInputs
 from nanoengine.sequence import Sequence
-from tracer.teach.kit import expect, expect_engine_matches, first_difference, lesson_scenario, make_sequence
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    first_difference,
+    lesson_scenario,
+    make_sequence,
+)
 
 TARGETS = {"prepare_inputs": "prepare_inputs"}
-INT_FIELDS = ("input_ids", "positions", "query_start_loc", "seq_lens", "slot_mapping", "block_tables", "logits_indices")
+INT_FIELDS = (
+    "input_ids",
+    "positions",
+    "query_start_loc",
+    "seq_lens",
+    "slot_mapping",
+    "block_tables",
+    "logits_indices",
+)
 
 
-def seq(token_ids, num_cached: int, num_scheduled: int, block_table: list[int]) -> Sequence:
+def seq(
+    token_ids, num_cached: int, num_scheduled: int, block_table: list[int]
+) -> Sequence:
     return make_sequence(
-        token_ids, num_cached_tokens=num_cached, num_scheduled_tokens=num_scheduled, block_table=block_table
+        token_ids,
+        num_cached_tokens=num_cached,
+        num_scheduled_tokens=num_scheduled,
+        block_table=block_table,
     )
 
 
@@ -29,20 +48,31 @@ def flatten(fns, seqs, block_size: int = 4) -> dict[str, list]:
     try:
         inputs = fns.prepare_inputs(seqs, block_size)
     except IndexError as e:
-        if "compute_slot_mapping" not in "".join(str(f) for f in traceback.extract_tb(e.__traceback__)):
+        if "compute_slot_mapping" not in "".join(
+            str(f) for f in traceback.extract_tb(e.__traceback__)
+        ):
             raise
         raise AssertionError(
             f"compute_slot_mapping indexed past a block table ({e}): some position points beyond its "
             f"sequence's blocks. positions count from the start of each sequence (num_cached_tokens + "
             f"the offset inside its chunk), not along the flat row"
         ) from None
-    expect(isinstance(inputs, StepInputs), f"prepare_inputs must return a StepInputs, got {type(inputs).__name__}")
+    expect(
+        isinstance(inputs, StepInputs),
+        f"prepare_inputs must return a StepInputs, got {type(inputs).__name__}",
+    )
     got = {}
     for name in INT_FIELDS + ("discard",):
         value = getattr(inputs, name)
-        expect(isinstance(value, torch.Tensor), f"{name} must be a torch tensor, got {type(value).__name__}")
+        expect(
+            isinstance(value, torch.Tensor),
+            f"{name} must be a torch tensor, got {type(value).__name__}",
+        )
         if name == "discard":
-            expect(value.dtype == torch.bool, f"discard must be a bool tensor, got {value.dtype}")
+            expect(
+                value.dtype == torch.bool,
+                f"discard must be a bool tensor, got {value.dtype}",
+            )
         else:
             expect(
                 value.dtype == torch.int64,
@@ -63,7 +93,10 @@ def check_query_start_loc(fns):
     """query_start_loc: where each sequence starts in the flat row, ending with the total."""
     got = flatten(fns, readme_batch())
     expect_field(
-        got, "query_start_loc", [0, 1, 4, 12], "It is the running sum of num_scheduled_tokens (1, 3, 8), starting at 0."
+        got,
+        "query_start_loc",
+        [0, 1, 4, 12],
+        "It is the running sum of num_scheduled_tokens (1, 3, 8), starting at 0.",
     )
 
 
@@ -92,20 +125,40 @@ def check_positions(fns):
 def check_seq_lens_and_logits(fns):
     """seq_lens = cached + scheduled; logits_indices = each sequence's last flat index."""
     got = flatten(fns, readme_batch())
-    expect_field(got, "seq_lens", [4, 3, 8], "seq_lens = num_cached_tokens + num_scheduled_tokens.")
-    expect_field(got, "logits_indices", [0, 3, 11], "The last token of each sequence: query_start_loc[1:] - 1.")
+    expect_field(
+        got,
+        "seq_lens",
+        [4, 3, 8],
+        "seq_lens = num_cached_tokens + num_scheduled_tokens.",
+    )
+    expect_field(
+        got,
+        "logits_indices",
+        [0, 3, 11],
+        "The last token of each sequence: query_start_loc[1:] - 1.",
+    )
 
 
 def check_discard(fns):
     """discard marks exactly the sequences still mid-prefill after this step."""
     got = flatten(fns, readme_batch())
-    expect_field(got, "discard", [False, False, True], "C will have 8 of its 26 tokens: seq_lens < num_tokens.")
+    expect_field(
+        got,
+        "discard",
+        [False, False, True],
+        "C will have 8 of its 26 tokens: seq_lens < num_tokens.",
+    )
 
 
 def check_block_tables_and_slots(fns):
     """block_tables are padded with 0; slot_mapping follows the tables (lesson 3)."""
     got = flatten(fns, readme_batch())
-    expect_field(got, "block_tables", [[0, 0], [1, 0], [2, 3]], "Pad each block table with 0 to the longest.")
+    expect_field(
+        got,
+        "block_tables",
+        [[0, 0], [1, 0], [2, 3]],
+        "Pad each block table with 0 to the longest.",
+    )
     expect_field(
         got,
         "slot_mapping",
@@ -118,8 +171,18 @@ def check_later_chunk(fns):
     """A later chunk starts at its cached position: positions continue where the cache ends."""
     c = seq(list(range(100, 126)), 8, 10, [2, 3, 5, 6, 7])
     got = flatten(fns, [c], block_size=4)
-    expect_field(got, "positions", list(range(8, 18)), "Chunk 2 of C covers positions 8..17.")
-    expect_field(got, "input_ids", list(range(108, 118)), "Chunk 2 of C is token_ids[8:18].")
+    expect_field(
+        got,
+        "positions",
+        list(range(8, 18)),
+        "Chunk 2 of C covers positions 8..17.",
+    )
+    expect_field(
+        got,
+        "input_ids",
+        list(range(108, 118)),
+        "Chunk 2 of C is token_ids[8:18].",
+    )
     expect_field(
         got,
         "slot_mapping",
@@ -132,13 +195,30 @@ def check_later_chunk(fns):
 def check_all_decodes(fns):
     """A batch of decodes: one token per sequence, at position num_cached_tokens."""
     seqs = [
-        seq(list(range(50, 50 + n + 1)), n, 1, list(range(i * 3, i * 3 + (n + 4) // 4)))
+        seq(
+            list(range(50, 50 + n + 1)),
+            n,
+            1,
+            list(range(i * 3, i * 3 + (n + 4) // 4)),
+        )
         for i, n in enumerate((5, 8, 2))
     ]
     got = flatten(fns, seqs)
-    expect_field(got, "query_start_loc", [0, 1, 2, 3], "Each decode schedules one token.")
-    expect_field(got, "positions", [5, 8, 2], "A decode computes the token at position num_cached_tokens.")
-    expect_field(got, "logits_indices", [0, 1, 2], "Every token is its sequence's last one.")
+    expect_field(
+        got, "query_start_loc", [0, 1, 2, 3], "Each decode schedules one token."
+    )
+    expect_field(
+        got,
+        "positions",
+        [5, 8, 2],
+        "A decode computes the token at position num_cached_tokens.",
+    )
+    expect_field(
+        got,
+        "logits_indices",
+        [0, 1, 2],
+        "Every token is its sequence's last one.",
+    )
 
 
 def engine_lesson_scenario(fns):
@@ -148,9 +228,23 @@ def engine_lesson_scenario(fns):
 
 def engine_mixed_batches(fns):
     """A small pool, chunks of 5 and a prefix hit: the trace checker's batch invariants all hold."""
-    scenario = lesson_scenario(__file__, engine={"block_size": 4, "num_kv_blocks": 12, "max_num_batched_tokens": 5})
+    scenario = lesson_scenario(
+        __file__,
+        engine={
+            "block_size": 4,
+            "num_kv_blocks": 12,
+            "max_num_batched_tokens": 5,
+        },
+    )
     scenario.requests.append(
-        type(scenario.requests[0])("Flatten this batch, thanks", {"max_tokens": 4, "ignore_eos": True}, 3)
+        type(scenario.requests[0])(
+            "Flatten this batch, thanks",
+            {"max_tokens": 4, "ignore_eos": True},
+            3,
+        )
     )
     run = expect_engine_matches(scenario)
-    expect(run.event_counts["prefix_hit"] >= 1, "the last request should reuse cached blocks")
+    expect(
+        run.event_counts["prefix_hit"] >= 1,
+        "the last request should reuse cached blocks",
+    )

@@ -6,13 +6,25 @@ from collections import Counter
 import torch
 
 from nanoengine.sampling_params import SamplingParams
-from tracer.teach.kit import expect, expect_engine_matches, expect_no_violations, lesson_scenario
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    expect_no_violations,
+    lesson_scenario,
+)
 from tracer.teach.scenarios import ScenarioError, run_scenario
 
 TARGETS = {"sample": "sample", "sample_one": "sample_one"}
 
 
-def draw_many(fns, logits: list[float], n: int = 600, seed: int = 7, one_token: bool = False, **params) -> Counter:
+def draw_many(
+    fns,
+    logits: list[float],
+    n: int = 600,
+    seed: int = 7,
+    one_token: bool = False,
+    **params,
+) -> Counter:
     """n seeded draws, one per num_tokens value: a sample of the distribution sample_one draws from."""
     row = torch.tensor(logits)
     p = SamplingParams(seed=seed, **params)
@@ -23,7 +35,10 @@ def draw_many(fns, logits: list[float], n: int = 600, seed: int = 7, one_token: 
             isinstance(token, int) and not isinstance(token, bool),
             f"sample_one must return a Python int, got {token!r}",
         )
-        expect(0 <= token < len(logits), f"sample_one returned {token}, outside the vocabulary 0..{len(logits) - 1}")
+        expect(
+            0 <= token < len(logits),
+            f"sample_one returned {token}, outside the vocabulary 0..{len(logits) - 1}",
+        )
         counts[token] += 1
     top = torch.softmax(row / params.get("temperature", 1.0), -1).max().item()
     expect(
@@ -43,7 +58,10 @@ def check_sample_greedy(fns):
         isinstance(got, list) and all(type(t) is int for t in got),
         f"sample must return a list of Python ints (tensor.tolist()), got {got!r}",
     )
-    expect(got == [1, 0, 2], f"greedy rows must take the argmax [1, 0, 2], got {got}")
+    expect(
+        got == [1, 0, 2],
+        f"greedy rows must take the argmax [1, 0, 2], got {got}",
+    )
 
 
 def check_sample_calls_sample_one(fns):
@@ -70,20 +88,33 @@ def check_temperature(fns):
         f"it was {share:.0%}: softmax(logits / temperature)",
     )
     cold = draw_many(fns, logits, temperature=0.2)[0] / 600
-    expect(cold > 0.95, f"with temperature 0.2 token 0 should be drawn >95% of the time, it was {cold:.0%}")
+    expect(
+        cold > 0.95,
+        f"with temperature 0.2 token 0 should be drawn >95% of the time, it was {cold:.0%}",
+    )
 
 
 def check_top_k(fns):
     """top_k keeps only the k highest-scoring tokens."""
     counts = draw_many(fns, [0.0, 3.0, 1.0, 2.9, 0.5], temperature=2.0, top_k=2)
-    expect(set(counts) == {1, 3}, f"top_k=2 may only draw tokens 1 and 3 (the two highest), drew {dict(counts)}")
+    expect(
+        set(counts) == {1, 3},
+        f"top_k=2 may only draw tokens 1 and 3 (the two highest), drew {dict(counts)}",
+    )
 
 
 def check_top_p(fns):
     """top_p keeps the shortest run of top tokens whose probability reaches top_p."""
     logits = [math.log(x) for x in (0.5, 0.3, 0.15, 0.05)]
     for top_p, allowed in ((0.7, {0, 1}), (0.9, {0, 1, 2}), (0.45, {0})):
-        counts = draw_many(fns, logits, n=400, one_token=len(allowed) == 1, temperature=1.0, top_p=top_p)
+        counts = draw_many(
+            fns,
+            logits,
+            n=400,
+            one_token=len(allowed) == 1,
+            temperature=1.0,
+            top_p=top_p,
+        )
         expect(
             set(counts) == allowed,
             f"probabilities [0.5, 0.3, 0.15, 0.05] with top_p={top_p} may only draw "
@@ -108,7 +139,10 @@ def check_seeded_draws_repeat(fns):
         f"the seed, so each position gets its own draw",
     )
     unseeded = fns.sample_one(row.clone(), SamplingParams(temperature=1.0), 0)
-    expect(isinstance(unseeded, int) and 0 <= unseeded < 50, f"an unseeded draw returned {unseeded!r}")
+    expect(
+        isinstance(unseeded, int) and 0 <= unseeded < 50,
+        f"an unseeded draw returned {unseeded!r}",
+    )
 
 
 def engine_greedy_unchanged(fns):
@@ -122,7 +156,9 @@ def engine_seeds_survive_batching(fns):
     try:
         first, second = run_scenario(scenario), run_scenario(scenario)
         expect_no_violations(first)
-        alone = run_scenario(lesson_scenario(__file__, requests=scenario.requests[1:2]))
+        alone = run_scenario(
+            lesson_scenario(__file__, requests=scenario.requests[1:2])
+        )
     except ScenarioError as e:
         raise AssertionError(str(e)) from None
     for i in (1, 2):

@@ -12,11 +12,13 @@ import pytest
 
 from nanoengine import LLMEngine, SamplingParams
 from tracer.cli.lesson import lesson_main
+from tracer.replay.glossary import GLOSSARY
 from tracer.teach.kit import expect_engine_matches, lesson_scenario
 from tracer.teach.lessons import (
     LessonError,
     all_lessons,
     find_lesson,
+    lessons_root,
     reference_solution,
     run_lesson_checks,
     student_functions,
@@ -265,6 +267,48 @@ def test_check_file_that_is_not_python_gets_one_line(name, tmp_path, capsys):
     assert lesson_main(["check", "1", "--file", str(path)]) == 2
     out = capsys.readouterr().out
     assert out.count("\n") <= 2 and "exercise.py" in out and "Traceback" not in out
+
+
+# ---- the texts ---------------------------------------------------------------------------
+def too_wide(path: Path) -> list[str]:
+    """Lines wider than 80 columns (78 inside a code block: rich pads those by one each side);
+    markdown table rows are exempt (rich wraps their cells)."""
+    wide, fence = [], False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip().startswith("```"):
+            fence = not fence
+            continue
+        limit = 78 if fence and path.suffix == ".md" else 80
+        if len(line) > limit and not line.startswith("|"):
+            wide.append(f"{path.parent.name}/{path.name}:{number}: {len(line)} columns")
+    return wide
+
+
+def test_lesson_texts_fit_80_columns():
+    paths = [lessons_root() / "README.md"]
+    for lesson in LESSONS:
+        paths += [lesson.readme, lesson.hint, lesson.exercise]
+    assert [w for p in paths for w in too_wide(p)] == []
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda l: l.name)
+def test_each_lesson_ends_with_where_vllm_does_it(lesson):
+    text = lesson.readme.read_text(encoding="utf-8")
+    last_section = text.rsplit("\n## ", 1)[1]
+    assert last_section.startswith("In vLLM\n") and "In vLLM this is" in last_section
+    assert "vllm/v1/" in last_section and "nanovllm/" in last_section
+
+
+def test_glossary_in_the_lessons_readme_matches_the_help_screen():
+    readme = " ".join((lessons_root() / "README.md").read_text(encoding="utf-8").split())
+    for term in GLOSSARY:
+        for cell in (term.ours, term.vllm, term.nano_vllm, term.note):
+            assert " ".join(cell.split()) in readme, cell
+
+
+def test_lesson_8_does_not_promise_identical_outputs():
+    text = " ".join(find_lesson("8").readme.read_text(encoding="utf-8").split())
+    assert "do not change at all" not in text and "Can recompute change the output?" in text
 
 
 # ---- scenarios ----------------------------------------------------------------------------

@@ -218,15 +218,24 @@ def cmd_list(args, console: Console) -> int:
 
 
 def cmd_show(args, console: Console) -> int:
-    lesson = find_lesson(args.lesson)
-    console.print(Markdown(lesson.readme.read_text(encoding="utf-8")))
+    show_markdown(find_lesson(args.lesson).readme, console)
     return 0
 
 
 def cmd_hint(args, console: Console) -> int:
-    lesson = find_lesson(args.lesson)
-    console.print(Markdown(lesson.hint.read_text(encoding="utf-8")))
+    show_markdown(find_lesson(args.lesson).hint, console)
     return 0
+
+
+def show_markdown(path: Path, console: Console) -> None:
+    """Print a lesson text; in a terminal, page it when it is taller than the screen."""
+    text = Markdown(path.read_text(encoding="utf-8"))
+    if not console.is_terminal or len(console.render_lines(text, pad=False)) <= console.height:
+        console.print(text)
+        return
+    os.environ.setdefault("LESS", "-RFX")  # keep colours; quit at the end; leave the text on screen
+    with console.pager(styles=True):
+        console.print(text)
 
 
 def cmd_check(args, console: Console) -> int:

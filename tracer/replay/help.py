@@ -10,6 +10,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tracer.replay.glossary import GLOSSARY
+
 KEYS = (
     ("← / →", "previous / next step"),
     ("Home / End", "first / last step"),
@@ -31,7 +33,7 @@ LEGEND = (
     ("A B C …", "one letter per sequence (its seq_id is shown as A#0, B#1 …); same colour everywhere"),
     ("◷ ▶ ✓", "WAITING, RUNNING, FINISHED"),
     ("A▅×2", "KV block owned by A, fill level of its slots, ref count 2 (a shared prefix)"),
-    ("A▅ 3", "selected sequence: the block is entry 3 of its block_table"),
+    ("A▅ 3", "selected sequence: the block is logical block 3 (block_table[3], counted from 0)"),
     ("○█", "free block that still holds cached (hashed) KV: reusable by a prefix hit"),
     ("·", "free block"),
     ("◆", "KV slots written in this block this step"),
@@ -40,6 +42,16 @@ LEGEND = (
     ("P H F !", "timeline: preemption, prefix-cache hit, finish, invariant violation"),
     ("tokens cached sched", "num_tokens, num_cached_tokens, num_scheduled_tokens (a→b: before→after the step)"),
 )
+
+
+def glossary_table() -> Table:
+    table = Table(title="Names in vLLM v1 and nano-vllm", title_justify="left", box=None, padding=(0, 2, 0, 0))
+    table.add_column("nanoengine", style="bold #ffd23f")
+    table.add_column("vLLM v1")
+    table.add_column("nano-vllm")
+    for term in GLOSSARY:
+        table.add_row(term.ours, term.vllm + (f"\n[dim]{term.note}[/]" if term.note else ""), term.nano_vllm)
+    return table
 
 
 def help_table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
@@ -59,6 +71,8 @@ class HelpScreen(ModalScreen[None]):
             yield Static(help_table("Keys", KEYS))
             yield Static(Text(""))
             yield Static(help_table("Reading the views", LEGEND))
+            yield Static(Text(""))
+            yield Static(glossary_table())
             yield Static(Text("Esc, q or ? closes this help.", style="dim"))
 
     def action_dismiss_help(self) -> None:
