@@ -130,9 +130,9 @@ async def test_selecting_a_sequence_numbers_its_blocks_in_block_table_order(trac
         await pilot.press("down", "down")  # select A, then B
         assert app.selected_seq == 1
         table = next(s for s in app.current_step["seqs"] if s["seq_id"] == 1)["block_table_after"]
-        assert app.kv.table_index == {block: i + 1 for i, block in enumerate(table)}
+        assert app.kv.table_index == {block: i for i, block in enumerate(table)}  # logical blocks from 0
         columns = app.kv.columns()
-        for position, block in enumerate(table, start=1):
+        for position, block in enumerate(table):
             line = text_of(app.kv.render_line(1 + block // columns - app.kv.scroll_offset.y))
             start = app.kv.label_width() + (block % columns) * CELL
             assert line[start] == "B" and line[start + 2 : start + 4] == f"{position:>2}"
@@ -265,7 +265,10 @@ async def test_truncated_trace_opens_its_prefix_with_a_warning(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("end")
         assert app.current_step["step"] == 4
-        assert any("cut short" in n.message for n in app._notifications)
+        banner = app.query_one("#banner")
+        assert banner.display and "cut short" in str(banner.render())
+        await pilot.press("x")
+        assert not banner.display
 
 
 @pytest.mark.parametrize(
@@ -339,3 +342,72 @@ def test_scrubber_maps_first_and_last_step_to_the_bar_ends(num_steps, width):
     assert timeline.index_at(0, width) == 0 and timeline.index_at(width - 1, width) == last
     columns = [timeline.column_of(i, width) for i in range(num_steps)]
     assert columns == sorted(columns) and all(0 <= c < width for c in columns)
+
+
+@run_async
+async def test_the_banner_shows_the_look_for_text_until_dismissed(trace):
+    app = make_app(trace, guide="the preemption at step 8")
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.query_one("#banner")
+        assert banner.display and "Look for: the preemption at step 8" in str(banner.render())
+        await pilot.click("#banner")
+        assert not banner.display
+    plain = make_app(trace)
+    async with plain.run_test(size=SIZE):
+        assert not plain.query_one("#banner").display
+
+
+@run_async
+async def test_step_counter_shows_the_range_of_step_numbers(trace):
+    app = make_app(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("end")
+        last = app.step_numbers[-1]
+        assert text_of(app.query_one(TimelineView).render_line(1)).startswith(f"step {last} of 0–{last}")
+
+
+@run_async
+async def test_predict_answer_is_shown_in_the_next_question_not_over_it(trace):
+    app = make_app(trace, predict=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right")
+        await pilot.press(*app.screen.question.answer, "enter")
+        assert app._notifications  # the verdict, as a toast
+        await pilot.press("right")
+        assert isinstance(app.screen, PredictScreen)
+        assert not app._notifications  # cleared: it would cover the question
+        assert "✓ right" in str(app.screen.query_one("#predict-previous").render())
+
+
+@run_async
+async def test_zoomed_sequences_panel_fills_the_screen(trace):
+    app = make_app(trace, start_step=6)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("tab", "tab", "z")
+        assert app.screen.maximized is app.seqs
+        assert app.seqs.region.height >= SIZE[1] - 2
+
+
+@run_async
+async def test_a_terminal_too_small_gets_a_notice(trace):
+    app = make_app(trace)
+    async with app.run_test(size=(40, 12)):
+        notice = app.query_one("#too-small")
+        assert notice.display and "Make the terminal larger" in str(notice.render())
+        assert not app.machine.display or app.machine.region.height == 0
+    roomy = make_app(trace)
+    async with roomy.run_test(size=SIZE):
+        assert roomy.query_one("#too-small").region.height == 0
+
+
+@run_async
+async def test_byte_tokens_are_drawn_readably(trace):
+    trace = copy.deepcopy(trace)
+    seq = trace.steps[3]["seqs"][0]
+    seq["new_token_ids"], seq["new_token_texts"] = [133], ["\ufffd"]
+    seq["output_text"] = seq.get("output_text", "") + "\x03\ufffd"
+    app = make_app(trace, start_step=3)
+    async with app.run_test(size=(160, 40)):
+        screen = app.export_screenshot()
+        assert "\ufffd" not in screen and "\x03" not in screen
+        assert "⟨id 133⟩" in str(app.query_one("#narration").render())

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tracer.cli.demo import demo_main
-from tracer.teach.demos import DEMOS, run_demo
+from tracer.replay.colors import seq_letter
+from tracer.teach.demos import DEMOS, look_for, run_demo
 from tracer.trace.invariants import check_trace
 from tracer.trace.trace_file import load_trace
 
@@ -103,3 +104,38 @@ def test_prefix_sharing_with_the_real_model(tmp_path):
     (run,) = run_demo(DEMOS["prefix-sharing"], "default", tmp_path)
     assert run.violations == [] and run.event_counts["prefix_hit"] == 3
     assert all(o.text.strip() for o in run.outputs)
+
+
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_look_for_is_written_from_what_the_trace_shows(runs, name):
+    run = runs[name][0]
+    focus = load_trace(run.trace_path).steps[run.focus_step]
+    event = next(e for e in focus["events"] if e["kind"] == run.scenario.focus["event"])
+    text = look_for(run)
+    assert text != run.scenario.look_for and text.startswith(f"Step {run.focus_step}:")
+    assert f"seq {event['seq_id']} ({seq_letter(event['seq_id'])})" in text
+    if name == "preemption":  # it names the sequence that needed the block, from the event's reason
+        needer = int(event["detail"]["reason"].split("seq ")[1].split()[0])
+        assert text.startswith(f"Step {run.focus_step}: seq {needer} ") and "needs a new KV block" in text
+
+
+def test_demo_takes_the_shared_engine_flags(tmp_path, capsys):
+    code = demo_main(
+        ["preemption", "--model", "tiny", "--no-tui", "--out-dir", str(tmp_path), "--threads", "1"]
+        + ["--block-size", "8", "--num-kv-blocks", "40", "--max-num-seqs", "2"]
+    )
+    assert code == 0
+    config = load_trace(tmp_path / "demo-preemption.jsonl").header["config"]
+    assert (config["block_size"], config["num_kv_blocks"], config["max_num_seqs"]) == (8, 40, 2)
+    assert config["max_num_batched_tokens"] == DEMOS["preemption"].build(True).engine.get(
+        "max_num_batched_tokens", config["max_num_batched_tokens"]
+    )
+    assert "Look for:" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--block-size must be >= 1"):
+        demo_main(["preemption", "--model", "tiny", "--no-tui", "--out-dir", str(tmp_path), "--block-size", "0"])
+
+
+def test_continuous_vs_static_says_how_to_open_the_static_trace(tmp_path, capsys):
+    assert demo_main(["continuous-vs-static", "--model", "tiny", "--no-tui", "--out-dir", str(tmp_path)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"nanoengine replay {tmp_path / 'demo-continuous-vs-static-static.jsonl'}" in printed

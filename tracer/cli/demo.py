@@ -7,9 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracer.replay.app import parse_terminal_size
-from tracer.teach.demos import DEFAULT_SIZE, DEMOS, export_frames, run_demo
+from tracer.teach.demos import DEFAULT_SIZE, DEMOS, export_frames, look_for, run_demo
 
 
 def demo_main(argv: list[str]) -> int:
@@ -24,10 +25,14 @@ def demo_main(argv: list[str]) -> int:
     size = parse_terminal_size(args.size)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    runs = run_demo(demo, args.model, args.out_dir, console, threads=args.threads)
+    runs = run_demo(demo, args.model, args.out_dir, console, threads=args.threads, engine=engine_overrides(args))
     console.print()
     demo.report(console, runs)
-    console.print(f"[bold]Look for:[/] {runs[0].scenario.look_for}")
+    guide = look_for(runs[0])
+    console.print(Text.assemble(("Look for: ", "bold"), guide))
+    if len(runs) > 1:
+        guide += " " + other_runs_hint(demo, runs)
+        console.print(other_runs_hint(demo, runs), soft_wrap=True, markup=False)
     if args.export:
         for run, variant in zip(runs, demo.variants):
             prefix = f"{variant or demo.name}-"
@@ -41,7 +46,35 @@ def demo_main(argv: list[str]) -> int:
     from tracer.replay.app import run_replay
 
     assert runs[0].trace_path is not None, "demos always record a trace"
-    return run_replay(runs[0].trace_path, start_step=runs[0].focus_step, predict=args.predict)
+    return run_replay(runs[0].trace_path, start_step=runs[0].focus_step, predict=args.predict, guide=guide)
+
+
+def other_runs_hint(demo, runs) -> str:
+    """How to open the other variants' traces (the TUI shows one trace at a time)."""
+    others = [
+        f"the {variant} run: nanoengine replay {run.trace_path}" for variant, run in zip(demo.variants[1:], runs[1:])
+    ]
+    return "Compare with " + "; ".join(others) + " (in a second terminal, side by side)."
+
+
+ENGINE_FLAGS = {  # flag -> the engine option it overrides in the demo's scenario
+    "block_size": int,
+    "num_kv_blocks": int,
+    "max_num_batched_tokens": int,
+    "max_num_seqs": int,
+    "max_model_len": int,
+}
+
+
+def engine_overrides(args: argparse.Namespace) -> dict:
+    """The engine flags given on the command line (the others keep the demo's own values)."""
+    options = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name) is not None}
+    if args.no_prefix_caching:
+        options["enable_prefix_caching"] = False
+    for name, value in options.items():
+        if value is not False and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    return options
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -58,6 +91,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", default=None, help="steps to export, e.g. 3,7,12 (default: the focus step)")
     p.add_argument("--size", default=f"{DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}", help="terminal size of the frames")
     p.add_argument("--out-dir", type=Path, default=Path("traces"), help="where to write the trace(s)")
+    for name in ENGINE_FLAGS:  # the engine flags of generate and trace; unset ones keep the demo's values
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help="(default: the demo's own)")
+    p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument(
         "--threads",
         type=int,

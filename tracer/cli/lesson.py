@@ -316,7 +316,7 @@ def cmd_trace(args, console: Console) -> int:
     from tracer.replay.app import run_replay
 
     start = run.violations[0].step if run.violations else run.focus_step
-    return run_replay(out, start_step=start, predict=args.predict)
+    return run_replay(out, start_step=start, predict=args.predict, guide=scenario.look_for)
 
 
 def trace_path(folder: Path, lesson: Lesson) -> Path:

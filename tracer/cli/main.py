@@ -35,6 +35,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is much faster on a busy machine)")
 
 
 def engine_options(args: argparse.Namespace) -> dict:
@@ -46,6 +47,7 @@ def engine_options(args: argparse.Namespace) -> dict:
         max_model_len=args.max_model_len,
         enable_prefix_caching=not args.no_prefix_caching,
         use_chat_template=not args.raw,
+        num_threads=args.threads,
     )
 
 

@@ -150,6 +150,8 @@ def check_main(argv: list[str]) -> int:
 
     violations = check_trace(trace)
     console = Console()
+    if trace.warning:  # said on stderr too; here so the verdict itself cannot be read as "the whole run is fine"
+        console.print(f"[yellow]truncated trace:[/] only the first {trace.num_steps} complete steps were checked")
     if violations:
         console.print(violations_table(violations))
         console.print(f"[red]{len(violations)} invariant violations[/] in {trace.num_steps} steps of {args.file}")

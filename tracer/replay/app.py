@@ -29,6 +29,7 @@ from tracer.replay.help import HelpScreen
 from tracer.replay.messages import SeqSelected
 from tracer.replay.narration import narrate
 from tracer.replay.predict import PredictScreen, Question, is_correct, make_question
+from tracer.replay.views.banner import Banner
 from tracer.replay.views.batch import BatchView
 from tracer.replay.views.kv_pages import KVPagesView
 from tracer.replay.views.sequences import SequencesView
@@ -36,6 +37,7 @@ from tracer.replay.views.state_machine import StateMachineView
 from tracer.replay.views.timeline import TimelineView, step_mark
 from tracer.trace.trace_file import StepMarks, TraceError, load_trace
 
+MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
 EVENT_KINDS = frozenset({"admitted", "prefix_hit", "prefill_done", "preempted", "finished"})
 
@@ -97,6 +99,7 @@ class ReplayApp(App[int]):
         Binding("z", "zoom", "zoom", show=False),
         Binding("a", "toggle_animations", "animations", show=False),
         Binding("escape", "deselect", "deselect", show=False),
+        Binding("x", "hide_banner", "hide banner", show=False),
         Binding("s", "screenshot", "svg"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
@@ -110,8 +113,10 @@ class ReplayApp(App[int]):
         *,
         animations: bool = True,
         screenshot_dir: str | Path = ".",
+        guide: str = "",
     ) -> None:
         super().__init__()
+        self.guide = guide  # a lesson's or demo's "Look for" text, shown in the banner
         self.trace = trace
         self.steps = trace.steps  # a list, or a LazySteps parsing each step when first shown
         summaries = trace.summaries
@@ -132,6 +137,7 @@ class ReplayApp(App[int]):
         self.score_right = 0
         self.score_asked = 0
         self.asking = False
+        self.last_reveal = ""  # the previous predict answer, repeated above the next question
         self.last_screenshot: Path | None = None
 
     # ---- layout ---------------------------------------------------------------------------
@@ -139,6 +145,7 @@ class ReplayApp(App[int]):
         yield Static(id="topbar")
         yield TimelineView(self.marks, self.step_numbers, id="timeline")
         yield Static(id="narration")
+        yield Banner(self.guide, tuple(w for w in [getattr(self.trace, "warning", None)] if w), id="banner")
         yield Static(id="violations")
         with Horizontal(id="upper"):
             yield StateMachineView(id="machine")
@@ -146,6 +153,7 @@ class ReplayApp(App[int]):
         yield SequencesView(id="seqs")
         yield BatchView(id="batch")
         yield Footer(compact=True)
+        yield Static(id="too-small")
 
     def on_mount(self) -> None:
         titles = {
@@ -161,9 +169,15 @@ class ReplayApp(App[int]):
         self.machine.focus()
         self.show_step()
         self.update_topbar()
-        warning = getattr(self.trace, "warning", None)
-        if warning:
-            self.notify(warning, title="truncated trace", severity="warning", timeout=12)
+
+    def on_resize(self, event) -> None:
+        small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
+        self.screen.set_class(small, "-too-small")
+        if small:
+            self.query_one("#too-small", Static).update(
+                f"Make the terminal larger: the replay needs at least {MIN_WIDTH}×{MIN_HEIGHT} "
+                f"(this one is {event.size.width}×{event.size.height})."
+            )
 
     @property
     def machine(self) -> StateMachineView:
@@ -220,8 +234,10 @@ class ReplayApp(App[int]):
         header = self.header
         title = header.get("title") or Path(str(getattr(self.trace, "path", "trace"))).name
         config = header.get("config", {})
-        bar = Text()
+        bar = Text(no_wrap=True, overflow="ellipsis")
         bar.append(" nanoengine replay ", "bold black on #2ec4b6")
+        if self.predict:
+            bar.append(f" predict score {self.score_right}/{self.score_asked} ", "bold black on #ffd23f")
         bar.append(f" {title} ", "bold")
         bar.append(
             f"· {header.get('model', '?')} · block_size {config.get('block_size', '?')} · "
@@ -230,8 +246,6 @@ class ReplayApp(App[int]):
         )
         if self.selected_seq is not None:
             bar.append(f" · selected {seq_tag(self.selected_seq)}", "bold")
-        if self.predict:
-            bar.append(f"  predict score {self.score_right}/{self.score_asked} ", "bold black on #ffd23f")
         self.query_one("#topbar", Static).update(bar)
 
     def go_to(self, index: int) -> None:
@@ -341,6 +355,10 @@ class ReplayApp(App[int]):
         elif self.focused is not None:
             self.screen.maximize(self.focused)
 
+    def action_hide_banner(self) -> None:
+        self.require_main_screen()
+        self.query_one(Banner).hide()
+
     def action_deselect(self) -> None:
         self.require_main_screen()
         self.select(None)
@@ -376,7 +394,8 @@ class ReplayApp(App[int]):
             return
         self.asking = True
         score = f"{self.score_right}/{self.score_asked}"
-        self.push_screen(PredictScreen(question, score), lambda answer: self.reveal(question, answer))
+        self.clear_notifications()  # the previous answer's toast would cover this question
+        self.push_screen(PredictScreen(question, score, self.last_reveal), lambda answer: self.reveal(question, answer))
 
     def reveal(self, question: Question, answer: str | None) -> None:
         self.asking = False
@@ -384,13 +403,11 @@ class ReplayApp(App[int]):
             self.score_asked += 1
             if is_correct(question, answer):
                 self.score_right += 1
-                self.notify(f"✓ right: {question.answer}. {question.explanation}", timeout=8)
+                self.last_reveal = f"✓ right: {question.answer}. {question.explanation}"
+                self.notify(self.last_reveal, timeout=8)
             else:
-                self.notify(
-                    f"✗ it was {question.answer} (you said {answer}). {question.explanation}",
-                    severity="warning",
-                    timeout=10,
-                )
+                self.last_reveal = f"✗ it was {question.answer} (you said {answer}). {question.explanation}"
+                self.notify(self.last_reveal, severity="warning", timeout=10)
         self.go_to(self.step_index + 1)
         self.update_topbar()
 
@@ -429,7 +446,7 @@ def parse_terminal_size(text: str) -> tuple[int, int]:
     return w, h
 
 
-def run_replay(path: str | Path, start_step: int = 0, predict: bool = False) -> int:
+def run_replay(path: str | Path, start_step: int = 0, predict: bool = False, guide: str = "") -> int:
     """Open a trace file in the TUI. start_step is a step index (0 = the first recorded step)."""
     try:
         trace = load_trace(path)
@@ -456,5 +473,5 @@ def run_replay(path: str | Path, start_step: int = 0, predict: bool = False) -> 
     if start_step == 0 and isinstance(focus, int):
         numbers = [summary.step for summary in trace.summaries]
         start_step = numbers.index(focus) if focus in numbers else 0
-    result = ReplayApp(trace, start_step, predict).run()
+    result = ReplayApp(trace, start_step, predict, guide=guide).run()
     return result or 0

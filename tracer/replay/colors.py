@@ -48,14 +48,6 @@ VIOLATION = Style(bold=True, color="white", bgcolor="#c0392b")
 DIM = Style(dim=True)
 
 
-VISIBLE: dict[int, int | str] = {**{i: 0x2400 + i for i in range(32)}, ord("\n"): "↵", ord("\t"): "⇥", 127: "␡"}
-
-
-def printable(text: str) -> str:
-    """Whitespace and control characters as visible symbols (↵ newline, ⇥ tab, ␀-style controls)."""
-    return text.translate(VISIBLE)
-
-
 def seq_letter(seq_id: int) -> str:
     return LETTERS[seq_id % len(LETTERS)]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from tracer.replay.colors import seq_letter
+from tracer.trace.readable import token_label
 
 MAX_LISTED_DECODES = 3  # more decode-only sequences than this are summarised in one clause
 
@@ -45,6 +46,14 @@ def is_plain_decode(seq: dict, events: list[dict]) -> bool:
     return not events and len(seq.get("new_token_ids", [])) == 1
 
 
+def quoted_tokens(seq: dict) -> list[str]:
+    """This step's new tokens, each readable and quoted: 'Paris', '↵', ⟨id 160⟩."""
+    texts = seq.get("new_token_texts") or []
+    ids = seq.get("new_token_ids") or [None] * len(texts)
+    labels = [token_label(text, token_id) for text, token_id in zip(texts, ids)]
+    return [label if label.startswith("⟨id ") else f"'{label}'" for label in labels]
+
+
 def name(seq_id: int) -> str:
     return f"seq {seq_id} ({seq_letter(seq_id)})"
 
@@ -54,7 +63,7 @@ def describe_seq(seq: dict, events: list[dict], budget: int) -> str:
     parts = [describe_event(e, seq, budget) for e in events if e["kind"] != "finished"]
     texts = seq.get("new_token_texts") or []
     if texts:
-        parts.append("generated " + ", ".join(repr(t) for t in texts))
+        parts.append("generated " + ", ".join(quoted_tokens(seq)))
     parts.append(status_change(seq, events))
     parts += [describe_event(e, seq, budget) for e in ending]
     parts = [p for p in parts if p]
@@ -110,7 +119,7 @@ def status_change(seq: dict, events: list[dict]) -> str:
 def describe_decodes(decoders: list[dict]) -> list[str]:
     if len(decoders) <= MAX_LISTED_DECODES:
         return [
-            f"{name(s['seq_id'])} generated {s['new_token_texts'][0]!r}"
+            f"{name(s['seq_id'])} generated {quoted_tokens(s)[0]}"
             if s.get("new_token_texts")
             else f"{name(s['seq_id'])} generated a token"
             for s in decoders

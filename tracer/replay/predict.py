@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -126,14 +127,17 @@ class PredictScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "skip", "skip")]
 
-    def __init__(self, question: Question, score: str) -> None:
+    def __init__(self, question: Question, score: str, previous: str = "") -> None:
         super().__init__()
         self.question = question
         self.score = score
+        self.previous = previous  # the last answer's verdict: shown here, not as a toast over the question
 
     def compose(self) -> ComposeResult:
         with Vertical(id="predict-box"):
             yield Label(f"Predict the next step  ·  score {self.score}", id="predict-title")
+            if self.previous:
+                yield Static(Text(self.previous), id="predict-previous")
             yield Static(self.question.prompt, id="predict-question")
             if self.question.choices:
                 yield OptionList(*self.question.choices, id="predict-choices")

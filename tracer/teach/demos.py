@@ -11,6 +11,7 @@ frames of chosen steps without opening anything (for slides and handouts).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tracer.replay.colors import seq_letter
 from tracer.teach.plugins import original, plugged
 from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario
 
@@ -246,12 +248,84 @@ DEMOS: dict[str, Demo] = {
 }
 
 
+# ---- what to look for, from what this run's trace shows ---------------------------------------
+def who(seq_id: int) -> str:
+    return f"seq {seq_id} ({seq_letter(seq_id)})"
+
+
+def block_list(blocks: list[int]) -> str:
+    if len(blocks) > 3 and blocks == list(range(blocks[0], blocks[0] + len(blocks))):
+        return f"blocks {blocks[0]}-{blocks[-1]}"
+    return f"block{'s' if len(blocks) != 1 else ''} {', '.join(map(str, blocks))}"
+
+
+def look_for(run: ScenarioRun) -> str:
+    """The "Look for" text of a demo run, naming the steps and sequences this trace shows (they
+    differ between the tiny and the real model); the scenario's fixed text when none match."""
+    from tracer.trace.trace_file import load_trace
+
+    if run.trace_path is None:
+        return run.scenario.look_for
+    steps = load_trace(run.trace_path, validate="none").steps
+    index = {s["step"]: i for i, s in enumerate(steps)}
+    if run.focus_step not in index:
+        return run.scenario.look_for
+    i = index[run.focus_step]
+    focus, after = steps[i], steps[i + 1] if i + 1 < len(steps) else None
+    events = {e["kind"]: e for e in reversed(focus["events"])}  # the first of each kind
+    kind = run.scenario.focus.get("event")
+    e = events.get(kind) if kind else None
+    if e is None:
+        return run.scenario.look_for
+    d, step = e.get("detail") or {}, focus["step"]
+    if kind == "preempted":
+        needed = re.search(r"seq (\d+) needed", str(d.get("reason", "")))
+        needer = who(int(needed.group(1))) if needed else "a running request"
+        return (
+            f"Step {step}: {needer} needs a new KV block and none is free, so the newest running request, "
+            f"{who(e['seq_id'])}, is preempted: its blocks go back to the pool and it waits at the head of "
+            f"the queue, to be recomputed later (press n to see it return)."
+        )
+    if kind == "prefix_hit":
+        return (
+            f"Step {step}: {who(e['seq_id'])} is admitted with a prefix hit: its block table starts with "
+            f"{block_list(d.get('blocks') or [])}, already in the cache and now shared (ref count 2), so "
+            f"{d.get('tokens_saved')} prompt tokens are not computed again; only the rest of its prompt is."
+        )
+    if kind == "prefill_chunk":
+        return (
+            f"Step {step}: {who(e['seq_id'])}'s {d.get('num_tokens')}-token prompt is prefilled in chunks "
+            f"(this is chunk {d.get('chunk')}, tokens {d.get('start')} up to {d.get('end')}) "
+            f"that fill the token budget, while the short requests keep decoding one token per step; its "
+            f"sampled token is discarded until the last chunk."
+        )
+    if kind == "finished":
+        admitted = [x["seq_id"] for x in (after or {}).get("events", []) if x["kind"] == "admitted"]
+        then = (
+            f"in step {after['step']} {who(admitted[0])} takes its place"
+            if after and admitted
+            else "in the next steps a waiting request takes its place"
+        )
+        return (
+            f"Step {step}: {who(e['seq_id'])} finishes; {then}. In static batching its place would stay "
+            f"empty until the whole batch is done."
+        )
+    return run.scenario.look_for
+
+
 # ---- running --------------------------------------------------------------------------------
 def run_demo(
-    demo: Demo, model: str, out_dir: Path, console: Console | None = None, threads: int | None = None
+    demo: Demo,
+    model: str,
+    out_dir: Path,
+    console: Console | None = None,
+    threads: int | None = None,
+    engine: dict | None = None,
 ) -> list[ScenarioRun]:
-    """Record every variant of a demo; returns the runs in variant order."""
+    """Record every variant of a demo; returns the runs in variant order. `engine` overrides
+    the scenario's engine options (block_size, num_kv_blocks, ...)."""
     scenario = demo.build(model == "tiny")
+    scenario.engine = {**scenario.engine, **(engine or {})}
     runs = []
     for n, variant in enumerate(demo.variants):
         path = out_dir / f"demo-{demo.name}{'-' + variant if n else ''}.jsonl"

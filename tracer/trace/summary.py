@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracer.trace.invariants import INVARIANTS, Violation
+from tracer.trace.readable import printable
 from tracer.trace.trace_file import Trace
 
 
@@ -118,5 +119,5 @@ def violations_table(violations: list[Violation], limit: int = 50) -> Table:
 
 
 def clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"

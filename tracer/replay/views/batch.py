@@ -16,8 +16,9 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tracer.replay.colors import printable, seq_color, seq_style, seq_tag
+from tracer.replay.colors import seq_color, seq_style, seq_tag
 from tracer.replay.messages import SeqSelected
+from tracer.trace.readable import token_label
 
 TOKEN_ROWS = ("input_ids", "input_texts", "positions", "slot_mapping", "logits_indices")
 REQUEST_ROWS = ("query_start_loc", "seq_lens", "block_tables")
@@ -31,8 +32,10 @@ LOGIT_KEPT = Style(color="#90be6d", bold=True)
 LOGIT_DISCARDED = Style(color="#ff6b6b", strike=True)
 
 
-def token_text(text: str) -> str:
-    shown = printable(text).replace(" ", "␣")
+def token_text(text: str, token_id: int | None = None) -> str:
+    shown = token_label(text, token_id)
+    if not shown.startswith("⟨id "):
+        shown = shown.replace(" ", "␣")
     return shown if len(shown) <= MAX_TEXT else shown[: MAX_TEXT - 1] + "…"
 
 
@@ -58,7 +61,7 @@ def token_cells(inputs: dict, group_index: int, token: int) -> dict[str, tuple[s
     texts = inputs.get("input_texts") or []
     cells: dict[str, tuple[str, Style | None]] = {
         "input_ids": (str(inputs["input_ids"][token]), None),
-        "input_texts": (token_text(texts[token]) if token < len(texts) else "?", None),
+        "input_texts": (token_text(texts[token], inputs["input_ids"][token]) if token < len(texts) else "?", None),
         "positions": (str(inputs["positions"][token]), None),
         "slot_mapping": (str(inputs["slot_mapping"][token]), None),
         "logits_indices": ("", None),

@@ -95,7 +95,8 @@ class KVPagesView(ScrollView, can_focus=True):
         self.table_index = {}
         for seq in self.step.get("seqs", []):
             if seq["seq_id"] == self.selected_seq:
-                self.table_index = {block: i + 1 for i, block in enumerate(seq.get("block_table_after", []))}
+                # logical block index i (block_table[i]), counted from 0 like the lessons and the engine
+                self.table_index = {block: i for i, block in enumerate(seq.get("block_table_after", []))}
 
     @property
     def num_blocks(self) -> int:
@@ -137,18 +138,29 @@ class KVPagesView(ScrollView, can_focus=True):
         free = len(pool["free_block_ids"])
         cached = sum(1 for b in pool["free_block_ids"] if pool["hashes"][b] is not None)
         shared = sum(1 for r in pool["ref_counts"] if r > 1)
-        return (
-            f"used {self.num_blocks - free}/{self.num_blocks} · free {free} · cached ○{cached} · "
-            f"shared {shared} · written ◆{len(self.written)}"
-        )
+        parts = [  # most important first: a narrow panel drops from the end
+            f"used {self.num_blocks - free}/{self.num_blocks}",
+            f"free {free}",
+            f"written ◆{len(self.written)}",
+            f"cached ○{cached}",
+            f"shared {shared}",
+        ]
+        while len(parts) > 2 and len(" · ".join(parts)) > self.scrollable_content_region.width:
+            parts.pop()
+        return " · ".join(parts)
 
     def block_details(self, block: int) -> str:
         pool = self.pool
         owners = ",".join(f"{seq_letter(s)}#{s}" for s in pool["owners"][block]) or "free"
         block_hash = pool["hashes"][block]
         hashed = f"hash {block_hash & 0xFFFF:04x}…" if block_hash is not None else "no hash"
+        logical = (
+            f" · {seq_letter(self.selected_seq)}'s logical block {self.table_index[block]}"
+            if block in self.table_index and self.selected_seq is not None
+            else ""
+        )
         return (
-            f"block {block}: {owners} · ref_count {pool['ref_counts'][block]} · "
+            f"block {block}: {owners}{logical} · ref_count {pool['ref_counts'][block]} · "
             f"filled {pool['filled'][block]}/{pool['block_size']} · {hashed}"
         )
 

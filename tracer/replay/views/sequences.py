@@ -20,8 +20,9 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tracer.replay.colors import CHANGED, DIM, STATE_COLORS, STATE_SYMBOLS, printable, seq_style, seq_tag, state_label
+from tracer.replay.colors import CHANGED, DIM, STATE_COLORS, STATE_SYMBOLS, seq_style, seq_tag, state_label
 from tracer.replay.messages import SeqSelected
+from tracer.trace.readable import printable, token_label
 
 COLUMNS = ("seq", "status", "tokens", "cached", "sched", "prompt", "gen", "block_table", "text")
 MAX_TABLE = 18  # characters of a block table before its middle is elided
@@ -37,7 +38,10 @@ def prompt_texts(header: dict) -> dict[int, str]:
     texts = {}
     for request in header.get("requests", []):
         tokens = request.get("prompt_token_texts")
-        texts[request.get("seq_id")] = "".join(tokens) if tokens else request.get("prompt", "")
+        ids = request.get("prompt_token_ids") or [None] * len(tokens or [])
+        texts[request.get("seq_id")] = (
+            "".join(token_label(t, i) for t, i in zip(tokens, ids)) if tokens else printable(request.get("prompt", ""))
+        )
     return texts
 
 
@@ -99,19 +103,20 @@ def plain(cell) -> str:
 
 def text_cell(seq: dict, prompt: str, tail: int) -> Text:
     """Prompt dimmed, completion plain, this step's new tokens highlighted; only the tail fits."""
-    new = "".join(seq.get("new_token_texts", []))
+    texts = seq.get("new_token_texts", [])
+    new = "".join(texts)
     output = seq.get("output_text", "")
     if not (new and output.endswith(new)):
-        new = ""
-    old_output = output[: len(output) - len(new)]
-    parts = [(new, NEW_TOKEN_STYLE), (old_output, None), (prompt, DIM)]
+        new, texts = "", []
+    new_shown = "".join(token_label(t, i) for t, i in zip(texts, seq.get("new_token_ids") or [None] * len(texts)))
+    parts = [(new_shown, NEW_TOKEN_STYLE), (printable(output[: len(output) - len(new)]), None), (prompt, DIM)]
     shown, room = [], tail
-    for part, style in parts:  # from the end: only what fits is made printable
+    for part, style in parts:  # from the end: only what fits
         if room <= 0:
             break
         piece = part[-room:] if len(part) > room else part
         room -= len(piece)
-        shown.append((printable(piece), style))
+        shown.append((piece, style))
     text = Text(no_wrap=True, overflow="ellipsis")
     if room <= 0:
         text.append("…")

@@ -78,9 +78,11 @@ class TimelineView(Widget):
             return Strip(self.bar_segments(width), width).crop(0, width)
         if y > 1:
             return Strip.blank(width)
+        first = self.step_numbers[0] if self.step_numbers else 0
         last = self.step_numbers[-1] if self.step_numbers else 0
         number = self.step_numbers[self.index] if self.step_numbers else 0
-        segments = [Segment(f"step {number} of {last}", BOLD), Segment(f"  {self.status}  ")]
+        # "step 5 of 0–5": the range shows steps count from 0 (a 6-step trace ends at step 5)
+        segments = [Segment(f"step {number} of {first}–{last}", BOLD), Segment(f"  {self.status}  ")]
         for kind, label in (
             ("preempted", "preempt"),
             ("prefix_hit", "prefix hit"),

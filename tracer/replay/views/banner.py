@@ -1,0 +1,39 @@
+"""The guidance banner: a lesson's or demo's "Look for" text and loader warnings (a truncated
+trace), shown inside the replay because the full-screen app covers anything printed before it.
+`x` or a click hides it."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.widgets import Static
+
+WARNING_STYLE = "bold #ffd23f"
+GUIDE_STYLE = "bold #2ec4b6"
+
+
+class Banner(Static):
+    def __init__(self, guide: str = "", warnings: tuple[str, ...] = (), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.guide = guide
+        self.warnings = warnings
+
+    def on_mount(self) -> None:
+        self.display = bool(self.guide or self.warnings)
+        if self.display:
+            self.update(self.banner_text())
+
+    def banner_text(self) -> Text:
+        lines = []
+        for warning in self.warnings:
+            lines.append(Text.assemble(("⚠ ", WARNING_STYLE), warning))
+        if self.guide:
+            lines.append(Text.assemble(("Look for: ", GUIDE_STYLE), self.guide))
+        lines[-1].append("  (x hides this)", "dim")
+        return Text("\n").join(lines)
+
+    def hide(self) -> None:
+        self.display = False
+
+    def on_click(self, event: events.Click) -> None:
+        self.hide()
