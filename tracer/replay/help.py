@@ -22,6 +22,7 @@ KEYS = (
     ("Tab / shift+Tab", "move between panels"),
     ("↑ / ↓ in sequences", "select a sequence (also: click a chip, a block or a batch column)"),
     ("Esc", "clear the selection"),
+    ("x", "hide the banner (a lesson's or demo's Look for text, loader warnings)"),
     ("z", "zoom the focused panel to the full screen (again to restore)"),
     ("a", "animations on / off"),
     ("s", "save an SVG screenshot"),
