@@ -7,33 +7,14 @@ Skips, with the reason in pytest's summary, when Playwright or Chromium is missi
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from headless_chromium import launch, require_browser
 
 from tracer.cli.main import main
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Headless as root, and quiet: this machine's network is closed, so no background connections.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[test]')"
-)
-if not Path(CHROMIUM).exists():
-    pytest.skip(
-        "no Chromium for the browser test: apt-get install chromium (Debian's package, /usr/bin/chromium)",
-        allow_module_level=True,
-    )
+sync_api = require_browser()
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -47,7 +28,7 @@ def exported(tiny_trace_path, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def browser(exported):  # after the export: Playwright's sync API holds an event loop, Textual needs its own
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=120_000)
+        browser = launch(playwright)
         yield browser
         browser.close()
 

@@ -1,7 +1,7 @@
 """`nanoengine trace`, `nanoengine replay` and `nanoengine check` (dispatched from tracer.cli.main).
 
     nanoengine trace "prompt" ["prompt" ...] [engine flags] [--out FILE] [--title T] [--no-tui] [--predict]
-    nanoengine replay FILE [--step N] [--predict]
+    nanoengine replay FILE [--step N] [--predict] [--web [--port 8000]]
     nanoengine check FILE [--full]
     nanoengine check --list
 
@@ -108,7 +108,13 @@ def replay_main(argv: list[str]) -> int:
     p.add_argument("file")
     p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
     p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
+    p.add_argument("--web", action="store_true", help="serve the TUI to a browser on localhost (textual-serve)")
+    p.add_argument("--port", type=int, default=8000, help="--web: the port (default 8000)")
     args = p.parse_args(argv)
+    if args.web:
+        from tracer.export.web import serve_replay
+
+        return serve_replay(Path(args.file), args.step, args.predict, args.port)
     # run_replay opens the trace (lazily when it is big) and refuses a bad file or --step in one line.
     return open_replay(Path(args.file), args.step, args.predict)
 

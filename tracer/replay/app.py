@@ -10,6 +10,7 @@ stepping back or jumping anywhere costs the same as stepping forward.
 from __future__ import annotations
 
 import bisect
+import os
 import sys
 from pathlib import Path
 
@@ -462,7 +463,7 @@ def run_replay(path: str | Path, start_step: int = 0, predict: bool = False, gui
             file=sys.stderr,
         )
         return 2
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:  # --web sets it
         print(
             f"nanoengine: error: the replay needs an interactive terminal (input or output is redirected); "
             f"run `nanoengine replay {path}` in a terminal, or `nanoengine check {path}`",
