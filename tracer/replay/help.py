@@ -47,9 +47,9 @@ LEGEND = (
 
 def glossary_table() -> Table:
     table = Table(title="Names in vLLM v1 and nano-vllm", title_justify="left", box=None, padding=(0, 2, 0, 0))
-    table.add_column("nanoengine", style="bold #ffd23f")
-    table.add_column("vLLM v1")
-    table.add_column("nano-vllm")
+    table.add_column("nanoengine", style="bold #ffd23f", overflow="fold")  # fold: paths stay whole
+    table.add_column("vLLM v1", overflow="fold")
+    table.add_column("nano-vllm", overflow="fold")
     for term in GLOSSARY:
         table.add_row(term.ours, term.vllm + (f"\n[dim]{term.note}[/]" if term.note else ""), term.nano_vllm)
     return table
