@@ -62,19 +62,22 @@ def test_the_format_checker_catches_planted_mistakes(tiny_trace, break_it, messa
 
 
 def test_engine_step_track_has_each_step_split_into_host_and_model_time(tiny_trace, exported):
-    steps = events_of(exported, "X", ENGINE_PID, STEP_TID)
-    outer = [e for e in steps if e["name"].startswith("step ")]
-    assert [e["args"]["step"] for e in outer] == [s["step"] for s in tiny_trace.steps]
-    start = 0.0
-    for event, step in zip(outer, tiny_trace.steps):
-        assert event["ts"] == pytest.approx(start)  # laid end to end
-        assert event["dur"] == pytest.approx(step["wall_time"] * 1e6)
-        start += event["dur"]
-        parts = [e for e in steps if e["ts"] >= event["ts"] and e["ts"] + e["dur"] <= event["ts"] + event["dur"]]
-        model = next(e for e in parts if e["name"] == "model forward + sample")
-        host = next(e for e in parts if e["name"] == "schedule + bookkeeping")
-        assert model["dur"] == pytest.approx(step["model_time"] * 1e6, abs=1e-3)
-        assert host["dur"] + model["dur"] == pytest.approx(event["dur"])
+    slices = events_of(exported, "X", ENGINE_PID, STEP_TID)
+    triples = [slices[i : i + 3] for i in range(0, len(slices), 3)]  # written as step, host part, model part
+    assert [outer["args"]["step"] for outer, _, _ in triples] == [s["step"] for s in tiny_trace.steps]
+    start = 0
+    for (outer, host, model), step in zip(triples, tiny_trace.steps):
+        assert (outer["name"], host["name"], model["name"]) == (
+            f"step {step['step']}",
+            "schedule + bookkeeping",
+            "model forward + sample",
+        )
+        assert outer["ts"] == start  # laid end to end, in whole microseconds (the trace's resolution)
+        assert outer["dur"] == round(step["wall_time"] * 1e6)
+        assert host["ts"] == outer["ts"] and model["ts"] == host["ts"] + host["dur"]
+        assert model["dur"] == pytest.approx(step["model_time"] * 1e6, abs=1)
+        assert host["dur"] + model["dur"] == outer["dur"]
+        start += outer["dur"]
 
 
 def test_counters_follow_the_pool_the_queue_and_the_batch(tiny_trace, exported):

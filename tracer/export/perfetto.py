@@ -12,7 +12,8 @@ num_scheduled_tokens and the block table as args), a "waiting" slice while it qu
 events for admission, prefix hits, preemption and finish, and a flow arrow from each preemption
 to the prefill that re-admitted it.
 
-Timestamps are microseconds. Recorded: the steps laid end to end by their wall_time (the time
+Timestamps are whole microseconds (the trace's resolution; integers keep every child slice
+exactly inside its parent). Recorded: the steps laid end to end by their wall_time (the time
 between steps, the recorder's own, is not in the trace). Logical: one step = 1 ms.
 """
 
@@ -25,7 +26,7 @@ from tracer.trace.trace_file import Trace
 
 ENGINE_PID, SEQS_PID = 1, 2
 STEP_TID = 1
-LOGICAL_STEP_US = 1000.0
+LOGICAL_STEP_US = 1000
 
 
 def seq_tid(seq_id: int) -> int:
@@ -35,34 +36,36 @@ def seq_tid(seq_id: int) -> int:
 
 @dataclass(slots=True)
 class StepClock:
-    """Where each step starts and how long it lasts, in microseconds."""
+    """Where each step starts, how long it lasts and how long its model part takes, in whole
+    microseconds (the trace's resolution): integer sums keep a child slice exactly inside its step."""
 
-    starts: list[float]
-    durations: list[float]
-    model_fractions: list[float]  # model_time / wall_time, to split a step into its phases
+    starts: list[int]
+    durations: list[int]
+    model_durations: list[int]
 
     @property
-    def end(self) -> float:
-        return self.starts[-1] + self.durations[-1] if self.starts else 0.0
+    def end(self) -> int:
+        return self.starts[-1] + self.durations[-1] if self.starts else 0
 
 
 def step_clock(steps: Sequence[dict], logical: bool) -> StepClock:
-    starts, durations, fractions, now = [], [], [], 0.0
+    starts, durations, models, now = [], [], [], 0
     for step in steps:
         wall, model = float(step.get("wall_time", 0.0)), float(step.get("model_time", 0.0))
-        duration = LOGICAL_STEP_US if logical else wall * 1e6
+        duration = LOGICAL_STEP_US if logical else round(wall * 1e6)
+        fraction = min(1.0, model / wall) if wall > 0 else 0.0
         starts.append(now)
         durations.append(duration)
-        fractions.append(min(1.0, model / wall) if wall > 0 else 0.0)
+        models.append(round(duration * fraction))
         now += duration
-    return StepClock(starts, durations, fractions)
+    return StepClock(starts, durations, models)
 
 
 @dataclass(slots=True)
 class SeqTrack:
     """What one sequence's track needs carried from step to step."""
 
-    waiting_since: float | None = None  # start of the open "waiting" slice
+    waiting_since: int | None = None  # start of the open "waiting" slice
     preemptions: list[int] = field(default_factory=list)  # flow ids not yet ended by a re-admission
 
 
@@ -75,7 +78,7 @@ def perfetto_trace(trace: Trace, steps: Sequence[dict] | None = None, logical: b
     next_flow = [1]
     for i, step in enumerate(steps):
         ts, dur = clock.starts[i], clock.durations[i]
-        events += engine_step_events(step, ts, dur, clock.model_fractions[i])
+        events += engine_step_events(step, ts, dur, clock.model_durations[i])
         events += counter_events(step, ts)
         for seq in step.get("seqs", []):
             if seq["seq_id"] not in tracks:
@@ -129,16 +132,16 @@ def seq_metadata(seq_id: int, request: dict) -> list[dict]:
 
 
 # ---- the engine track --------------------------------------------------------------------
-def slice_event(name: str, cat: str, pid: int, tid: int, start: float, end: float, args: dict | None = None) -> dict:
-    event = {"name": name, "cat": cat, "ph": "X", "ts": start, "dur": max(0.0, end - start), "pid": pid, "tid": tid}
+def slice_event(name: str, cat: str, pid: int, tid: int, start: int, end: int, args: dict | None = None) -> dict:
+    event = {"name": name, "cat": cat, "ph": "X", "ts": start, "dur": max(0, end - start), "pid": pid, "tid": tid}
     if args is not None:
         event["args"] = args
     return event
 
 
-def engine_step_events(step: dict, ts: float, dur: float, model_fraction: float) -> list[dict]:
+def engine_step_events(step: dict, ts: int, dur: int, model_dur: int) -> list[dict]:
     inputs = step.get("inputs", {})
-    host = dur * (1.0 - model_fraction)
+    host = dur - model_dur
     args = {
         "step": step["step"],
         "wall_time_ms": round(step.get("wall_time", 0.0) * 1e3, 3),
@@ -155,7 +158,7 @@ def engine_step_events(step: dict, ts: float, dur: float, model_fraction: float)
     ]
 
 
-def counter_events(step: dict, ts: float) -> list[dict]:
+def counter_events(step: dict, ts: int) -> list[dict]:
     """The counters for the step that starts at ts: its batch, and the pool and queue it left."""
     inputs, pool = step.get("inputs", {}), step.get("pool", {})
     waiting = sum(1 for s in step.get("seqs", []) if s.get("status_after") == "WAITING")
@@ -171,7 +174,7 @@ def counter_events(step: dict, ts: float) -> list[dict]:
 
 
 # ---- a sequence's track ------------------------------------------------------------------
-def seq_step_events(step: dict, seq: dict, track: SeqTrack, ts: float, dur: float, next_flow: list[int]) -> list[dict]:
+def seq_step_events(step: dict, seq: dict, track: SeqTrack, ts: int, dur: int, next_flow: list[int]) -> list[dict]:
     seq_id, tid = seq["seq_id"], seq_tid(seq["seq_id"])
     kinds = {e["kind"]: e for e in step.get("events", []) if e["seq_id"] == seq_id}
     scheduled = seq_id in step.get("inputs", {}).get("seq_ids", [])
@@ -189,7 +192,7 @@ def seq_step_events(step: dict, seq: dict, track: SeqTrack, ts: float, dur: floa
         name = f"prefill chunk {chunk['detail'].get('chunk', 1)}" if chunk else "decode"
         out.append(slice_event(name, "seq", SEQS_PID, tid, ts, ts + dur, seq_args(step, seq)))
         if chunk and track.preemptions:  # the re-admission: end the arrows from its preemptions
-            out += [flow_event("f", flow_id, tid, ts + dur / 2) for flow_id in track.preemptions]
+            out += [flow_event("f", flow_id, tid, ts + dur // 2) for flow_id in track.preemptions]
             track.preemptions.clear()
     elif "preempted" in kinds:
         detail = kinds["preempted"].get("detail") or {}
@@ -197,7 +200,7 @@ def seq_step_events(step: dict, seq: dict, track: SeqTrack, ts: float, dur: floa
         next_flow[0] += 1
         track.preemptions.append(flow_id)
         out.append(slice_event("preempted", "seq", SEQS_PID, tid, ts, ts + dur, seq_args(step, seq) | detail))
-        out.append(flow_event("s", flow_id, tid, ts + dur / 2))
+        out.append(flow_event("s", flow_id, tid, ts + dur // 2))
         track.waiting_since = ts + dur
     elif seq.get("status_after") == "WAITING" and track.waiting_since is None:
         track.waiting_since = ts
@@ -222,11 +225,11 @@ def seq_args(step: dict, seq: dict) -> dict:
     }
 
 
-def instant_event(name: str, tid: int, ts: float, args: dict) -> dict:
+def instant_event(name: str, tid: int, ts: int, args: dict) -> dict:
     return {"name": name, "cat": "event", "ph": "i", "s": "t", "ts": ts, "pid": SEQS_PID, "tid": tid, "args": args}
 
 
-def flow_event(phase: str, flow_id: int, tid: int, ts: float) -> dict:
+def flow_event(phase: str, flow_id: int, tid: int, ts: int) -> dict:
     """A flow arrow's end: "s" starts inside the preempted slice, "f" ends inside the re-admitting one."""
     event = {"name": "preempted → re-admitted", "cat": "preemption", "ph": phase, "id": flow_id, "ts": ts}
     event |= {"pid": SEQS_PID, "tid": tid}
