@@ -83,14 +83,18 @@ class TimelineView(Widget):
         number = self.step_numbers[self.index] if self.step_numbers else 0
         # "step 5 of 0–5": the range shows steps count from 0 (a 6-step trace ends at step 5)
         segments = [Segment(f"step {number} of {first}–{last}", BOLD), Segment(f"  {self.status}  ")]
+        used = sum(len(s.text) for s in segments)
         for kind, label in (
             ("preempted", "preempt"),
             ("prefix_hit", "prefix hit"),
             ("finished", "finish"),
             ("violation", "violation"),
         ):
+            if used + len(label) + 2 > width:  # a whole legend entry or none
+                break
             char, style = EVENT_MARKS[kind]
             segments += [Segment(char, Style.parse(style)), Segment(f" {label}  ", AHEAD)]
+            used += len(label) + 4
         return Strip(segments).extend_cell_length(width).crop(0, width)
 
     def bar_segments(self, width: int) -> list[Segment]:
