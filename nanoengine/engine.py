@@ -13,13 +13,13 @@ from torch import nn
 
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig
-from nanoengine.loader import load_model
+from nanoengine.loader import first_line, load_model
 from nanoengine.model import CausalLM, ModelConfig, head_dim_of
-from nanoengine.model_runner import ModelRunner, prepare_inputs
-from nanoengine.sampling_params import SamplingParams
+from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
+from nanoengine.sampling_params import SamplingParams, is_int, short_repr
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import FinishReason, Sequence
-from nanoengine.step_record import NO_WATCH, StepHook, StepWatch
+from nanoengine.step_record import NO_WATCH, QueueOrder, StepHook, StepWatch
 
 
 @dataclass(slots=True)
@@ -30,6 +30,7 @@ class RequestOutput:
     token_ids: list[int]
     text: str
     finish_reason: str | None
+    error: str = ""  # why it failed, when finish_reason is 'error'
 
 
 class LLMEngine:
@@ -43,7 +44,9 @@ class LLMEngine:
         self.model_name, self.tokenizer, hf_config = loaded.name, loaded.tokenizer, loaded.config
         config.max_model_len = max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
         config.num_kv_blocks = num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
+        check_kv_fits(num_kv_blocks, bytes_per_block(config, hf_config, dtype), self.device)
         self.model = build_model(hf_config, loaded.state_dict, max_model_len, self.device, dtype)
+        self.vocab_size: int = self.model.model.embed_tokens.num_embeddings
         self.eos_token_ids = eos_ids(hf_config, self.tokenizer)
         self.block_manager = BlockManager(num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
@@ -60,22 +63,37 @@ class LLMEngine:
         self.step_hooks: list[StepHook] = []
         self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
         self.num_steps = 0
+        self.added: list[Sequence] = []  # requests added since the last watched step
+        self.watching: list[StepHook] = []  # the hooks of the last step
 
     # ---- requests -------------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
-        if not isinstance(prompt, str):
-            return list(prompt)
-        if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
-            prompt = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-        token_ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
-        return token_ids
+        """The prompt's token ids; a ValueError (one line) for anything the model cannot run."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("empty prompt: give at least one token of text")
+            if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
+                prompt = self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+                )
+            token_ids: list[Any] = list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        elif isinstance(prompt, (list, tuple, range)):
+            token_ids = list(prompt)
+        else:
+            raise ValueError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}")
+        if not token_ids:
+            raise ValueError("empty prompt: give at least one token")
+        bad = next((i for i, t in enumerate(token_ids) if not is_int(t) or not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            shown = short_repr(token_ids[bad])
+            raise ValueError(f"prompt token {bad} is {shown}: token ids are integers in [0, {self.vocab_size})")
+        return [int(t) for t in token_ids]
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
-        params = params or SamplingParams()
-        if (isinstance(prompt, str) and not prompt.strip()) or (not isinstance(prompt, str) and not prompt):
-            raise ValueError("empty prompt: give at least one token of text")
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        params.validate()  # again: its fields may have been changed since it was made
         token_ids = self.encode_prompt(prompt)
         limit = self.scheduler.max_model_len
         if len(token_ids) >= limit:
@@ -93,12 +111,22 @@ class LLMEngine:
         seq = Sequence(token_ids, params, prompt if isinstance(prompt, str) else "")
         self.sequences[seq.seq_id] = seq
         self.scheduler.add(seq)
+        if self.step_hooks:
+            self.added.append(seq)
         return seq.seq_id
 
     def abort(self, seq_id: int) -> None:
         """Finishes the request (reason 'abort') at the start of the next step."""
         if seq_id in self.sequences and not self.sequences[seq_id].is_finished:
             self.to_abort.setdefault(seq_id, self.num_steps)
+
+    def drop(self, seq_id: int) -> None:
+        """Finishes the request at once (reason 'abort') and forgets it: cleanup outside a step."""
+        seq = self.sequences.pop(seq_id, None)
+        self.to_abort.pop(seq_id, None)
+        if seq is not None and not seq.is_finished:
+            seq.num_scheduled_tokens = 0
+            self.scheduler.finish(seq, FinishReason.ABORT)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -110,11 +138,10 @@ class LLMEngine:
     def step(self) -> list[Sequence]:
         """One step: schedule -> flatten the batch -> run the model -> postprocess -> hooks.
         Returns the sequences that gained a token."""
-        live = self.scheduler.running + list(self.scheduler.waiting)
-        if not live:
+        if not self.scheduler.has_unfinished():
             return []
-        num_running = len(self.scheduler.running)
-        watch = StepWatch(self.num_steps, live, self.step_hooks, num_running) if self.step_hooks else NO_WATCH
+        watch = self.watch() if self.step_hooks else NO_WATCH
+        self.watching = list(self.step_hooks)
         aborted = self.apply_aborts()
         out = self.scheduler.schedule()
         out.events.extend(
@@ -125,13 +152,53 @@ class LLMEngine:
             inputs = prepare_inputs(out.seqs, self.config.block_size)
             watch.saw_schedule(out.seqs)
             t0 = time.perf_counter()
-            token_ids = self.runner.run(out.seqs, inputs)
+            try:
+                token_ids = self.run_isolating_faults(out.seqs, inputs)
+            except BaseException:  # e.g. Ctrl-C mid-forward: the step did not happen
+                for seq in out.seqs:
+                    seq.num_scheduled_tokens = 0
+                raise
             model_time = time.perf_counter() - t0
-            appended = self.scheduler.postprocess(out, token_ids)
+            for seq, token_id in zip(out.seqs, token_ids):
+                if token_id is None:
+                    self.fail(seq, out)
+            done = SchedulerOutput([s for s in out.seqs if not s.is_finished], out.events)
+            appended = self.scheduler.postprocess(done, [t for t in token_ids if t is not None])
             self.check_stop_strings(appended, out)
-        self.num_steps += 1
+        self.num_steps += 1  # before the hooks: a hook that raises cannot make the next step reuse the number
         watch.publish(model_time, out, inputs, self.block_manager)
         return appended
+
+    def run_isolating_faults(self, seqs: list[Sequence], inputs: StepInputs) -> list[int | None]:
+        """Each sequence's sampled token, None where its forward or sampling failed."""
+        try:
+            return list(self.runner.run(seqs, inputs))
+        except Exception:  # find the culprit: run again one sequence at a time (same K/V, same slots)
+            return [self.run_alone(seq) for seq in seqs]
+
+    def run_alone(self, seq: Sequence) -> int | None:
+        try:
+            return self.runner.run([seq], prepare_inputs([seq], self.config.block_size))[0]
+        except Exception as e:
+            seq.error = first_line(e)
+            return None
+
+    def fail(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """Finish a request whose step failed and free its blocks; the engine goes on without it."""
+        seq.num_scheduled_tokens = 0
+        seq.prefill_chunk = 0
+        self.scheduler.finish(seq, FinishReason.ERROR)
+        out.events.append(("finished", seq.seq_id, {"reason": FinishReason.ERROR.value, "error": seq.error}))
+
+    def watch(self) -> StepWatch:
+        """A new hook is shown every waiting request once; after that only the requests added since."""
+        unseen = self.added if self.step_hooks == self.watching else self.scheduler.waiting
+        seqs = [*self.scheduler.running, *(s for s in unseen if not s.is_finished)]
+        self.added = []
+        queues = QueueOrder(
+            tuple(s.seq_id for s in self.scheduler.running), tuple(s.seq_id for s in self.scheduler.waiting)
+        )
+        return StepWatch(self.num_steps, seqs, self.sequences, self.step_hooks, queues)
 
     def apply_aborts(self) -> list[tuple[Sequence, int]]:
         """Aborts take effect inside a step, so the step record shows the RUNNING -> FINISHED edge.
@@ -144,23 +211,41 @@ class LLMEngine:
 
     def check_stop_strings(self, appended: list[Sequence], out: SchedulerOutput) -> None:
         for seq in appended:
-            if seq.params.stop and not seq.is_finished:
-                tail = self.tokenizer.decode(seq.completion_token_ids[-16:])
-                if any(s in tail for s in seq.params.stop):
-                    self.scheduler.finish(seq, FinishReason.STOP, out)
+            if seq.params.stop and not seq.is_finished and self.stop_string_in_tail(seq):
+                self.scheduler.finish(seq, FinishReason.STOP, out)
+
+    def stop_string_in_tail(self, seq: Sequence) -> bool:
+        """Does the newest text hold a stop string? Decodes just enough last tokens for the longest
+        one plus 4 characters (the first may be cut mid-character): from 1 token per character,
+        doubling up to 4 (bytes), so the cost depends on the stop strings, not the completion."""
+        need = max(len(s) for s in seq.params.stop) + 4
+        limit = min(4 * need, seq.num_completion_tokens)
+        n = min(need, limit)
+        while True:
+            tail = self.tokenizer.decode(seq.token_ids[-n:], skip_special_tokens=True)
+            if len(tail) >= need or n >= limit:
+                return any(s in tail for s in seq.params.stop)
+            n = min(2 * n, limit)
 
     # ---- results --------------------------------------------------------------------------
     def output(self, seq: Sequence) -> RequestOutput:
         text = self.tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
         for s in seq.params.stop:
-            if s in text:
+            if s in text:  # cut at the first stop string
                 text = text[: text.index(s)]
         reason = seq.finish_reason.value if seq.finish_reason else None
-        return RequestOutput(
-            seq.seq_id, seq.prompt, seq.token_ids[: seq.num_prompt_tokens], seq.completion_token_ids, text, reason
-        )
+        prompt_ids = seq.token_ids[: seq.num_prompt_tokens]
+        return RequestOutput(seq.seq_id, seq.prompt, prompt_ids, seq.completion_token_ids, text, reason, seq.error)
 
     def collect(self, seq_id: int) -> RequestOutput:
+        """The finished request's output; it is then forgotten."""
+        seq = self.sequences.get(seq_id)
+        if seq is None:
+            raise ValueError(f"no request {seq_id!r} to collect: it was never added or was already collected")
+        if not seq.is_finished:
+            raise ValueError(
+                f"request {seq_id} is still {seq.status.value}: step() until it finishes, or abort() it first"
+            )
         return self.output(self.sequences.pop(seq_id))
 
 
@@ -178,17 +263,28 @@ class LLM:
             params = [params or SamplingParams()] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
-        ids = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params)]
-        while self.engine.has_unfinished():
-            self.engine.step()
+        ids: list[int] = []
+        try:
+            for prompt, sp in zip(prompts, params):
+                ids.append(self.engine.add_request(prompt, sp))
+            while self.engine.has_unfinished():
+                self.engine.step()
+        except BaseException:  # Ctrl-C or an error: leave the engine empty, not holding half-done requests
+            for seq_id in ids:
+                self.engine.drop(seq_id)
+            raise
         return [self.engine.collect(i) for i in ids]
+
+
+def bytes_per_block(config: EngineConfig, hf_config: ModelConfig, dtype: torch.dtype) -> int:
+    """K and V of block_size tokens in every layer."""
+    per_block = 2 * hf_config.num_hidden_layers * config.block_size * hf_config.num_key_value_heads
+    return int(per_block * head_dim_of(hf_config) * dtype.itemsize)
 
 
 def kv_blocks_that_fit(config: EngineConfig, hf_config: ModelConfig, dtype: torch.dtype) -> int:
     """As many blocks as kv_cache_memory_gb holds, but no more than max_num_seqs full-length requests need."""
-    per_block = 2 * hf_config.num_hidden_layers * config.block_size * hf_config.num_key_value_heads
-    bytes_per_block = per_block * head_dim_of(hf_config) * dtype.itemsize
-    by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block)
+    by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block(config, hf_config, dtype))
     by_need = config.max_num_seqs * blocks_needed(config.max_model_len or 0, config.block_size)
     return max(1, min(by_memory, by_need))
 
@@ -206,7 +302,11 @@ def build_model(
     else:
         with skip_random_init():
             model = CausalLM(hf_config, max_positions)
-        missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
+        try:
+            missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
+        except RuntimeError as e:  # a weight whose shape config.json does not describe
+            mismatch = next((line.strip() for line in str(e).splitlines() if "size mismatch" in line), str(e))
+            raise ValueError(f"the weights do not fit config.json: {mismatch[:200]}; re-download the model") from None
         if hf_config.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
             missing = [k for k in missing if k != "lm_head.weight"]
@@ -225,6 +325,29 @@ def skip_random_init() -> Iterator[None]:
         yield
     finally:
         nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved  # type: ignore[method-assign]
+
+
+def check_kv_fits(num_blocks: int, bytes_per_block: int, device: torch.device) -> None:
+    """Refuse a KV pool bigger than the free memory before allocating it (the OS would kill us)."""
+    need, free = num_blocks * bytes_per_block, free_memory(device)
+    if free is not None and need > free:
+        raise ValueError(
+            f"num_kv_blocks={num_blocks} needs {need / 2**30:.1f} GiB of KV cache but only "
+            f"{free / 2**30:.1f} GiB of {device.type} memory is free: lower num_kv_blocks "
+            f"(or leave it unset to size the pool by kv_cache_memory_gb)"
+        )
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on the device now; None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def eos_ids(hf_config: ModelConfig, tokenizer: Any) -> frozenset[int]:

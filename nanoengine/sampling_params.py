@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
+
+MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: use 0 (greedy)
+MAX_SEED = 2**32  # the sampler seeds each draw with seed * 1_000_003 + num_tokens, which must fit 64 bits
 
 
 @dataclass(slots=True)
 class SamplingParams:
-    """How to pick each next token and when to stop. temperature 0 means greedy."""
+    """How to pick each next token and when to stop. temperature 0 means greedy.
+
+    Checked when made and again by add_request, so a bad value is a one-line ValueError
+    there, never a failure inside a step."""
 
     temperature: float = 0.0
     top_k: int = 0  # 0 = off
@@ -16,17 +24,46 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop, str):
+        if self.stop is None:
+            self.stop = []
+        elif isinstance(self.stop, str):
             self.stop = [self.stop]
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        elif isinstance(self.stop, tuple):
+            self.stop = list(self.stop)
+        self.validate()
+
+    def validate(self) -> None:
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not is_real(self.temperature) or not (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE):
+            raise ValueError(
+                f"temperature must be >= 0 (0 = greedy, else finite and >= {MIN_TEMPERATURE}), got {self.temperature!r}"
+            )
+        if not is_real(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 and an integer (0 = off), got {self.top_k!r}")
+        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < MAX_SEED):
+            raise ValueError(f"seed must be None or an integer in [0, 2**32), got {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {short_repr(self.stop)}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value: object) -> bool:
+    """A finite int or float (not a bool, not nan or inf)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

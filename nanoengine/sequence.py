@@ -18,6 +18,7 @@ class FinishReason(str, Enum):
     LENGTH = "length"  # max_tokens or max_model_len reached
     ABORT = "abort"  # the user aborted it
     IGNORED = "ignored"  # could never be scheduled
+    ERROR = "error"  # its step failed (Sequence.error says why); the engine went on without it
 
 
 _seq_ids = itertools.count()
@@ -39,6 +40,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hash per full cached block
     prefill_chunk: int = 0  # 1-based chunk number while prefilling; 0 when decoding
+    error: str = ""  # why it failed, when finish_reason is ERROR
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)

@@ -40,7 +40,7 @@ class SeqStep:
     num_scheduled_tokens_after: int  # 0: nothing is scheduled outside a step
     block_table_after: tuple[int, ...]
     new_token_ids: tuple[int, ...]  # tokens appended this step (0 or 1)
-    finish_reason: str | None  # stop / length / abort / ignored, once FINISHED
+    finish_reason: str | None  # stop / length / abort / ignored / error, once FINISHED
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,7 @@ class StepRecord:
     step: int
     wall_time: float  # seconds for the whole step
     model_time: float  # seconds in the model forward + sampling
-    seqs: tuple[SeqStep, ...]  # every live sequence, by seq_id
+    seqs: tuple[SeqStep, ...]  # by seq_id: see StepWatch for which
     events: tuple[StepEvent, ...]
     inputs: InputsRecord
     pool: BlockPool
@@ -100,15 +100,19 @@ Scheduled = tuple[int, int, int, tuple[int, ...]]  # num_tokens, num_cached, num
 
 
 class StepWatch:
-    """Takes the snapshots one step's record needs, then hands the record to the hooks."""
+    """Takes the snapshots one step's record needs, then hands the record to the hooks.
 
-    def __init__(self, step: int, live: list[Sequence], hooks: Seq[StepHook], num_running: int = 0):
-        """live: the running list, then the waiting queue, in order; the first num_running are running."""
-        self.step, self.live, self.hooks = step, live, hooks
-        ids = tuple(s.seq_id for s in live)
-        self.queues = QueueOrder(ids[:num_running], ids[num_running:])
+    The record lists the sequences running at the start, those the hooks have not seen yet,
+    and those scheduled or named by an event this step. A waiting sequence that nothing touched
+    is left out (a recorder carries its last row), so the cost follows the batch, not the queue."""
+
+    def __init__(
+        self, step: int, seqs: list[Sequence], sequences: dict[int, Sequence], hooks: Seq[StepHook], queues: QueueOrder
+    ):
+        self.step, self.sequences, self.hooks, self.queues = step, sequences, hooks, queues
         self.start = time.perf_counter()
-        self.status_before = {s.seq_id: s.status.value for s in live}
+        self.seqs = {s.seq_id: s for s in seqs}
+        self.status_before = {s.seq_id: s.status.value for s in seqs}  # any other was WAITING
         self.scheduled: dict[int, Scheduled] = {}
 
     def saw_schedule(self, seqs: list[Sequence]) -> None:
@@ -147,15 +151,17 @@ def build_record(
     inputs: StepInputs | None,
     bm: BlockManager,
 ) -> StepRecord:
+    touched = [s.seq_id for s in out.seqs] + [seq_id for _, seq_id, _ in out.events]
+    watch.seqs.update((i, watch.sequences[i]) for i in touched if i not in watch.seqs and i in watch.sequences)
     seqs = []
-    for s in sorted(watch.live, key=lambda s: s.seq_id):
+    for s in sorted(watch.seqs.values(), key=lambda s: s.seq_id):
         after = (s.num_tokens, s.num_cached_tokens, 0, tuple(s.block_table))
         num_tokens, num_cached, num_scheduled, table = watch.scheduled.get(s.seq_id, after)
         seqs.append(
             SeqStep(
                 seq_id=s.seq_id,
                 num_prompt_tokens=s.num_prompt_tokens,
-                status_before=watch.status_before[s.seq_id],
+                status_before=watch.status_before.get(s.seq_id, "WAITING"),
                 status_after=s.status.value,
                 num_tokens=num_tokens,
                 num_cached_tokens=num_cached,

@@ -173,8 +173,9 @@ def test_ctrl_c_during_trace_leaves_a_replayable_trace(tmp_path):
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     deadline = time.monotonic() + 60
+    recording = out.with_name(out.name + ".partial")  # renamed to out when the run completes or is cut short
     while time.monotonic() < deadline and proc.poll() is None:
-        if out.exists() and out.read_text().count("\n") >= 6:
+        if recording.exists() and recording.read_text().count("\n") >= 6:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)

@@ -8,6 +8,8 @@ import importlib
 import sys
 import time
 
+from tracer.trace.readable import printable
+
 SUBCOMMANDS = {  # name -> (module, function taking argv)
     "trace": ("tracer.cli.trace", "trace_main"),
     "replay": ("tracer.cli.trace", "replay_main"),
@@ -36,6 +38,40 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is much faster on a busy machine)")
+
+
+def read_prompts(prompts: list[str]) -> list[str]:
+    """`-` as a prompt means: read it from standard input."""
+    if "-" not in prompts:
+        return prompts
+    if prompts.count("-") > 1:
+        raise ValueError("`-` (read the prompt from standard input) can be given once")
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError:
+        raise ValueError("standard input is not UTF-8 text") from None
+    return [text if p == "-" else p for p in prompts]
+
+
+def bad_argument(argv: list[str]) -> str | None:
+    """The first argument that is not valid text (argv bytes that are not UTF-8), described."""
+    for i, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            return f"argument {i} ({printable(shown)!r}) is not valid UTF-8 text: pass prompts as UTF-8"
+    return None
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("nanoengine")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def engine_options(args: argparse.Namespace) -> dict:
@@ -69,6 +105,7 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("prompts", nargs="+")
     add_engine_args(p)
     args = p.parse_args(argv)
+    args.prompts = read_prompts(args.prompts)
     from nanoengine.engine import LLMEngine
 
     params = sampling_params(args)
@@ -86,22 +123,33 @@ def generate_main(argv: list[str]) -> int:
                     sys.stdout.flush()
                     printed = text
     elapsed = time.perf_counter() - start
+    failed = []
     for i, seq_id in enumerate(ids):
-        text = engine.collect(seq_id).text
+        out = engine.collect(seq_id)
+        if out.finish_reason == "error":
+            failed.append(f"nanoengine: error: prompt {i} failed inside the engine: {printable(out.error)}")
         if many:
-            print(f"--- [{i}] {args.prompts[i]}\n{text}")
-        elif len(text) > len(printed):
-            sys.stdout.write(text[len(printed) :])
+            print(f"--- [{i}] {printable(args.prompts[i])}\n{out.text}")
+        elif len(out.text) > len(printed):
+            sys.stdout.write(out.text[len(printed) :])
     print(f"\n[{num_generated} tokens in {elapsed:.2f} s, {num_generated / elapsed:.1f} tok/s]", file=sys.stderr)
-    return 0
+    print(*failed, sep="\n", file=sys.stderr, end="\n" if failed else "")
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = ["generate", *SUBCOMMANDS]
+    problem = bad_argument(argv)
+    if problem:
+        print(f"nanoengine: error: {problem}", file=sys.stderr)
+        return 2
+    if argv and argv[0] in ("-V", "--version"):
+        print(f"nanoengine {version()}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print(
-            f"usage: nanoengine {{{','.join(commands)}}} ...\n\n"
+            f"usage: nanoengine [--version] {{{','.join(commands)}}} ...\n\n"
             "  generate  generate text, streaming tokens\n"
             "  trace     generate with the step recorder and open the replay TUI\n"
             "  replay    open a saved trace in the TUI\n"
@@ -109,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             "  export    a trace as a Perfetto timeline or a one-file HTML replay\n"
             "  demo      classroom demos\n"
             "  lesson    lessons and exercises\n"
-            "  bench     benchmarks against Hugging Face transformers"
+            "  bench     benchmarks against Hugging Face transformers\n\n"
+            "`nanoengine COMMAND --help` for a command's options; `-` as a prompt reads it from standard input."
         )
         return 0
     name, rest = argv[0], argv[1:]
@@ -125,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError) as e:
-        print(f"nanoengine: error: {e}", file=sys.stderr)
+        print(f"nanoengine: error: {printable(str(e))}", file=sys.stderr)
         return 2
 
 

@@ -16,22 +16,25 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
-from tracer.cli.main import add_engine_args, engine_options, sampling_params
+from tracer.cli.main import add_engine_args, engine_options, read_prompts, sampling_params
+from tracer.trace.readable import printable
 from tracer.trace.trace_file import Trace, TraceError, load_trace
 
 TRACE_NUM_KV_BLOCKS = 128
 
 
 def err(message: str) -> None:
-    print(f"nanoengine: error: {message}", file=sys.stderr)
+    print(f"nanoengine: error: {printable(message)}", file=sys.stderr)
 
 
 def trace_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="nanoengine trace", description="Generate with the step recorder, then open the replay TUI."
     )
-    p.add_argument("prompts", nargs="+")
+    p.add_argument("prompts", nargs="+", help="prompts; `-` reads one from standard input")
     add_engine_args(p)
     p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
     p.add_argument("--title", default=None, help="a title shown by the viewer")
@@ -41,26 +44,48 @@ def trace_main(argv: list[str]) -> int:
     # view readable; the engine's own default (sized by memory, ~1,456 blocks) would be mostly empty.
     p.set_defaults(num_kv_blocks=TRACE_NUM_KV_BLOCKS)
     args = p.parse_args(argv)
+    args.prompts = read_prompts(args.prompts)
     from nanoengine.engine import LLMEngine
     from tracer.trace.recorder import default_trace_path
 
     console = Console(stderr=True)
     params = sampling_params(args)
-    with console.status(f"Loading model {args.model} ..."):
+    with console.status(f"Loading model {escape(args.model)} ..."):
         engine = LLMEngine(args.model, **engine_options(args))
     ids = [engine.add_request(prompt, params) for prompt in args.prompts]  # bad prompts fail before any file
     path = Path(args.out) if args.out else default_trace_path()
-    if not record(engine, path, args.title, console):
-        return 130
+    partial = partial_path(path)
+    try:
+        finished = record(engine, partial, args.title, console)
+    except OSError as e:  # e.g. the disk is full: say where, and still give the text
+        err(f"could not write the trace to {path}: {e.strerror or e}; the generated text follows on standard output")
+        discard(partial)
+        finish_without_recorder(engine, ids)
+        return 2
+    if not finished:
+        return keep_interrupted(partial, path, console)
+    partial.replace(path)  # only a complete trace replaces an existing --out file
     for seq_id in ids:
         engine.collect(seq_id)
-    Console().print(f"Trace written to [bold]{path}[/]")
+    Console().print(Text.assemble("Trace written to ", (printable(str(path)), "bold")))
     if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
         console.print("Not an interactive terminal: printing the summary instead of opening the replay.")
         args.no_tui = True
     if args.no_tui:
         return summarize_file(path)
     return open_replay(path, 0, args.predict)
+
+
+def partial_path(path: Path) -> Path:
+    """Where a trace is written while it is recorded; renamed to path when complete."""
+    return path.with_name(path.name + ".partial")
+
+
+def discard(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def record(engine, path: Path, title: str | None, console: Console) -> bool:
@@ -86,12 +111,42 @@ def record(engine, path: Path, title: str | None, console: Console) -> bool:
         except KeyboardInterrupt:
             recorder.close()
             progress.stop()
-            console.print(
-                f"[yellow]Interrupted:[/] {recorder.num_steps} steps were recorded in {path}; "
-                f"replay them with `nanoengine replay {path}`"
-            )
+            console.print(Text(f"Interrupted after {recorder.num_steps} recorded steps.", style="yellow"))
             return False
+        except OSError:
+            close_quietly(recorder)
+            raise
     return True
+
+
+def close_quietly(recorder) -> None:
+    """Detach a recorder whose file can no longer be written."""
+    engine = recorder.engine
+    engine.step_hooks[:] = [h for h in engine.step_hooks if h is not recorder]
+    try:
+        recorder.file.close()
+    except OSError:
+        pass
+
+
+def keep_interrupted(partial: Path, path: Path, console: Console) -> int:
+    """Ctrl-C: keep the steps recorded so far, without replacing an existing trace."""
+    kept = partial if path.exists() else partial.replace(path)
+    note = f" ({path} was left as it was)" if kept == partial else ""
+    console.print(
+        Text(f"{printable(str(kept))} holds the recorded steps{note}; replay them with `nanoengine replay {kept}`")
+    )
+    return 130
+
+
+def finish_without_recorder(engine, ids: list[int]) -> None:
+    """Run the requests to the end without a trace and print their text."""
+    while engine.has_unfinished():
+        engine.step()
+    for i, seq_id in enumerate(ids):
+        out = engine.collect(seq_id)
+        header = f"--- [{i}] {printable(out.prompt)}\n" if len(ids) > 1 else ""
+        print(f"{header}{out.text}")
 
 
 def summarize_file(path: Path) -> int:
@@ -154,16 +209,24 @@ def check_main(argv: list[str]) -> int:
     from tracer.trace.invariants import INVARIANTS, check_trace
     from tracer.trace.summary import violations_table
 
-    violations = check_trace(trace)
+    try:
+        violations = check_trace(trace)
+    except Exception as e:  # an odd value in a step the sampled schema check did not read
+        if load_or_report(args.file, "all") is not None:  # None: it named the line and field
+            err(f"{args.file}: the invariant checker cannot read this trace ({type(e).__name__}: {e})"[:300])
+        return 2
     console = Console()
     if trace.warning:  # said on stderr too; here so the verdict itself cannot be read as "the whole run is fine"
         console.print(f"[yellow]truncated trace:[/] only the first {trace.num_steps} complete steps were checked")
     if violations:
         console.print(violations_table(violations))
-        console.print(f"[red]{len(violations)} invariant violations[/] in {trace.num_steps} steps of {args.file}")
+        console.print(
+            f"[red]{len(violations)} invariant violations[/] in {trace.num_steps} steps of {escape(printable(args.file))}"
+        )
         return 1
     console.print(
-        f"[green]OK[/]: {trace.num_steps} steps of {args.file}, {len(INVARIANTS)} invariants hold at every step"
+        f"[green]OK[/]: {trace.num_steps} steps of {escape(printable(args.file))}, "
+        f"{len(INVARIANTS)} invariants hold at every step"
     )
     return 0
 

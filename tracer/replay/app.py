@@ -36,7 +36,7 @@ from tracer.replay.views.kv_pages import KVPagesView
 from tracer.replay.views.sequences import SequencesView
 from tracer.replay.views.state_machine import StateMachineView
 from tracer.replay.views.timeline import TimelineView, step_mark
-from tracer.trace.trace_file import StepMarks, TraceError, load_trace
+from tracer.trace.trace_file import StepMarks, TraceError, check_step, load_trace
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
@@ -140,6 +140,8 @@ class ReplayApp(App[int]):
         self.asking = False
         self.last_reveal = ""  # the previous predict answer, repeated above the next question
         self.last_screenshot: Path | None = None
+        self.checked: set[int] = set()  # step indices validated against the schema
+        self.failure: str | None = None  # why the app stopped, when a step could not be shown
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -205,7 +207,23 @@ class ReplayApp(App[int]):
         return self.step_numbers[self.step_index]
 
     # ---- redrawing ------------------------------------------------------------------------
+    def check(self, index: int) -> None:
+        """Validate a step against the schema the first time it is shown (a TraceError names the field)."""
+        if index not in self.checked:
+            check_step(self.trace, index)
+            self.checked.add(index)
+
     def show_step(self) -> None:
+        try:
+            self.draw_step()
+        except Exception as e:  # a value the schema allows but a view cannot show: stop with one line
+            self.failure = (
+                f"{self.trace.path}: step {self.step_number} (line {self.step_index + 2}) cannot be shown "
+                f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+            )
+            self.exit(return_code=2)
+
+    def draw_step(self) -> None:
         """Redraw every view from the current step (and the previous one, for highlights)."""
         step = self.current_step
         prev = self.steps[self.step_index - 1] if self.step_index > 0 else None
@@ -253,8 +271,9 @@ class ReplayApp(App[int]):
         index = max(0, min(index, len(self.steps) - 1))
         if index == self.step_index:
             return
-        try:
-            self.steps[index], self.steps[max(0, index - 1)]  # a damaged line of a lazy trace fails here
+        try:  # a damaged line of a lazy trace, or odd values in any trace, fail here
+            self.check(index)
+            self.check(max(0, index - 1))
         except TraceError as e:
             self.pause()
             self.notify(str(e), title="cannot show this step", severity="error", timeout=12)
@@ -463,6 +482,17 @@ def run_replay(path: str | Path, start_step: int = 0, predict: bool = False, gui
             file=sys.stderr,
         )
         return 2
+    focus = trace.header.get("focus_step")
+    if start_step == 0 and isinstance(focus, int):
+        numbers = [summary.step for summary in trace.summaries]
+        start_step = numbers.index(focus) if focus in numbers else 0
+    app = ReplayApp(trace, start_step, predict, guide=guide)
+    try:
+        app.check(app.step_index)
+        app.check(max(0, app.step_index - 1))
+    except TraceError as e:
+        print(f"nanoengine: error: {e}", file=sys.stderr)
+        return 2
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:  # --web sets it
         print(
             f"nanoengine: error: the replay needs an interactive terminal (input or output is redirected); "
@@ -470,9 +500,7 @@ def run_replay(path: str | Path, start_step: int = 0, predict: bool = False, gui
             file=sys.stderr,
         )
         return 2
-    focus = trace.header.get("focus_step")
-    if start_step == 0 and isinstance(focus, int):
-        numbers = [summary.step for summary in trace.summaries]
-        start_step = numbers.index(focus) if focus in numbers else 0
-    result = ReplayApp(trace, start_step, predict, guide=guide).run()
-    return result or 0
+    result = app.run()
+    if app.failure:
+        print(f"nanoengine: error: {app.failure}"[:400], file=sys.stderr)
+    return app.return_code or result or 0

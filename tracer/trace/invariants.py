@@ -54,10 +54,11 @@ INVARIANTS: dict[str, str] = {
     "prefix_caching_off": "with prefix caching off there are no hashes and no prefix hits",
     "prefix_hit": "a prefix hit reuses the first blocks of the table and skips exactly their tokens",
     "mid_prefill_discard": "a sequence is discarded (mid-prefill) exactly when seq_lens < num_tokens",
-    "token_gain": "a mid-prefill or unscheduled sequence gains no token; a finished prefill or decode "
+    "token_gain": "a mid-prefill, unscheduled or failed sequence gains no token; a finished prefill or decode "
     "gains exactly one",
     "token_growth": "num_tokens_after == num_tokens + the new tokens",
-    "cached_advance": "a scheduled sequence ends the step with num_cached_tokens + num_scheduled_tokens cached",
+    "cached_advance": "a scheduled sequence ends the step with num_cached_tokens + num_scheduled_tokens cached "
+    "(unless its step failed: finish_reason error)",
     "status_edges": "status changes only along legal edges (WAITING->RUNNING admitted, RUNNING->WAITING "
     "preempted, RUNNING->FINISHED, WAITING->FINISHED when aborted or ignored)",
     "finish_reason": "a sequence has a finish_reason exactly when it is FINISHED",
@@ -587,11 +588,14 @@ def check_token_gain(ctx: Context) -> Iterator[Violation]:
     for sid, s in ctx.seqs.items():
         gained = len(s["new_token_ids"])
         scheduled = s["num_scheduled_tokens"]
-        complete = scheduled > 0 and s["num_cached_tokens"] + scheduled >= s["num_tokens"]
+        failed = s["finish_reason"] == "error"  # its step failed: nothing was sampled
+        complete = scheduled > 0 and s["num_cached_tokens"] + scheduled >= s["num_tokens"] and not failed
         if gained != (1 if complete else 0):
             why = (
                 "finished its prefill or decoded"
                 if complete
+                else "its step failed"
+                if failed
                 else "is mid-prefill: its logits must be discarded"
                 if scheduled
                 else "was not scheduled"
@@ -620,7 +624,7 @@ def check_token_growth(ctx: Context) -> Iterator[Violation]:
 @check("cached_advance")
 def check_cached_advance(ctx: Context) -> Iterator[Violation]:
     for sid, s in ctx.seqs.items():
-        if s["num_scheduled_tokens"] == 0:
+        if s["num_scheduled_tokens"] == 0 or s["finish_reason"] == "error":  # a failed step computed nothing
             continue
         want = s["num_cached_tokens"] + s["num_scheduled_tokens"]
         if s["num_cached_tokens_after"] != want:

@@ -127,6 +127,7 @@ class TraceRecorder:
         line = line_from_record(record)
         for row in line["seqs"]:
             self.rows[row["seq_id"]] = self.with_texts(row)
+            self.carried.pop(row["seq_id"], None)  # it changed: carry its new row from now on
         live = {s.seq_id for s in record.seqs}
         line["seqs"] = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
         line["new_requests"] = new_requests
@@ -146,7 +147,7 @@ class TraceRecorder:
         return row
 
     def carry(self, seq_id: int) -> SeqRow:
-        """A sequence gone from the engine's record (finished earlier): still listed, idle."""
+        """A sequence not in this step's record (finished earlier, or waiting untouched): listed, idle."""
         if seq_id not in self.carried:
             last = self.rows[seq_id]
             self.carried[seq_id] = {

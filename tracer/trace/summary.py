@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracer.trace.invariants import INVARIANTS, Violation
 from tracer.trace.readable import printable
@@ -62,7 +63,8 @@ def print_summary(trace: Trace, summary: TraceSummary, console: Console) -> None
 
 def totals_table(trace: Trace, s: TraceSummary) -> Table:
     cfg = trace.config
-    t = Table(title=f"Trace {trace.path.name}" + (f": {trace.title}" if trace.title else ""), show_header=False)
+    title = f"Trace {trace.path.name}" + (f": {trace.title}" if isinstance(trace.title, str) and trace.title else "")
+    t = Table(title=plain(title), show_header=False)  # the title and every value below are user text: never markup
     t.add_column(style="bold")
     t.add_column()
     rate = s.generated_tokens / s.wall_time if s.wall_time else 0.0
@@ -81,12 +83,12 @@ def totals_table(trace: Trace, s: TraceSummary) -> Table:
         ("chunked prefills", str(s.chunked_prefills)),
         ("KV blocks", f"peak {s.peak_blocks_used} of {cfg['num_kv_blocks']} in use"),
         ("time", f"{s.wall_time:.2f} s in steps ({s.model_time:.2f} s in the model), {rate:.1f} tok/s"),
-        ("violations", f"[red]{len(s.violations)}[/]" if s.violations else "[green]0[/]"),
     ]
-    if trace.warning:
-        rows.append(("warning", f"[yellow]{trace.warning}[/]"))
     for key, value in rows:
-        t.add_row(key, value)
+        t.add_row(key, plain(value))
+    if trace.warning:
+        t.add_row("warning", Text(printable(trace.warning), style="yellow"))
+    t.add_row("violations", Text(str(len(s.violations)), style="red" if s.violations else "green"))
     return t
 
 
@@ -98,11 +100,11 @@ def requests_table(trace: Trace, width: int = 48) -> Table:
         prompt = trace.requests.get(q["seq_id"], {}).get("prompt", "")
         t.add_row(
             str(q["seq_id"]),
-            clip(prompt, width),
+            Text(clip(prompt, width)),
             str(q["num_prompt_tokens"]),
             str(q["num_tokens_after"] - q["num_prompt_tokens"]),
-            q["finish_reason"] or q["status_after"],
-            clip(q["output_text"], width),
+            plain(str(q["finish_reason"] or q["status_after"])),
+            Text(clip(q["output_text"], width)),
         )
     return t
 
@@ -112,10 +114,15 @@ def violations_table(violations: list[Violation], limit: int = 50) -> Table:
     for col in ("step", "seq", "invariant", "what is wrong"):
         t.add_column(col, overflow="fold")
     for v in violations[:limit]:
-        t.add_row(str(v.step), "-" if v.seq_id is None else str(v.seq_id), v.invariant, v.message)
+        t.add_row(str(v.step), "-" if v.seq_id is None else str(v.seq_id), plain(v.invariant), plain(v.message))
     if len(violations) > limit:
         t.caption = f"{len(violations) - limit} more not shown"
     return t
+
+
+def plain(text: str) -> Text:
+    """User text for rich, shown literally: never markup, no raw control characters."""
+    return Text(printable(text))
 
 
 def clip(text: str, width: int) -> str:

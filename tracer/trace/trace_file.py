@@ -165,14 +165,14 @@ def parses(line: str | bytes) -> bool:
     try:
         json.loads(line)
         return True
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
 def parse_header(path: Path, line: str) -> dict:
     try:
         header = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to be a header
         raise TraceError(f"{path} is not a nanoengine trace (line 1 is not JSON)") from None
     if not isinstance(header, dict) or header.get("type") != "header":
         raise TraceError(f"{path} is not a nanoengine trace (line 1 is not a trace header)")
@@ -194,6 +194,8 @@ def parse_step(path: Path, n: int, line: str) -> dict:
         raise TraceError(
             f"{path}: line {n} is not valid JSON ({e.msg}, column {e.colno}): the file is damaged"
         ) from None
+    except RecursionError:
+        raise TraceError(f"{path}: line {n} is nested too deeply to be a step: the file is damaged") from None
     if not isinstance(step, dict) or step.get("type") != "step":
         raise TraceError(
             f"{path}: line {n} is not a step line (its type is "
@@ -217,25 +219,39 @@ def required_keys() -> dict[str, frozenset[str]]:
     return {name: frozenset(defs[name]["required"]) for name in ("step", "seq", "event", "inputs", "pool")}
 
 
+CONTAINERS = {"inputs": dict, "pool": dict, "seqs": list, "events": list, "new_requests": list}
+
+
 def check_required(path: Path, n: int, step: dict) -> None:
-    """The cheap part of the schema, for every step: each object has its required fields."""
+    """The cheap part of the schema, for every step: each object has its required fields, and the
+    containers the reader itself walks (seqs, events, new_requests) hold what it expects."""
     required = required_keys()
-    parts = [("step", step, "")]
-    if isinstance(step.get("inputs"), dict):
-        parts.append(("inputs", step["inputs"], "inputs"))
-    if isinstance(step.get("pool"), dict):
-        parts.append(("pool", step["pool"], "pool"))
-    for kind, key in (("seq", "seqs"), ("event", "events")):
-        items = step.get(key)
-        if isinstance(items, list):
-            parts.extend((kind, item, f"{key}/{i}") for i, item in enumerate(items))
-    for kind, obj, where in parts:
-        missing = required[kind] - obj.keys() if isinstance(obj, dict) else required[kind]
-        if missing:
-            raise TraceError(
-                f"{path}: line {n} does not match the trace schema: {where or 'the step'} lacks "
-                f"{', '.join(sorted(missing))}"
-            )
+    check_fields(path, n, "the step", step, required["step"])
+    for key, kind in CONTAINERS.items():
+        if key in step and not isinstance(step[key], kind):
+            expected = "an object" if kind is dict else "a list"
+            raise schema_error(path, n, f"{key} is {type(step[key]).__name__}, not {expected}")
+    check_fields(path, n, "inputs", step["inputs"], required["inputs"])
+    check_fields(path, n, "pool", step["pool"], required["pool"])
+    for i, seq in enumerate(step["seqs"]):
+        check_fields(path, n, f"seqs/{i}", seq, required["seq"])
+    for i, event in enumerate(step["events"]):
+        check_fields(path, n, f"events/{i}", event, required["event"])
+        if not isinstance(event["kind"], str):
+            raise schema_error(path, n, f"events/{i}/kind is {event['kind']!r}, not a string")
+    for i, request in enumerate(step.get("new_requests", ())):
+        if not isinstance(request, dict) or not isinstance(request.get("seq_id"), int):
+            raise schema_error(path, n, f"new_requests/{i} is not a request with an integer seq_id")
+
+
+def check_fields(path: Path, n: int, where: str, obj: object, required: frozenset[str]) -> None:
+    missing = required - obj.keys() if isinstance(obj, dict) else required
+    if missing:
+        raise schema_error(path, n, f"{where} lacks {', '.join(sorted(missing))}")
+
+
+def schema_error(path: Path, n: int, what: str) -> TraceError:
+    return TraceError(f"{path}: line {n} does not match the trace schema: {what}"[:300])
 
 
 def validate_line(path: Path, n: int, obj: dict, validator: Draft202012Validator) -> None:
@@ -243,6 +259,30 @@ def validate_line(path: Path, n: int, obj: dict, validator: Draft202012Validator
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         raise TraceError(f"{path}: line {n} does not match the trace schema: {error.message} (at {where})")
+
+
+def check_step(trace: Trace, index: int) -> dict:
+    """The step at index, validated against the schema and the config's pool size (what a viewer
+    indexes with): a TraceError names its line and field."""
+    step, n = trace.steps[index], index + 2
+    validate_line(trace.path, n, step, validators()[1])
+    num_blocks, pool = trace.config["num_kv_blocks"], step["pool"]
+    for key in ("ref_counts", "hashes", "owners", "filled"):
+        if key in pool and len(pool[key]) != num_blocks:
+            raise schema_error(trace.path, n, f"pool/{key} has {len(pool[key])} entries for {num_blocks} KV blocks")
+    tables = [
+        ("pool/free_block_ids", pool["free_block_ids"]),
+        *(("inputs/block_tables", t) for t in step["inputs"]["block_tables"]),
+    ]
+    for i, seq in enumerate(step["seqs"]):
+        tables += [
+            (f"seqs/{i}/block_table", seq["block_table"]),
+            (f"seqs/{i}/block_table_after", seq["block_table_after"]),
+        ]
+    for where, blocks in tables:
+        if any(not 0 <= b < num_blocks for b in blocks):
+            raise schema_error(trace.path, n, f"{where} holds a block id outside 0 .. {num_blocks - 1}")
+    return step
 
 
 def merge_requests(header: dict, steps: Iterable[dict]) -> dict[int, dict]:
