@@ -54,6 +54,7 @@ def test_odd_containers_are_refused_at_load_and_by_check(tmp_path, capsys, chang
 
 ODD_VALUES = {
     "status EXPLODED": (lambda s: s["seqs"][0].__setitem__("status_after", "EXPLODED"), "EXPLODED"),
+    "a status that is markup": (lambda s: s["seqs"][0].__setitem__("status_after", "[/x]"), "'[/x]'"),
     "block_size 0": (lambda s: s["pool"].__setitem__("block_size", 0), "block_size"),
     "ref_counts null": (lambda s: s["pool"].__setitem__("ref_counts", None), "ref_counts"),
     "a token that is a string": (lambda s: s["inputs"].__setitem__("input_ids", ["x"]), "input_ids"),
@@ -86,7 +87,8 @@ def test_the_replay_stays_on_the_last_good_step_and_says_why(tmp_path, change, m
 
     async def walk() -> None:
         app = ReplayApp(trace, animations=False)
-        app.notify = lambda text, **kw: notes.append(str(text))  # type: ignore[method-assign]
+        shown = app.notify
+        app.notify = lambda text, **kw: (notes.append(str(text)), shown(text, **kw))[1]  # type: ignore[method-assign]
         async with app.run_test(size=(100, 30)) as pilot:
             for _ in range(10):
                 await pilot.press("right")

@@ -276,7 +276,7 @@ class ReplayApp(App[int]):
             self.check(max(0, index - 1))
         except TraceError as e:
             self.pause()
-            self.notify(str(e), title="cannot show this step", severity="error", timeout=12)
+            self.notify(str(e), title="cannot show this step", severity="error", timeout=12, markup=False)
             return
         self.step_index = index
         self.show_step()
@@ -394,7 +394,7 @@ class ReplayApp(App[int]):
         self.screenshot_dir.mkdir(parents=True, exist_ok=True)
         path = self.save_screenshot(filename=f"nanoengine-step-{self.step_number}.svg", path=str(self.screenshot_dir))
         self.last_screenshot = Path(path)
-        self.notify(f"screenshot saved: {path}")
+        self.notify(f"screenshot saved: {path}", markup=False)
 
     def action_help(self) -> None:
         self.require_main_screen()
