@@ -67,7 +67,7 @@ def trace_main(argv: list[str]) -> int:
     partial.replace(path)  # only a complete trace replaces an existing --out file
     for seq_id in ids:
         engine.collect(seq_id)
-    Console().print(Text.assemble("Trace written to ", (printable(str(path)), "bold")))
+    print(f"Trace written to {printable(str(path))}")
     if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
         console.print("Not an interactive terminal: printing the summary instead of opening the replay.")
         args.no_tui = True
@@ -133,8 +133,10 @@ def keep_interrupted(partial: Path, path: Path, console: Console) -> int:
     """Ctrl-C: keep the steps recorded so far, without replacing an existing trace."""
     kept = partial if path.exists() else partial.replace(path)
     note = f" ({path} was left as it was)" if kept == partial else ""
-    console.print(
-        Text(f"{printable(str(kept))} holds the recorded steps{note}; replay them with `nanoengine replay {kept}`")
+    # print, not rich: a long path must not be folded across lines (it is meant to be copied)
+    print(
+        printable(f"{kept} holds the recorded steps{note}; replay them with `nanoengine replay {kept}`"),
+        file=sys.stderr,
     )
     return 130
 
