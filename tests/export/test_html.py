@@ -110,13 +110,15 @@ def test_steps_range_exports_only_those_steps(tiny_trace_path, tmp_path, capsys)
     [
         (["--html", "{out}", "--steps", "40-60"], "no steps in that range"),
         (["--html", "{out}", "--steps", "three"], "give step numbers as A-B"),
+        (["--html", "{out}", "--steps", "6-2"], "write 2-6"),
+        (["--html", "{tmp}"], "is a folder"),
         (["--html", "{out}", "--size", "10x5"], "too small for the TUI"),
         ([], "say what to write"),
     ],
 )
 def test_bad_arguments_get_one_line_errors(tiny_trace_path, tmp_path, capsys, args, message):
     out = tmp_path / "x.html"
-    argv = ["export", str(tiny_trace_path)] + [a.format(out=out) for a in args]
+    argv = ["export", str(tiny_trace_path)] + [a.format(out=out, tmp=tmp_path) for a in args]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err

@@ -45,6 +45,12 @@ def export_main(argv: list[str]) -> int:
     except ValueError as e:
         err(str(e))
         return 2
+    for out in (args.perfetto, args.html):
+        if out and Path(out).is_dir():
+            err(
+                f"{out} is a folder: give a file name, e.g. {Path(out) / ('run.json' if out == args.perfetto else 'run.html')}"
+            )
+            return 2
     trace = load_or_report(args.file)
     if trace is None:
         return 2
@@ -73,6 +79,8 @@ def select_steps(trace: Trace, spec: str | None) -> list[int]:
         raise ValueError(f"--steps {spec!r}: give step numbers as A-B, e.g. --steps 3-20 (or 3-, -20, 7)")
     first = int(match.group(1)) if match.group(1) else numbers[0]
     last = int(match.group(2)) if match.group(2) else (numbers[-1] if "-" in spec else first)
+    if first > last:
+        raise ValueError(f"--steps {spec}: the first step is after the last; write {last}-{first}")
     indices = [i for i, n in enumerate(numbers) if first <= n <= last]
     if not indices:
         raise ValueError(
