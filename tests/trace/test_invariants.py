@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 from conftest import SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
 
-from tracer.trace.invariants import INVARIANTS, InvariantChecker, Violation, check_record, check_steps
+from tracer.trace.invariants import INVARIANTS, InvariantChecker, Violation, check_record, check_steps, check_trace
 
 MUTATIONS = {}
 
@@ -426,3 +426,22 @@ def test_checker_runs_on_live_step_records():
     shifted = tuple(p + 1 for p in record.inputs.positions)
     broken = dataclasses.replace(record, inputs=dataclasses.replace(record.inputs, positions=shifted))
     assert {v.invariant for v in check_record(broken, engine.config.block_size)} >= {"positions", "slot_mapping"}
+
+
+def test_kv_content_on_an_engine_that_ran_before_the_trace(tmp_path):
+    """KV cached before the recorder was attached is trusted on its first read, then held to it."""
+    from tracer.trace.recorder import TraceRecorder
+    from tracer.trace.trace_file import load_trace
+
+    engine = make_tiny_engine(num_kv_blocks=16)
+    prompt = "hello world, how are you"
+    engine.add_request(prompt, SCENARIO_PARAMS)
+    while engine.has_unfinished():
+        engine.step()
+    with TraceRecorder(engine, tmp_path / "warm.jsonl") as recorder:
+        engine.add_request(prompt, SCENARIO_PARAMS)  # a prefix hit on blocks written before the trace
+        while engine.has_unfinished():
+            engine.step()
+    trace = load_trace(tmp_path / "warm.jsonl")
+    assert trace.steps[0]["step"] > 0 and any(e["kind"] == "prefix_hit" for e in trace.steps[0]["events"])
+    assert recorder.violations == [] and check_trace(trace) == []

@@ -368,24 +368,22 @@ def check_slot_unique(ctx: Context) -> Iterator[Violation]:
 
 @check("kv_content")
 def check_kv_content(ctx: Context) -> Iterator[Violation]:
-    # Writes first: attention reads the K/V the step itself just wrote (a prefill reads its own chunk).
     inp, bs, kv = ctx.step["inputs"], ctx.block_size, ctx.kv
-    if not kv.slots:
-        kv.slots.extend([None] * (len(ctx.step["pool"]["ref_counts"]) * bs))
+    if not kv.blocks:
+        kv.start(len(ctx.step["pool"]["ref_counts"]), bs, fresh_engine=ctx.step["step"] == 0)
     chains = {}
+    # Writes first: attention reads the K/V the step itself just wrote (a prefill reads its own chunk).
     for sid, start in starts(ctx).items():
         tokens = ctx.tokens.get(sid)
         if tokens is None:
             continue  # its prompt is unknown: nothing to compare with
         s = ctx.seqs[sid]
         end = start + s["num_scheduled_tokens"]
-        seq_len = s["num_cached_tokens"] + s["num_scheduled_tokens"]
-        chains[sid] = chain = kv.prefix_digests(sid, tokens, max(seq_len, s["num_tokens"]))
+        chains[sid] = chain = kv.chain(sid, tokens, s["num_cached_tokens"] + s["num_scheduled_tokens"])
         kv.write(sid, chain, inp["input_ids"][start:end], inp["positions"][start:end], inp["slot_mapping"][start:end])
     for sid, chain in chains.items():
         s = ctx.seqs[sid]
-        seq_len = s["num_cached_tokens"] + s["num_scheduled_tokens"]
-        for bad in kv.bad_reads(sid, chain, s["block_table"], seq_len, bs):
+        for bad in kv.bad_reads(sid, chain, s["block_table"], s["num_cached_tokens"] + s["num_scheduled_tokens"]):
             yield ctx.violation(
                 "kv_content",
                 sid,
@@ -839,6 +837,8 @@ def check_eos_finish(ctx: Context) -> Iterator[Violation]:
         e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished" and e["detail"].get("reason") == "stop"
     }
     for sid, s in ctx.seqs.items():
+        if not s["new_token_ids"] and sid not in stopped:
+            continue
         params = ctx.params.get(sid)
         if params is None or "ignore_eos" not in params:
             continue

@@ -14,14 +14,20 @@ slot its block table maps p to holds its own digest(p). That survives prefix hit
 holds the same digests), eviction (the new owner's writes replace them), preemption and recompute
 (the same tokens give the same digests again).
 
-Cost: one hash per written token, and each read is checked a block at a time as a list-slice
-comparison (done in C), so a decode step of many long sequences costs well under a millisecond.
+A trace that starts on an engine that already ran (a warmed-up bench engine: its first step number
+is not 0) may read KV written before the recording began. Those slots start UNKNOWN, and the first
+sequence that reads one defines what it holds (trust on first use); every later read must agree.
+
+Cost: one hash per written token; reads are compared a whole block at a time (two lists compared
+in C), so a decode step of 32 sequences of a few hundred tokens costs a fraction of a millisecond.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+
+UNKNOWN = "written before the trace began"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,68 +42,91 @@ class BadRead:
 
 @dataclass(slots=True)
 class KvShadow:
-    slots: list = field(default_factory=list)  # slot -> digest of the prefix last written there (None: never)
-    digests: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> digest(p) for each known position
+    block_size: int = 0
+    blocks: list[list] = field(default_factory=list)  # block -> each slot's prefix digest (None: never written)
+    chains: dict[int, list[list[int]]] = field(default_factory=dict)  # seq_id -> its digests, a list per block
 
-    def prefix_digests(self, seq_id: int, tokens: list[int], upto: int) -> list[int]:
-        """seq's digest(0 .. upto-1), extended from its tokens as it grows."""
-        chain = self.digests.setdefault(seq_id, [])
-        for p in range(len(chain), min(upto, len(tokens))):
-            chain.append(hash((chain[-1] if chain else None, tokens[p])))
+    def start(self, num_blocks: int, block_size: int, fresh_engine: bool) -> None:
+        """Size the shadow at the first step; an engine that ran before the trace has UNKNOWN slots."""
+        self.block_size = block_size
+        self.blocks = [[None if fresh_engine else UNKNOWN] * block_size for _ in range(num_blocks)]
+
+    def chain(self, seq_id: int, tokens: list[int], upto: int) -> list[list[int]]:
+        """seq's digest(0 .. upto-1), grouped by block, extended from its tokens as it grows."""
+        bs = self.block_size
+        chain = self.chains.setdefault(seq_id, [])
+        have = (len(chain) - 1) * bs + len(chain[-1]) if chain else 0
+        last = chain[-1][-1] if chain else None
+        for p in range(have, min(upto, len(tokens))):
+            last = hash((last, tokens[p]))
+            if p % bs == 0:
+                chain.append([])
+            chain[-1].append(last)
         return chain
 
-    def write(self, seq_id: int, chain: list[int], input_ids, positions, slots) -> None:
+    def digest_at(self, chain: list[list[int]], position: int):
+        bs = self.block_size
+        j, k = divmod(position, bs)
+        return chain[j][k] if 0 <= position and j < len(chain) and k < len(chain[j]) else None
+
+    def write(self, seq_id: int, chain: list[list[int]], input_ids, positions, slots) -> None:
         """The step's K/V for one sequence's chunk lands in its slots.
 
-        A token is written as digest((the sequence's own prefix before its position), the token fed
-        in): a wrong input id or a position out of the sequence's range gives a digest no correct
-        read will match."""
-        need = len(self.slots)
-        top = max(slots, default=-1)
-        if top >= need:
-            self.slots.extend([None] * (top + 1 - need))
+        A token is written as digest(the sequence's own prefix before its position, the token fed
+        in): a wrong input id, or a position past the sequence's tokens, gives a digest that no
+        correct read will match."""
+        bs, blocks = self.block_size, self.blocks
         for token, pos, slot in zip(input_ids, positions, slots):
-            if slot < 0:
-                continue
-            if 0 <= pos < len(chain) and (pos == 0 or pos - 1 < len(chain)):
-                self.slots[slot] = hash((chain[pos - 1] if pos > 0 else None, token))
+            b, k = divmod(slot, bs)
+            if not 0 <= b < len(blocks):
+                continue  # outside the pool: pool_shape and slot_mapping report it
+            if pos == 0:
+                blocks[b][k] = hash((None, token))
+            elif self.digest_at(chain, pos - 1) is not None:
+                blocks[b][k] = hash((self.digest_at(chain, pos - 1), token))
             else:
-                self.slots[slot] = ("out of range", seq_id, pos)
+                blocks[b][k] = ("out of range", seq_id, pos)
 
-    def bad_reads(self, seq_id: int, chain: list[int], block_table, seq_len: int, block_size: int) -> Iterator[BadRead]:
+    def bad_reads(
+        self, seq_id: int, chain: list[list[int]], block_table: Sequence[int], seq_len: int
+    ) -> Iterator[BadRead]:
         """Positions 0 .. seq_len-1 read through block_table whose slot lacks the sequence's own digest.
 
-        Yields at most one BadRead (the first), since one wrong position spoils the rest."""
-        shadow = self.slots
+        Yields at most one BadRead (the first), since one wrong position spoils every later one."""
+        bs, blocks = self.block_size, self.blocks
         for j, block in enumerate(block_table):
-            start = j * block_size
-            if start >= seq_len:
+            start = j * bs
+            if start >= seq_len or j >= len(chain):
                 return
-            n = min(block_size, seq_len - start)
-            base = block * block_size
-            got = shadow[base : base + n]
-            want = chain[start : start + n]
-            if got == want:
+            if not 0 <= block < len(blocks):
+                return  # outside the pool: pool_shape reports it
+            got, want = blocks[block], chain[j]
+            n = min(bs, seq_len - start)
+            if (got == want) if n == bs == len(want) else (got[:n] == want[:n]):
                 continue
-            for k in range(n):
-                if k >= len(got) or k >= len(want) or got[k] != want[k]:
-                    holds = got[k] if k < len(got) else None
-                    yield BadRead(seq_id, start + k, base + k, self.describe(holds, start + k))
-                    return
+            for k in range(min(n, len(want))):
+                if got[k] == want[k]:
+                    continue
+                if got[k] is UNKNOWN:
+                    got[k] = want[k]  # the first reader of pre-trace KV defines it
+                    continue
+                yield BadRead(seq_id, start + k, block * bs + k, self.describe(got[k], start + k))
+                return
 
     def describe(self, digest, position: int) -> str:
-        """What a slot holds, in words: whose prefix, if any sequence's."""
+        """What a slot holds, in words: whose prefix, if any live sequence's."""
         if digest is None:
             return "no KV at all (it was never written)"
         if isinstance(digest, tuple):
-            return f"KV written for seq {digest[1]}'s position {digest[2]}, outside its tokens"
-        for sid, chain in self.digests.items():
-            if position < len(chain) and chain[position] == digest:
+            return f"KV written for seq {digest[1]}'s position {digest[2]}, past its tokens"
+        for sid, chain in self.chains.items():
+            if self.digest_at(chain, position) == digest:
                 return f"the KV of seq {sid}'s prefix at position {position}"
-            if digest in chain:
-                return f"the KV of seq {sid}'s position {chain.index(digest)}"
+            for j, block in enumerate(chain):
+                if digest in block:
+                    return f"the KV of seq {sid}'s position {j * self.block_size + block.index(digest)}"
         return "KV computed for a different token prefix"
 
     def forget(self, seq_id: int) -> None:
-        """A finished sequence reads no more; its slots keep their digests."""
-        self.digests.pop(seq_id, None)
+        """A finished sequence reads no more; the slots it wrote keep their digests."""
+        self.chains.pop(seq_id, None)
