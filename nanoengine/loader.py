@@ -155,10 +155,14 @@ def load_tokenizer(path: Path, **kwargs: Any) -> Any:
 def load_gguf(path: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM
 
-    hf_model = AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
-    )
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
+        )
+    except Exception as e:  # transformers' own errors for a damaged or unsupported GGUF file
+        raise ModelLoadError(f"{path} is damaged or not a supported GGUF model ({first_line(e)})") from None
     config = hf_model.config
+    check_config(path, config.to_dict())
     config.quantization_config = None
     tokenizer = load_tokenizer(path.parent, gguf_file=path.name)
     return LoadedModel(path.stem, config, tokenizer, hf_model.state_dict())

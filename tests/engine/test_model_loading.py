@@ -114,3 +114,9 @@ def test_prefix_cache_keys_are_chained_sha256_digests():
     assert compute_block_hash(first, [5, 6, 7, 8]) == reference(first, [5, 6, 7, 8])
     assert compute_block_hash(first, [5, 6, 7, 8]) != compute_block_hash(None, [5, 6, 7, 8])
     assert json.loads(json.dumps(first)) == first  # a plain JSON number in the trace
+
+
+def test_a_damaged_gguf_file_is_one_line(tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"not a gguf file at all")
+    assert f"{gguf} is damaged or not a supported GGUF model" in load_error(str(gguf))
