@@ -204,3 +204,11 @@ def test_real_model_trace_has_readable_token_texts(tmp_path):
     generated = "".join(t for s in trace.steps for t in s["seqs"][0]["new_token_texts"])
     assert generated.replace("<|im_end|>", "") == outputs[0].text
     assert check_trace(trace) == []
+
+
+def test_a_fresh_trace_loads_lazily_with_its_late_requests(tiny_trace, tiny_trace_path):
+    """The recorder writes new_requests before the events, where the lazy loader's scan looks."""
+    from tracer.trace.trace_file import load_trace
+
+    lazy = load_trace(tiny_trace_path, lazy=True)
+    assert lazy.requests == tiny_trace.requests and len(lazy.requests) == 5

@@ -106,7 +106,12 @@ class TraceRecorder:
 
     def serialize(self, line: StepLine) -> str:
         """The line as JSON; the pool's big arrays are re-encoded only when they changed."""
-        rest = {k: v for k, v in line.items() if k not in ("pool", "violations")}
+        rest = {}
+        for key, value in line.items():
+            if key == "events":  # new_requests go before the events: the lazy loader looks for them there
+                rest["new_requests"] = line.get("new_requests", [])
+            if key not in ("pool", "violations", "new_requests"):
+                rest[key] = value
         pool = ",".join(f'"{key}":{self.encode_once(key, value)}' for key, value in line["pool"].items())
         return (
             json.dumps(rest, separators=(",", ":"), ensure_ascii=False)[:-1]
