@@ -33,6 +33,7 @@ from tracer.replay.predict import PredictScreen, Question, is_correct, make_ques
 from tracer.replay.views.banner import Banner
 from tracer.replay.views.batch import BatchView
 from tracer.replay.views.kv_pages import KVPagesView
+from tracer.replay.views.queues import QueuesView
 from tracer.replay.views.sequences import SequencesView
 from tracer.replay.views.state_machine import StateMachineView
 from tracer.replay.views.timeline import TimelineView, step_mark
@@ -150,6 +151,7 @@ class ReplayApp(App[int]):
         yield Static(id="narration")
         yield Banner(self.guide, tuple(w for w in [getattr(self.trace, "warning", None)] if w), id="banner")
         yield Static(id="violations")
+        yield QueuesView(id="queues")
         with Horizontal(id="upper"):
             yield StateMachineView(id="machine")
             yield KVPagesView(id="kv")
@@ -227,7 +229,7 @@ class ReplayApp(App[int]):
         """Redraw every view from the current step (and the previous one, for highlights)."""
         step = self.current_step
         prev = self.steps[self.step_index - 1] if self.step_index > 0 else None
-        for view in (self.machine, self.kv, self.seqs, self.batch):
+        for view in (self.machine, self.kv, self.seqs, self.batch, self.query_one(QueuesView)):
             view.show(step, prev, self.header)
         self.query_one("#narration", Static).update(Content(narrate(step, self.header)))
         self.show_violations(step)
