@@ -106,7 +106,7 @@ class TraceRecorder:
 
     def serialize(self, line: StepLine) -> str:
         """The line as JSON; the pool's big arrays are re-encoded only when they changed."""
-        rest = {}
+        rest: dict[str, object] = {}
         for key, value in line.items():
             if key == "events":  # new_requests go before the events: the lazy loader looks for them there
                 rest["new_requests"] = line.get("new_requests", [])
