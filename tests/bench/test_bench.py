@@ -34,6 +34,7 @@ def report(tmp_path_factory) -> dict:
             "16",
             "--cb-max-batch-tokens",
             "256",
+            "--profile",
             "--out",
             str(out),
         ]
@@ -86,6 +87,20 @@ def test_efficiency_is_reported_per_system_and_phase(report):
     assert max(gflops) - min(gflops) <= 0.01
 
 
+def test_profile_splits_each_phase_into_categories(report):
+    from tracer.bench.profile import CATEGORIES
+
+    for phase in ("prefill-heavy", "decode-heavy"):
+        p = report["profile"][phase]
+        assert p["num_steps"] > 0 and list(p["categories"]) == list(CATEGORIES)
+        shares = [c["share"] for c in p["categories"].values()]
+        assert sum(shares) == pytest.approx(1.0, abs=0.01)
+        for name in ("linear", "attention (incl. K/V gather)", "norms / RoPE / activation", "sampling"):
+            assert p["categories"][name]["seconds"] > 0, (phase, name)
+    steps = report["profile"]["prefill-heavy"]["num_steps"] + report["profile"]["decode-heavy"]["num_steps"]
+    assert steps == report["engine"]["num_steps"]  # the same workload, the same schedule
+
+
 def test_baselines_compute_the_same_greedy_tokens(report):
     # The HF baselines run the tiny model with nanoengine's exact weights: greedy outputs must agree
     # for nearly every request (a float near-tie may flip one).
@@ -107,6 +122,7 @@ def test_tables_show_every_system_and_target(report, capsys):
         "start-up to first token",
         "GEMM peak",
         "decode-heavy",
+        "Where nanoengine's time goes",
     ):
         assert word in text
 

@@ -195,6 +195,23 @@ def efficiency_table(report: dict):
     return table
 
 
+def profile_table(report: dict):
+    from rich.table import Table
+
+    phases = report["profile"]
+    table = Table(title="Where nanoengine's time goes (torch.profiler run; seconds and share of each phase)")
+    table.add_column("category")
+    for phase, p in phases.items():
+        table.add_column(f"{phase} ({p['num_steps']} steps, {p['seconds']:.1f} s)", justify="right")
+    for name in next(iter(phases.values()))["categories"]:
+        cells = []
+        for p in phases.values():
+            c = p["categories"][name]
+            cells.append("-" if c["share"] is None else f"{c['seconds']:.2f} s  {c['share'] * 100:4.1f} %")
+        table.add_row(name, *cells)
+    return table
+
+
 def targets_table(report: dict):
     from rich.table import Table
 
@@ -220,4 +237,6 @@ def print_report(report: dict) -> None:
     console.print(latency_table(report))
     console.print(overhead_table(report))
     console.print(efficiency_table(report))
+    if report.get("profile"):
+        console.print(profile_table(report))
     console.print(targets_table(report))

@@ -33,6 +33,7 @@ class BenchSettings:
     skip_model_only: bool = False
     skip_tracer: bool = False
     skip_startup: bool = False
+    profile: bool = False  # one more nanoengine run under torch.profiler: time per category and phase
     trace_out: Path | None = None
 
 
@@ -127,6 +128,12 @@ def run_benchmark(settings: BenchSettings) -> dict:
         for key, result in results.items()
     }
     tracer = None if settings.skip_tracer else measure_tracer(settings, options, requests, warmup, main.elapsed)
+    profile = None
+    if settings.profile:
+        from tracer.bench.profile import profile_engine
+
+        log("nanoengine under torch.profiler ...")
+        profile = profile_engine(settings.model, options, requests, warmup)
     startup = None
     if not settings.skip_startup:
         log("start-up time (fresh python process) ...")
@@ -154,6 +161,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
         "model_flops": model_flops_summary(engine_run.shape),
         "gemm_peak": {**peak, "measured_gflop_s": [p["gflop_s"] for p in peaks]},
         "efficiency": efficiency,
+        "profile": profile,
     }
     report["targets"] = evaluate_targets(report)
     return report

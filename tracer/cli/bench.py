@@ -46,6 +46,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--skip-model-only", action="store_true")
     p.add_argument("--skip-tracer", action="store_true")
     p.add_argument("--skip-startup", action="store_true")
+    p.add_argument(
+        "--profile", action="store_true", help="one more nanoengine run under torch.profiler: where the time goes"
+    )
     p.add_argument("--trace-out", type=Path, help="keep the tracer run's JSONL trace here")
     return p.parse_args(argv)
 
@@ -94,6 +97,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         skip_tracer=args.skip_tracer,
         skip_startup=args.skip_startup,
         trace_out=args.trace_out,
+        profile=args.profile,
     )
 
 

@@ -1,0 +1,137 @@
+"""`nanoengine bench --profile`: where nanoengine's time goes, per phase, from torch.profiler.
+
+One more run of the workload on a fresh engine under torch.profiler (CPU activities). The engine
+is not changed: the bench wraps its pieces in named profiler ranges from the outside - the decoder
+and LM head ("model"), the attention backend's write_kv and attention call ("attention", which
+includes gathering K/V through the block tables) and the sampler ("sampling") - and each step
+("step"). Inside a step, time is sorted into:
+
+    linear                     aten::linear (q/k/v/o, MLP, LM head)
+    attention (incl. K/V gather)  the backend's calls: K/V write, gather, scores, softmax, p.v
+    norms / RoPE / activation  every other torch op inside the model (RMSNorm, RoPE, SiLU, residual
+                               adds, embedding, reshapes)
+    sampling                   the sampler
+    Python and the rest        the step's wall time not spent in those ops: scheduling, input
+                               preparation, bookkeeping, and Python between the model's ops
+
+A step belongs to the prefill-heavy phase up to and including the step that gives the last request
+its first token; the decode-heavy phase is the rest (the same split as the efficiency figures).
+Profiling adds a few microseconds per op, which lands mostly in "Python and the rest".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.autograd.profiler import record_function
+
+from nanoengine.engine import LLMEngine
+from tracer.bench.engine import greedy_params, warm_up
+from tracer.bench.workload import BenchRequest
+
+CATEGORIES = (
+    "linear",
+    "attention (incl. K/V gather)",
+    "norms / RoPE / activation",
+    "sampling",
+    "Python and the rest",
+)
+SCOPES = {"attention": CATEGORIES[1], "sampling": CATEGORIES[3]}
+
+
+def scoped(fn: Callable, name: str) -> Callable:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with record_function(name):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class ScopedAttention:
+    """The engine's attention backend, each call inside an "attention" profiler range."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.cache_shape = inner.cache_shape
+        self.write_kv = scoped(inner.write_kv, "attention")
+
+    def __call__(self, *args: Any) -> torch.Tensor:
+        with record_function("attention"):
+            return self.inner(*args)
+
+
+def instrument(engine: LLMEngine) -> None:
+    import nanoengine.model_runner as model_runner
+
+    runner, model = engine.runner, engine.model
+    runner.attend = ScopedAttention(runner.attend)
+    model.forward = scoped(model.forward, "model")  # type: ignore[method-assign]
+    model.compute_logits = scoped(model.compute_logits, "model")  # type: ignore[method-assign]
+    model_runner.sample = scoped(model_runner.sample, "sampling")  # type: ignore[attr-defined]
+    engine.step = scoped(engine.step, "step")  # type: ignore[method-assign]
+
+
+def uninstrument() -> None:
+    import nanoengine.model_runner as model_runner
+    import nanoengine.sampler
+
+    model_runner.sample = nanoengine.sampler.sample  # type: ignore[attr-defined]
+
+
+def classify(event: Any, in_model: bool, totals: dict[str, float]) -> float:
+    """Add the event's CPU time to its category (recursing through ranges); returns the time classified."""
+    name = event.name
+    if name in SCOPES:
+        totals[SCOPES[name]] += event.cpu_time_total
+        return event.cpu_time_total
+    if name == "aten::linear":
+        totals["linear"] += event.cpu_time_total
+        return event.cpu_time_total
+    if in_model and name.startswith("aten::"):
+        totals["norms / RoPE / activation"] += event.cpu_time_total
+        return event.cpu_time_total
+    return sum(classify(child, in_model or name == "model", totals) for child in event.cpu_children)
+
+
+def profile_engine(model: str, options: dict, requests: list[BenchRequest], warmup: list[BenchRequest]) -> dict:
+    """Run the workload under torch.profiler; per phase, seconds and share of each category."""
+    from torch.profiler import ProfilerActivity, profile
+
+    engine = LLMEngine(model, **options)
+    warm_up(engine, warmup)
+    instrument(engine)
+    try:
+        ids = [engine.add_request(list(r.prompt_token_ids), greedy_params(r)) for r in requests]
+        waiting_first = set(ids)
+        phase_of_step: list[str] = []
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            while engine.has_unfinished():
+                gained = engine.step()
+                phase_of_step.append("prefill-heavy" if waiting_first else "decode-heavy")
+                waiting_first -= {seq.seq_id for seq in gained}
+        for seq_id in ids:
+            engine.collect(seq_id)
+    finally:
+        uninstrument()
+    steps = [e for e in prof.events() if e.name == "step" and e.cpu_parent is None]
+    steps.sort(key=lambda e: e.time_range.start)
+    result: dict[str, dict] = {}
+    for phase in ("prefill-heavy", "decode-heavy"):
+        totals = dict.fromkeys(CATEGORIES, 0.0)
+        wall = 0.0
+        chosen = [s for s, p in zip(steps, phase_of_step) if p == phase]
+        for step in chosen:
+            wall += step.time_range.elapsed_us()
+            classified = classify(step, False, totals)
+            totals["Python and the rest"] += step.time_range.elapsed_us() - classified
+        result[phase] = {
+            "num_steps": len(chosen),
+            "seconds": round(wall / 1e6, 3),
+            "categories": {
+                name: {"seconds": round(us / 1e6, 6), "share": round(us / wall, 4) if wall else None}
+                for name, us in totals.items()
+            },
+        }
+    return result
