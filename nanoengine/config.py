@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any
+
+import torch
 
 
 @dataclass(slots=True)
@@ -20,7 +23,7 @@ class EngineConfig:
     device: str | None = None  # "cpu" / "cuda"; None = cuda when available
     dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA
     attention_backend: str = "auto"  # auto / torch / flash
-    num_threads: int | None = None
+    num_threads: int | None = None  # None: idle_cores()
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
@@ -42,3 +45,11 @@ class EngineConfig:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
         if self.attention_backend not in ("auto", "torch", "flash"):
             raise ValueError(f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}")
+
+
+def idle_cores() -> int:
+    """torch CPU threads when not given: the cores other processes leave idle (at least 1, at most
+    torch's own choice). On a busy machine each op's OpenMP threads wait for a descheduled peer:
+    2 threads on a 2-core box under load 10 ran decode steps 9x slower than 1 (docs/benchmarks.md)."""
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))

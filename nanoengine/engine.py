@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from nanoengine.block_manager import BlockManager, blocks_needed
-from nanoengine.config import EngineConfig
+from nanoengine.config import EngineConfig, idle_cores
 from nanoengine.loader import first_line, load_model
 from nanoengine.model import CausalLM, ModelConfig, head_dim_of
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
@@ -36,8 +36,7 @@ class RequestOutput:
 class LLMEngine:
     def __init__(self, model: str = "default", **options: Any):
         self.config = config = EngineConfig.from_kwargs(model=model, **options)
-        if config.num_threads:
-            torch.set_num_threads(config.num_threads)
+        torch.set_num_threads(config.num_threads or idle_cores())
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = getattr(torch, config.dtype or ("bfloat16" if self.device.type == "cuda" else "float32"))
         loaded = load_model(config.model)
