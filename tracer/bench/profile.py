@@ -66,7 +66,7 @@ def instrument(engine: LLMEngine) -> None:
     import nanoengine.model_runner as model_runner
 
     runner, model = engine.runner, engine.model
-    runner.attend = ScopedAttention(runner.attend)
+    runner.attend = ScopedAttention(runner.attend)  # type: ignore[assignment]
     model.forward = scoped(model.forward, "model")  # type: ignore[method-assign]
     model.compute_logits = scoped(model.compute_logits, "model")  # type: ignore[method-assign]
     model_runner.sample = scoped(model_runner.sample, "sampling")  # type: ignore[attr-defined]
