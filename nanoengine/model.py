@@ -28,16 +28,12 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        out: Tensor = self.weight * x.to(dtype)
+        """x * rsqrt(mean(x^2) + eps) * weight, in one fused op (bit for bit HF's float32 result).
+        Other dtypes keep HF's order: normalise in float32, cast back, then scale."""
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        out: Tensor = self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
         return out
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 class RotaryEmbedding(nn.Module):
@@ -49,7 +45,8 @@ class RotaryEmbedding(nn.Module):
         self.cos: Tensor
         self.sin: Tensor
         self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        # sin with its first half negated: x.roll(half) * this = HF's rotate_half(x) * sin, in fewer ops
+        self.register_buffer("sin", torch.cat((-freqs.sin(), freqs.sin()), dim=-1), persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin for this step's positions, [T, 1, dim] (broadcast over heads); once per step."""
@@ -57,8 +54,10 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rope(q: Tensor, k: Tensor, rope: Rope) -> tuple[Tensor, Tensor]:
+    """Rotate each pair (x[i], x[i + half]) by its position's angle."""
     cos, sin = rope
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    half = q.shape[-1] // 2
+    return q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
 
 
 def rope_inv_freq(config: ModelConfig) -> Tensor:

@@ -88,7 +88,7 @@ def test_efficiency_is_reported_per_system_and_phase(report):
 
 
 def test_profile_splits_each_phase_into_categories(report):
-    from tracer.bench.profile import CATEGORIES
+    from tracer.bench.op_profile import CATEGORIES
 
     for phase in ("prefill-heavy", "decode-heavy"):
         p = report["profile"][phase]

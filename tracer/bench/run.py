@@ -130,7 +130,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
     tracer = None if settings.skip_tracer else measure_tracer(settings, options, requests, warmup, main.elapsed)
     profile = None
     if settings.profile:
-        from tracer.bench.profile import profile_engine
+        from tracer.bench.op_profile import profile_engine
 
         log("nanoengine under torch.profiler ...")
         profile = profile_engine(settings.model, options, requests, warmup)
