@@ -61,9 +61,7 @@ class TorchAttention:
             k = k_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
             v = v_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
             # Query j sits at position seq_len - n + j and sees keys up to that position.
-            mask = None
-            if n != seq_len:
-                mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n)
+            mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n) if n != seq_len else None
             o = F.scaled_dot_product_attention(
                 q[start : start + n].transpose(0, 1),
                 k,

@@ -48,8 +48,7 @@ class EngineConfig:
 
 
 def idle_cores() -> int:
-    """torch CPU threads when not given: the cores other processes leave idle (at least 1, at most
-    torch's own choice). On a busy machine each op's OpenMP threads wait for a descheduled peer:
-    2 threads on a 2-core box under load 10 ran decode steps 9x slower than 1 (docs/benchmarks.md)."""
+    """torch threads when not given: the cores others leave idle (1 at least, torch's choice at most). Busy,
+    OpenMP threads wait for descheduled peers: 2 threads, 2 cores, load 10: decode 9x slower than 1 thread."""
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))

@@ -28,8 +28,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x * rsqrt(mean(x^2) + eps) * weight, in one fused op (bit for bit HF's float32 result).
-        Other dtypes keep HF's order: normalise in float32, cast back, then scale."""
+        """One fused op, bit for bit HF's float32 result; other dtypes keep HF's order (fp32 norm, cast, scale)."""
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         out: Tensor = self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
@@ -54,8 +53,7 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rope(q: Tensor, k: Tensor, rope: Rope) -> tuple[Tensor, Tensor]:
-    """Rotate each pair (x[i], x[i + half]) by its position's angle."""
-    cos, sin = rope
+    cos, sin = rope  # rotates each pair (x[i], x[i + half]) by its position's angle
     half = q.shape[-1] // 2
     return q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
 
