@@ -939,8 +939,6 @@ class InvariantChecker:
         for sid, s in ctx.seqs.items():
             if sid in self.tokens and s.get("new_token_ids"):
                 self.tokens[sid].extend(s["new_token_ids"])
-            if s.get("status_after") == "FINISHED":
-                self.kv.forget(sid)
 
 
 def check_steps(

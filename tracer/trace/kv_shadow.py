@@ -44,7 +44,8 @@ class BadRead:
 class KvShadow:
     block_size: int = 0
     blocks: list[list] = field(default_factory=list)  # block -> each slot's prefix digest (None: never written)
-    chains: dict[int, list[list[int]]] = field(default_factory=dict)  # seq_id -> its digests, a list per block
+    # seq_id -> its digests, a list per block; kept after it finishes, to name whose KV a slot holds
+    chains: dict[int, list[list[int]]] = field(default_factory=dict)
 
     def start(self, num_blocks: int, block_size: int, fresh_engine: bool) -> None:
         """Size the shadow at the first step; an engine that ran before the trace has UNKNOWN slots."""
@@ -114,7 +115,7 @@ class KvShadow:
                 return
 
     def describe(self, digest, position: int) -> str:
-        """What a slot holds, in words: whose prefix, if any live sequence's."""
+        """What a slot holds, in words: whose prefix, if any sequence's of this trace."""
         if digest is None:
             return "no KV at all (it was never written)"
         if isinstance(digest, tuple):
@@ -126,7 +127,3 @@ class KvShadow:
                 if digest in block:
                     return f"the KV of seq {sid}'s position {j * self.block_size + block.index(digest)}"
         return "KV computed for a different token prefix"
-
-    def forget(self, seq_id: int) -> None:
-        """A finished sequence reads no more; the slots it wrote keep their digests."""
-        self.chains.pop(seq_id, None)

@@ -1,0 +1,37 @@
+"""Checks for bug hunt 11: find_cached_prefix must leave a token to compute."""
+
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_block_manager,
+    make_sequence,
+)
+
+TARGETS = {"find_cached_prefix": "BlockManager.find_cached_prefix"}
+
+
+def check_a_full_hit_leaves_the_last_token(fns):
+    """A prompt whose every block is cached still gets one token to compute."""
+    bm = make_block_manager()
+    tokens = list(range(10, 18))  # 8 tokens: exactly 2 full blocks of 4
+    first = make_sequence(tokens)
+    bm.allocate(first, len(tokens))
+    first.num_cached_tokens = len(tokens)
+    bm.register_full_blocks(first)
+    blocks, _ = fns.find_cached_prefix(bm, make_sequence(tokens))
+    expect(
+        len(blocks) * bm.block_size < len(tokens),
+        f"both blocks of the 8-token prompt are cached and your lookup returns "
+        f"{len(blocks)} of them: that leaves {len(tokens) - 4 * len(blocks)} "
+        f"tokens to compute, and a step needs at least one to sample from",
+    )
+    expect(
+        len(blocks) == 1,
+        f"the first block can still be shared; got {len(blocks)} blocks",
+    )
+
+
+def engine_the_scenario_keeps_every_invariant(fns):
+    """The lesson's scenario runs with your lookup and breaks no invariant."""
+    expect_engine_matches(lesson_scenario(__file__))

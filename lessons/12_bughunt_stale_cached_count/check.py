@@ -1,0 +1,33 @@
+"""Checks for bug hunt 12: a preempted request forgets its KV."""
+
+from nanoengine.scheduler import SchedulerOutput
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_scheduler,
+    prefilled,
+)
+
+TARGETS = {"preempt": "Scheduler.preempt"}
+
+
+def check_preempt_forgets_the_kv(fns):
+    """After preempt, the request holds no blocks and claims no cached tokens."""
+    sched = make_scheduler(16)
+    a, b = prefilled(sched, 9, 10)
+    fns.preempt(sched, b, SchedulerOutput(), a)
+    expect(
+        b.block_table == [],
+        f"B must hold no blocks after preempt, holds {b.block_table}",
+    )
+    expect(
+        b.num_cached_tokens == 0,
+        f"B's blocks went back to the pool, yet it says num_cached_tokens = "
+        f"{b.num_cached_tokens}: KV it no longer has",
+    )
+
+
+def engine_the_scenario_keeps_every_invariant(fns):
+    """The lesson's scenario runs with your preempt and breaks no invariant."""
+    expect_engine_matches(lesson_scenario(__file__))

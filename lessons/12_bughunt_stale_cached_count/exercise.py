@@ -1,0 +1,36 @@
+"""Bug hunt 12: find and fix the bug in Scheduler.preempt.
+
+This is the engine's preemption with one real bug planted in it. The run's
+outputs are even the same as with the engine's own code.
+
+Find it: `nanoengine lesson trace 12` runs the lesson's scenario with this
+code and opens the replay at the first broken invariant; `nanoengine check` on
+the trace it writes (in my-lessons/traces/) lists every violation. Fix it here.
+
+Check it:  nanoengine lesson check 12
+"""
+
+from __future__ import annotations
+
+from nanoengine.scheduler import SchedulerOutput
+from nanoengine.sequence import Sequence, SequenceStatus
+
+
+def preempt(
+    self,
+    seq: Sequence,
+    out: SchedulerOutput,
+    needed_by: Sequence,
+) -> None:
+    """Preempt by recompute: drop seq's KV; it prefills all its tokens again
+    later. self is the Scheduler."""
+    free = self.block_manager.num_free_blocks
+    reason = (
+        f"KV cache full: seq {needed_by.seq_id} needed a block, {free} free"
+    )
+    self.block_manager.free(seq)
+    seq.prefill_chunk = 0
+    seq.status = SequenceStatus.WAITING
+    self.running.remove(seq)
+    self.waiting.appendleft(seq)
+    out.events.append(("preempted", seq.seq_id, {"reason": reason}))

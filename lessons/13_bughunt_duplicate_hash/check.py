@@ -1,0 +1,47 @@
+"""Checks for bug hunt 13: one hash, one block."""
+
+from tracer.teach.kit import (
+    expect,
+    expect_engine_matches,
+    lesson_scenario,
+    make_block_manager,
+    make_sequence,
+)
+
+TARGETS = {"register_full_blocks": "BlockManager.register_full_blocks"}
+
+
+def computed(bm, tokens):
+    """A request whose tokens were all computed this step, not yet registered."""
+    seq = make_sequence(tokens)
+    bm.allocate(seq, len(tokens))
+    seq.num_cached_tokens = len(tokens)
+    return seq
+
+
+def check_twins_in_one_step_register_one_block(fns):
+    """Two requests that computed the same prefix in one step: one block keeps the hash."""
+    bm = make_block_manager()
+    tokens = list(range(10, 18))
+    a, b = computed(bm, tokens), computed(bm, tokens)
+    fns.register_full_blocks(bm, a)
+    fns.register_full_blocks(bm, b)
+    hashed = [block for block, h in enumerate(bm.hashes) if h is not None]
+    expect(
+        hashed == a.block_table,
+        f"A's blocks {a.block_table} and B's {b.block_table} hold the same "
+        f"prefix; only A's may carry its hashes, but blocks {hashed} do",
+    )
+    expect(
+        [bm.hash_to_block[h] for h in a.block_hashes] == a.block_table,
+        "hash_to_block must keep pointing at the block registered first (A's)",
+    )
+    expect(
+        b.block_hashes == a.block_hashes,
+        "B still records its blocks' hashes in b.block_hashes",
+    )
+
+
+def engine_the_scenario_keeps_every_invariant(fns):
+    """The lesson's scenario runs with your registration and breaks no invariant."""
+    expect_engine_matches(lesson_scenario(__file__))

@@ -1,0 +1,32 @@
+"""Bug hunt 13: find and fix the bug in BlockManager.register_full_blocks.
+
+This is the engine's prefix-cache registration with one real bug planted in
+it. The run's outputs are the same as with the engine's own code.
+
+Find it: `nanoengine lesson trace 13` runs the lesson's scenario with this
+code and opens the replay at the first broken invariant; `nanoengine check` on
+the trace it writes (in my-lessons/traces/) lists every violation. Fix it here.
+
+Check it:  nanoengine lesson check 13
+"""
+
+from __future__ import annotations
+
+from nanoengine.block_manager import compute_block_hash
+from nanoengine.sequence import Sequence
+
+
+def register_full_blocks(self, seq: Sequence) -> None:
+    """Hash each block that became full and computed, so later requests can
+    share it. self is the BlockManager."""
+    if not self.enable_prefix_caching:
+        return
+    bs = self.block_size
+    for i in range(len(seq.block_hashes), seq.num_cached_tokens // bs):
+        parent = seq.block_hashes[-1] if seq.block_hashes else None
+        tokens = seq.token_ids[i * bs : (i + 1) * bs]
+        block_hash = compute_block_hash(parent, tokens)
+        seq.block_hashes.append(block_hash)
+        block_id = seq.block_table[i]
+        self.hash_to_block[block_hash] = block_id
+        self.hashes[block_id] = block_hash
