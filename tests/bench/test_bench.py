@@ -79,6 +79,7 @@ def test_efficiency_is_reported_per_system_and_phase(report):
         assert list(phases) == ["whole run", "prefill-heavy", "decode-heavy", "decode at batch >= 16"]
         whole = phases["whole run"]
         assert 0 < whole["efficiency"] and whole["gflop"] > 0
+        assert 0 < whole["cpu_share"] and 0 < whole["efficiency_per_cpu_s"]
         assert phases["prefill-heavy"]["gflop"] + phases["decode-heavy"]["gflop"] == pytest.approx(
             whole["gflop"], abs=0.02
         )

@@ -76,3 +76,12 @@ def test_efficiency_credits_every_token_once_per_phase():
     assert prefill["gflop"] + decode["gflop"] == pytest.approx(whole["gflop"], abs=0.02)
     assert prefill["seconds"] == 1.5 and decode["seconds"] == 2.5
     assert whole["efficiency"] == pytest.approx(total / 4.0 / 1e9, abs=1e-3)
+
+
+def test_cpu_time_gives_the_share_of_the_cores_the_run_got():
+    shape = ModelShape(2, 64, 4, 2, 16, 128, 300)
+    requests = [BenchRequest((5,) * 4, 3)]
+    flops = sum(request_token_flops(shape, requests[0]))
+    whole = run_efficiency(shape, requests, [[1.0, 2.0, 3.0]], 4.0, peak=2e9, cpu_time=2.0, threads=2)["whole run"]
+    assert whole["cpu_share"] == 0.25  # 2 CPU seconds of the 8 that 2 threads could use in 4 s
+    assert whole["efficiency_per_cpu_s"] == pytest.approx(flops / 2.0 / 1e9, abs=1e-4)

@@ -141,21 +141,35 @@ def split_phases(token_times: list[list[float]], elapsed: float) -> list[Phase]:
 
 
 def run_efficiency(
-    shape: ModelShape, requests: list[BenchRequest], token_times: list[list[float]], elapsed: float, peak: float
+    shape: ModelShape,
+    requests: list[BenchRequest],
+    token_times: list[list[float]],
+    elapsed: float,
+    peak: float,
+    cpu_time: float | None = None,
+    threads: int = 1,
 ) -> dict:
-    """Useful FLOP/s and its fraction of the peak, per phase; a token's FLOPs count where it appears."""
+    """Useful FLOP/s and its fraction of the peak, per phase; a token's FLOPs count where it appears.
+    With the run's CPU time, the whole run also per CPU second: on a shared machine the wall clock
+    includes time the process waited for a core, the CPU time does not."""
     phases = split_phases(token_times, elapsed)
     for request, times in zip(requests, token_times):
         for flops, t in zip(request_token_flops(shape, request), times):
             for phase in phases:
                 if phase.holds(t):
                     phase.flops += flops
-    return {phase.name: phase.to_dict(peak) for phase in phases}
+    result = {phase.name: phase.to_dict(peak) for phase in phases}
+    if cpu_time:
+        # the peak is for `threads` threads: one CPU second is worth peak / threads
+        result["whole run"]["cpu_share"] = round(cpu_time / elapsed / threads, 4)
+        result["whole run"]["efficiency_per_cpu_s"] = round(phases[0].flops / cpu_time / (peak / threads), 4)
+    return result
 
 
 # ---- the machine's limit ---------------------------------------------------------------------------
 def time_matmul(a: torch.Tensor, b: torch.Tensor, min_time: float = 0.15, max_reps: int = 50) -> float:
-    """Median seconds of a @ b over repeats (after one warm-up), at least min_time in all."""
+    """The fastest of several timed a @ b (after one warm-up), at least min_time in all: the machine's
+    limit is its best rate, and on a shared machine slower repeats only measure other processes."""
     from tracer.bench.metrics import synchronize
 
     a @ b
@@ -166,7 +180,7 @@ def time_matmul(a: torch.Tensor, b: torch.Tensor, min_time: float = 0.15, max_re
         a @ b
         synchronize(a.device)
         times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    return min(times)
 
 
 def measure_gemm_peak(shape: ModelShape, device: torch.device, dtype: torch.dtype) -> dict:

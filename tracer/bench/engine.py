@@ -49,7 +49,7 @@ def greedy_params(request: BenchRequest) -> SamplingParams:
 def run_requests(engine: LLMEngine, requests: list[BenchRequest], name: str = "nanoengine") -> RunResult:
     """Add every request at t = 0, step until all are done, timestamp each token as it appears."""
     synchronize(engine.device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     ids = [engine.add_request(list(r.prompt_token_ids), greedy_params(r)) for r in requests]
     index = {seq_id: i for i, seq_id in enumerate(ids)}
     token_times: list[list[float]] = [[] for _ in requests]
@@ -58,7 +58,7 @@ def run_requests(engine: LLMEngine, requests: list[BenchRequest], name: str = "n
         now = time.perf_counter()
         for seq in gained:
             token_times[index[seq.seq_id]].append(now)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu_time = time.perf_counter() - start, time.process_time() - cpu_start
     outputs = [engine.collect(i).token_ids for i in ids]
     ttft, tpot = latencies(token_times, start)
     return RunResult(
@@ -70,6 +70,7 @@ def run_requests(engine: LLMEngine, requests: list[BenchRequest], name: str = "n
         tpot,
         outputs,
         token_times=since(token_times, start),
+        cpu_time=cpu_time,
     )
 
 

@@ -114,13 +114,13 @@ def run_hf_generate(hf_model, requests: list[BenchRequest], batch_size: int | No
     outputs: list[list[int]] = []
     token_times: list[list[float]] = []
     synchronize(hf_model.device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for first in range(0, len(requests), batch_size):
         batch = requests[first : first + batch_size]
         ids, step_times = generate_static(hf_model, batch, pad_id)
         outputs.extend(ids)
         token_times.extend(step_times[: r.max_tokens] for r in batch)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu_time = time.perf_counter() - start, time.process_time() - cpu_start
     ttft, tpot = latencies(token_times, start)
     num_batches = -(-len(requests) // batch_size)
     return RunResult(
@@ -137,6 +137,7 @@ def run_hf_generate(hf_model, requests: list[BenchRequest], batch_size: int | No
             "ttft_method": "streamer timestamp of each batch's first decoding step",
         },
         since(token_times, start),
+        cpu_time,
     )
 
 
@@ -175,9 +176,9 @@ def run_hf_generate_batch(
             if warmup:  # the first request also builds the paged cache and its static buffers
                 collect(manager, submit(manager, warmup))
             setup = time.perf_counter() - setup_start
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()  # its loop thread counts too
             results = collect(manager, submit(manager, requests))
-            elapsed = time.perf_counter() - start
+            elapsed, cpu_time = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
         if hf_model.config._attn_implementation != original_attention:
             hf_model.set_attn_implementation(original_attention)
@@ -199,6 +200,7 @@ def run_hf_generate_batch(
             "ttft_method": "per-token timestamps recorded by the continuous batching manager",
         },
         since(token_times, start),
+        cpu_time,
     )
 
 

@@ -31,6 +31,7 @@ class RunResult:
     outputs: list[list[int]] = field(default_factory=list)  # generated ids, workload order (credited part)
     notes: dict = field(default_factory=dict)
     token_times: list[list[float]] = field(default_factory=list)  # s from t0, per request (not in the JSON)
+    cpu_time: float | None = None  # CPU seconds the process used in the timed window, all threads
 
     @property
     def output_tok_s(self) -> float:
@@ -49,6 +50,7 @@ class RunResult:
             "total_tok_s": round(self.total_tok_s, 2),
             "ttft_ms": percentiles_ms(self.ttft),
             "tpot_ms": percentiles_ms(self.tpot),
+            "cpu_s": None if self.cpu_time is None else round(self.cpu_time, 3),
             **self.notes,
         }
 

@@ -185,13 +185,16 @@ def efficiency_table(report: dict):
     )
     table.add_column("system")
     table.add_column("phase")
-    for name in ("s", "GFLOP", "GFLOP/s", "of peak"):
+    for name in ("s", "GFLOP", "GFLOP/s", "of peak", "CPU share", "of peak per CPU s"):
         table.add_column(name, justify="right")
     for key, phases in report["efficiency"].items():
         for phase, e in phases.items():
             share = "-" if e["efficiency"] is None else f"{e['efficiency'] * 100:.1f} %"
             rate = "-" if e["gflop_s"] is None else f"{e['gflop_s']:.1f}"
-            table.add_row(RUN_LABELS.get(key, key), phase, f"{e['seconds']:.2f}", f"{e['gflop']:.1f}", rate, share)
+            cpu = [f"{e[k] * 100:.1f} %" if k in e else "" for k in ("cpu_share", "efficiency_per_cpu_s")]
+            table.add_row(
+                RUN_LABELS.get(key, key), phase, f"{e['seconds']:.2f}", f"{e['gflop']:.1f}", rate, share, *cpu
+            )
     return table
 
 

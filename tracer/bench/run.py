@@ -124,7 +124,15 @@ def run_benchmark(settings: BenchSettings) -> dict:
         peaks.append(measure_gemm_peak(engine_run.shape, device, getattr(torch, dtype)))
     peak = max(peaks, key=lambda p: p["gflop_s"])
     efficiency = {
-        key: run_efficiency(engine_run.shape, requests, result.token_times, result.elapsed, peak["gflop_s"] * 1e9)
+        key: run_efficiency(
+            engine_run.shape,
+            requests,
+            result.token_times,
+            result.elapsed,
+            peak["gflop_s"] * 1e9,
+            result.cpu_time,
+            torch.get_num_threads(),
+        )
         for key, result in results.items()
     }
     tracer = None if settings.skip_tracer else measure_tracer(settings, options, requests, warmup, main.elapsed)
