@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from tracer.cli.main import main
-from tracer.export.frame_pack import FrameFormatError, compress, pack_frames, unpack_frame
+from tracer.export.frame_pack import (
+    FrameFormatError,
+    compress,
+    expand_ops,
+    frame_ops,
+    pack_frames,
+    unpack_frame,
+)
 from tracer.export.frames import render_frames
 from tracer.export.html import viewer_header
 from tracer.replay.narration import narrate
@@ -32,7 +39,8 @@ def page(tiny_trace_path, tmp_path_factory) -> str:
 def payload(page: str) -> dict:
     data = re.search(r'<script id="frames-data" type="application/octet-stream">(.*?)</script>', page, re.S)
     assert data is not None
-    return json.loads(gzip.decompress(base64.b64decode(data.group(1))))
+    unpacked = json.loads(gzip.decompress(base64.b64decode(data.group(1))))
+    return unpacked | {"frames": expand_ops(unpacked["frame_ops"])}
 
 
 def frame_text(svg: str) -> str:
@@ -61,7 +69,7 @@ def test_one_frame_and_one_narration_per_step(tiny_trace, page):
     assert len(data["frames"]) == len(tiny_trace.steps)
     last = tiny_trace.steps[-1]["step"]
     for number, frame in zip(data["steps"], data["frames"]):
-        text = frame_text("\n".join(data["lines"][n] for n in frame))
+        text = frame_text("".join(data["pieces"][n] for n in frame))
         assert f"step {number} of {tiny_trace.steps[0]['step']}–{last}" in text  # the TUI's timeline, at that step
 
 
@@ -73,7 +81,7 @@ def test_frames_keep_the_tui_picture(tiny_trace, page):
     style = re.search(r'<style id="frame-style">(.*?)</style>', page, re.S).group(1)
     rules = dict(re.findall(r"\.(s\d+) \{ ([^}]*) \}", style))
     for index, original in zip(indices, originals):
-        packed = "\n".join(data["lines"][n] for n in data["frames"][index])
+        packed = "".join(data["pieces"][n] for n in data["frames"][index])
         assert frame_text(packed) == frame_text(original)
         original_rules = dict(re.findall(r"\.terminal-\d+-(r\d+) \{ ([^}]*) \}", original))
         original_looks = [look(c.rsplit("-", 1)[1], original_rules) for c in TEXT_CLASS.findall(original)]
@@ -84,9 +92,20 @@ def test_packing_shares_what_frames_repeat(tiny_trace):
     frames = render_frames(tiny_trace, range(len(tiny_trace.steps)))
     packed = pack_frames(frames)
     assert [unpack_frame(packed, i).count("<text") for i in range(len(frames))] == [f.count("<text") for f in frames]
-    assert sum(len(line) for line in packed.lines) < sum(map(len, frames)) / 2  # rows repeat across steps
+    assert sum(map(len, packed.pieces)) < sum(map(len, frames)) / 4  # most elements repeat across steps
+    ops = frame_ops(packed.frames)
+    assert expand_ops(ops) == packed.frames
+    assert sum(map(len, ops)) < sum(map(len, packed.frames))  # a step changes part of the screen
     each_gzipped = sum(len(gzip.compress(frame.encode(), 9)) for frame in frames)
-    assert len(compress({"lines": packed.lines, "frames": packed.frames})) < 0.8 * each_gzipped
+    assert len(compress({"pieces": packed.pieces, "frame_ops": ops})) < each_gzipped / 2
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [[[0, 1, 2], [0, 1, 2]], [[0, 1, 2], [0, 3, 2, 4]], [[5, 6], [], [5, 6, 7]], [[1, 2, 3], [1, 2]]],
+)
+def test_frame_ops_round_trip(frames):
+    assert expand_ops(frame_ops(frames)) == frames
 
 
 def test_a_frame_that_is_not_a_terminal_svg_is_refused():

@@ -1,17 +1,19 @@
 """Many SVG frames of the same screen, packed small enough to mail.
 
-    pack_frames(svgs) -> PackedFrames        shared CSS + unique lines + each frame as line numbers
+    pack_frames(svgs) -> PackedFrames        shared CSS + unique pieces + each frame as piece numbers
     add_frame(packed, svg)                   one more frame (render and pack one at a time: little memory)
     unpack_frame(packed, i) -> str           frame i as an SVG string (what the page rebuilds)
+    frame_ops(frames) / expand_ops(ops)      each frame as edits of the one before, and back
     compress(obj) -> str                     JSON, gzip, base64 (the page undoes it with DecompressionStream)
 
 Rich writes one SVG per screenshot with a per-file id (`terminal-<hash>`) on every class and
 clip path, its own numbering of the styles it used (`.terminal-<hash>-r7 { fill: #ffd23f }`),
-@font-face rules that point at a CDN, and one line per terminal row. Consecutive steps differ in
-a few rows, so after giving every frame the same id and one shared numbering of styles, most
-lines repeat: each unique line is stored once and a frame is a list of line numbers. The font
-rules go (the page works offline; the SVG falls back to a local monospace font, and textLength
-keeps the columns aligned).
+and @font-face rules that point at a CDN. After giving every frame the same id and one shared
+numbering of styles, consecutive steps share most of their SVG elements: each distinct piece (one
+`<text>`/`<rect>` element, or the text between them) is stored once and a frame is a list of
+piece numbers, sent as edits of the previous frame's list (frame_ops). The font rules go (the page
+works offline; the SVG falls back to a local monospace font, and textLength keeps the columns
+aligned).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ UNIQUE_ID = re.compile(r"terminal-(\d+)")
 STYLE_RULE = re.compile(r"\.terminal-(\d+)-r(\d+) \{ ([^}]*) \}")
 FONT_FACE = re.compile(r"@font-face\s*\{[^}]*\}")
 COMMENT = re.compile(r"<!--.*?-->", re.S)
+PIECE_END = re.compile(r"(?<=</text>)|(?<=/>)|(?<=\n)")  # split after each element and each line
 FRAME_ID = "t"  # every frame's classes and clip paths: t-matrix, t-line-3, ...
 
 
@@ -37,10 +40,10 @@ class FrameFormatError(ValueError):
 @dataclass(slots=True)
 class PackedFrames:
     base_style: str = ""  # the CSS rules that are not numbered styles (the same in every frame)
-    lines: list[str] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
     frames: list[list[int]] = field(default_factory=list)
     style_classes: dict[str, str] = field(default_factory=dict)  # css -> shared class name
-    line_numbers: dict[str, int] = field(default_factory=dict)
+    piece_numbers: dict[str, int] = field(default_factory=dict)
 
     @property
     def style(self) -> str:
@@ -74,22 +77,60 @@ def add_frame(packed: PackedFrames, svg: str) -> None:
 
     text = COMMENT.sub("", head) + re.sub(rf"terminal-{uid}-r(\d+)\b", rename, body)
     text = text.replace(f"terminal-{uid}", FRAME_ID)
-    packed.frames.append([line_number(packed, line) for line in text.split("\n")])
+    packed.frames.append([piece_number(packed, piece) for piece in PIECE_END.split(text) if piece])
 
 
 def shared_class(packed: PackedFrames, css: str) -> str:
     return packed.style_classes.setdefault(css.strip(), f"s{len(packed.style_classes)}")
 
 
-def line_number(packed: PackedFrames, line: str) -> int:
-    number = packed.line_numbers.setdefault(line, len(packed.lines))
-    if number == len(packed.lines):
-        packed.lines.append(line)
+def piece_number(packed: PackedFrames, piece: str) -> int:
+    number = packed.piece_numbers.setdefault(piece, len(packed.pieces))
+    if number == len(packed.pieces):
+        packed.pieces.append(piece)
     return number
 
 
 def unpack_frame(packed: PackedFrames, index: int) -> str:
-    return "\n".join(packed.lines[n] for n in packed.frames[index])
+    return "".join(packed.pieces[n] for n in packed.frames[index])
+
+
+def frame_ops(frames: list[list[int]]) -> list[list[int]]:
+    """Each frame as edits of the previous one: -k copies the previous frame's next k piece
+    numbers (same positions), a number >= 0 is that piece. Most of a step's screen is unchanged."""
+    ops: list[list[int]] = []
+    previous: list[int] = []
+    for frame in frames:
+        edits, i = [], 0
+        while i < len(frame):
+            j = i
+            while j < len(frame) and j < len(previous) and previous[j] == frame[j]:
+                j += 1
+            if j > i:
+                edits.append(i - j)
+                i = j
+            else:
+                edits.append(frame[i])
+                i += 1
+        ops.append(edits)
+        previous = frame
+    return ops
+
+
+def expand_ops(ops: list[list[int]]) -> list[list[int]]:
+    """frame_ops undone (player.html does the same in JavaScript)."""
+    frames: list[list[int]] = []
+    previous: list[int] = []
+    for edits in ops:
+        frame: list[int] = []
+        for op in edits:
+            if op < 0:
+                frame.extend(previous[len(frame) : len(frame) - op])
+            else:
+                frame.append(op)
+        frames.append(frame)
+        previous = frame
+    return frames
 
 
 def compress(obj: object) -> str:

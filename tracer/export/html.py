@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
 
-from tracer.export.frame_pack import PackedFrames, add_frame, compress
+from tracer.export.frame_pack import PackedFrames, add_frame, compress, frame_ops
 from tracer.export.frames import DEFAULT_SIZE, stream_frames
 from tracer.replay.narration import narrate
 from tracer.trace.trace_file import Trace
@@ -36,8 +36,8 @@ def html_page(trace: Trace, indices: Sequence[int], packed: PackedFrames) -> str
     payload = {
         "steps": [step["step"] for step in steps],
         "narration": [narrate(step, header) for step in steps],
-        "lines": packed.lines,
-        "frames": packed.frames,
+        "pieces": packed.pieces,
+        "frame_ops": frame_ops(packed.frames),
     }
     title = trace.title or trace.path.name
     config = trace.header.get("config", {})
