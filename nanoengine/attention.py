@@ -15,7 +15,7 @@ class DecodeGroup:
 
     rows: torch.Tensor  # their token rows in the flat batch
     block_ids: torch.Tensor  # their block tables, cut to the group's longest sequence, flattened
-    visible: torch.Tensor  # [num_seqs, num_blocks * block_size]: True within each sequence's length
+    pad: torch.Tensor  # [num_seqs, num_blocks * block_size]: True past each sequence's length
 
 
 @dataclass(slots=True)
@@ -49,13 +49,12 @@ class TorchAttention:
         num_kv_heads, _, block_size, dim = k_cache.shape
         group = q.shape[1] // num_kv_heads
         for g in meta.decode_groups:
-            B, L = g.visible.shape
+            B, L = g.pad.shape
             k = k_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
             v = v_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
-            # A KV head's query heads are its "query rows": [kv_heads, B, group, dim] against [kv_heads, B, L, dim].
-            qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)
-            o = F.scaled_dot_product_attention(qd, k, v, attn_mask=g.visible[None, :, None, :], scale=scale)
-            out[g.rows] = o.transpose(0, 1).reshape(B, -1, dim)
+            qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)  # [kv_heads, B, group, dim]
+            scores = ((qd * scale) @ k.transpose(-1, -2)).masked_fill_(g.pad[None, :, None, :], float("-inf"))
+            out[g.rows] = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)
         for i, start, n, seq_len in meta.prefills:
             table = meta.block_tables[i, : (seq_len + block_size - 1) // block_size]
             k = k_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]

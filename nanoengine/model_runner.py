@@ -113,11 +113,11 @@ class ModelRunner:
         index = torch.tensor(seqs)
         lens = inputs.seq_lens[index]
         num_blocks = (int(lens.max()) + self.block_size - 1) // self.block_size
-        visible = torch.arange(num_blocks * self.block_size)[None, :] < lens[:, None]
+        pad = torch.arange(num_blocks * self.block_size)[None, :] >= lens[:, None]
         return DecodeGroup(
             rows=torch.tensor([starts[i] for i in seqs], device=self.device),
             block_ids=inputs.block_tables[index, :num_blocks].flatten().to(self.device),
-            visible=visible.to(self.device),
+            pad=pad.to(self.device),
         )
 
     @torch.inference_mode()
