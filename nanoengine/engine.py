@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -194,9 +195,9 @@ class LLMEngine:
         unseen = self.added if self.step_hooks == self.watching else self.scheduler.waiting
         seqs = [*self.scheduler.running, *(s for s in unseen if not s.is_finished)]
         self.added = []
-        queues = QueueOrder(
-            tuple(s.seq_id for s in self.scheduler.running), tuple(s.seq_id for s in self.scheduler.waiting)
-        )
+        waiting, can_admit = self.scheduler.waiting, self.config.max_num_seqs + len(self.to_abort)
+        head = tuple(s.seq_id for s in itertools.islice(waiting, can_admit))  # not O(queue): all a step can admit
+        queues = QueueOrder(tuple(s.seq_id for s in self.scheduler.running), head, len(waiting))
         return StepWatch(self.num_steps, seqs, self.sequences, self.step_hooks, queues)
 
     def apply_aborts(self) -> list[tuple[Sequence, int]]:

@@ -80,7 +80,8 @@ class QueueOrder:
     """The scheduler's queues at the start of the step (before aborts), as the step found them."""
 
     running: tuple[int, ...]  # admission order: the victim policy preempts from the end
-    waiting: tuple[int, ...]  # head first: preempted sequences go back to the head
+    waiting: tuple[int, ...]  # head first (preempted sequences go back there), as much as one step can admit
+    num_waiting: int  # the whole waiting queue's length
 
 
 @dataclass(frozen=True, slots=True)

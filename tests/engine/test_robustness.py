@@ -290,6 +290,10 @@ def test_a_hooked_step_records_the_batch_not_the_whole_waiting_queue():
     assert len(records[0].seqs) == 300  # the first step shows the hook every request once
     later = [len(r.seqs) for r in records[1:]]
     assert max(later) <= 4, later  # running + admitted/finished this step: not the 298 waiting ones
+    queues = records[1].queues  # the queues: only the head a step can admit from, and the length
+    assert len(queues.waiting) == 2 and queues.num_waiting == 298
+    first = records[0].seqs[0].seq_id
+    assert queues.running == (first, first + 1) and queues.waiting == (first + 2, first + 3)
     for _ in range(2):  # a request added later is shown once, in the next step
         engine.add_request("late", greedy(3))
     engine.step()

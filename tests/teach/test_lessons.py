@@ -219,11 +219,12 @@ def test_an_endless_loop_is_stopped_and_named(tmp_path):
     path.write_text(
         reference_solution(lesson).replace("        self.preempt(victim, out, needed_by=seq)\n", ""), encoding="utf-8"
     )
-    results = run_lesson_checks(lesson, student_functions(lesson, path), path, time_limit=0.5)
+    # a limit that the honest checks before it meet even on a busy machine
+    results = run_lesson_checks(lesson, student_functions(lesson, path), path, time_limit=4)
     stopped = [r for r in results if r.timed_out]
     assert len(stopped) == 1 and stopped[0].name == "check_make_room_preempts_newest"
     message = stopped[0].message
-    assert "check_make_room_preempts_newest did not finish within 0.5 s" in message
+    assert "check_make_room_preempts_newest did not finish within 4 s" in message
     assert "loop that never ends" in message and "make_room" in message and "while not bm.can_allocate" in message
     after = results[results.index(stopped[0]) + 1 :]
     assert after and all(r.status == "skipped" and "timed out" in r.message for r in after)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tracer.trace.trace_file import Trace
 
@@ -40,5 +41,18 @@ async def stream_frames_async(
         app.clear_notifications()  # a frame shows the step, not a toast from opening the file
         for n, index in enumerate(indices, start=1):
             app.go_to(index)
-            await pilot.pause()  # until idle: pause(0) can catch a frame before its layout settles
-            use(n, app.export_screenshot(simplify=True))
+            use(n, await settled_screenshot(app, pilot))
+
+
+async def settled_screenshot(app: Any, pilot: Any, tries: int = 5) -> str:
+    """The step's picture once it stops changing: on a busy machine one idle pause can still
+    catch a frame before its layout settles (the SVG's ids are content hashes, so equal means equal)."""
+    await pilot.pause()
+    svg: str = app.export_screenshot(simplify=True)
+    for _ in range(tries):
+        await pilot.pause()
+        again: str = app.export_screenshot(simplify=True)
+        if again == svg:
+            break
+        svg = again
+    return svg

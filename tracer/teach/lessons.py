@@ -314,7 +314,8 @@ def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None
         frames = [f for f in frames if Path(f.filename).resolve() == student_file.resolve()] or frames
     message = f"{check.__name__} did not finish within {e} and was stopped. "
     if frames and (student_file is None or Path(frames[-1].filename).resolve() == student_file.resolve()):
-        f = frames[-1]
+        # the innermost frame inside a loop: the stop can land in a function the loop calls
+        f = next((f for f in reversed(frames) if in_a_loop(f.filename, f.lineno)), frames[-1])
         line = f" (`{f.line.strip()}`)" if f.line else ""
         return message + (
             f"Likely cause: a loop that never ends. Your {f.name} was at {Path(f.filename).name} line "
@@ -324,6 +325,18 @@ def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None
     return message + (
         "Likely cause: a loop that never ends, in your code or in the engine running it (for example a "
         "function that never frees or takes the blocks the engine waits for)"
+    )
+
+
+def in_a_loop(filename: str, lineno: int | None) -> bool:
+    """Whether the line sits inside a while or for loop of the file."""
+    try:
+        tree = ast.parse(Path(filename).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return lineno is not None and any(
+        isinstance(node, (ast.While, ast.For)) and node.lineno <= lineno <= (node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
     )
 
 

@@ -65,7 +65,8 @@ class PoolLayout(TypedDict):
 
 class QueuesLine(TypedDict):
     running: list[int] | tuple[int, ...]  # at the start of the step, admission order
-    waiting: list[int] | tuple[int, ...]  # at the start of the step, head first
+    waiting: list[int] | tuple[int, ...]  # at the start of the step, head first: as much as one step can admit
+    num_waiting: NotRequired[int]  # the whole queue's length (absent in early version-2 traces)
 
 
 class StepLine(TypedDict):
@@ -98,5 +99,9 @@ def line_from_record(record: StepRecord) -> StepLine:
         "events": [{"kind": e.kind, "seq_id": e.seq_id, "detail": e.detail} for e in record.events],
         "inputs": {f: getattr(inp, f) for f in type(inp).__slots__},  # type: ignore[typeddict-item]
         "pool": {f: getattr(pool, f) for f in type(pool).__slots__},  # type: ignore[typeddict-item]
-        "queues": {"running": record.queues.running, "waiting": record.queues.waiting},
+        "queues": {
+            "running": record.queues.running,
+            "waiting": record.queues.waiting,
+            "num_waiting": record.queues.num_waiting,
+        },
     }

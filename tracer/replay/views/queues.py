@@ -36,6 +36,9 @@ def queues_text(step: dict, prev: dict | None) -> Text:
     append_ids(text, queues["waiting"], kinds, jumped)
     if not queues["waiting"]:
         text.append("(empty)", DIM)
+    more = queues.get("num_waiting", 0) - len(queues["waiting"])
+    if more > 0:
+        text.append(f" … +{more} more", DIM)
     return text
 
 
