@@ -84,16 +84,16 @@ def run_benchmark(settings: BenchSettings) -> dict:
     import transformers
 
     import nanoengine
+    from nanoengine.config import idle_cores
     from tracer.bench.efficiency import measure_gemm_peak, model_flops_summary, run_efficiency
     from tracer.bench.engine import measure_startup
     from tracer.bench.report import evaluate_targets
 
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
+    # one thread count for every system measured (unset: what the engine would choose, once, up front)
+    threads = settings.threads or idle_cores()
+    torch.set_num_threads(threads)
     device, dtype = resolve_device(settings)
-    options = {**settings.engine_options, "device": device.type, "dtype": dtype}
-    if settings.threads:
-        options["num_threads"] = settings.threads
+    options = {**settings.engine_options, "device": device.type, "dtype": dtype, "num_threads": threads}
     vocab_size = vocab_size_of(settings.model)
     requests = build_workload(settings.workload, vocab_size)
     warmup = warmup_requests(settings.workload, vocab_size)
