@@ -143,25 +143,10 @@ def test_engine_picks_flash_only_with_the_module_and_a_256_block(monkeypatch):
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_flash_backend_matches_hf_greedy(family, monkeypatch, tmp_path, one_torch_thread):
-    from tests.engine.test_golden import FAMILIES, hf_greedy
+    from tests.engine.test_golden import hf_greedy, save_tiny_checkpoint
 
     calls = install(monkeypatch, allow_fp32=True)  # fp32 on CPU, so greedy tokens can equal HF's
-    config = FAMILIES[family](
-        vocab_size=300,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        initializer_range=0.3,
-        tie_word_embeddings=family == "qwen3",
-    )
-    torch.manual_seed(0)
-    from transformers import AutoModelForCausalLM
-
-    hf = AutoModelForCausalLM.from_config(config).eval()
-    hf.save_pretrained(tmp_path)
+    hf = save_tiny_checkpoint(family, tmp_path, max_position_embeddings=1024)
     g = torch.Generator().manual_seed(1)
     shared = torch.randint(3, 300, (300,), generator=g).tolist()
     # Up to three pages per sequence and a 64-token budget: chunked prefill, so a chunk's queries end

@@ -51,8 +51,8 @@ FAMILIES = {
 }
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_tiny_checkpoints_match_hf(family, tmp_path):
+def save_tiny_checkpoint(family: str, folder, max_position_embeddings: int = 512):
+    """A random tiny model of the family, saved with save_pretrained; returns the HF model."""
     # A large init range spreads the logits, so float noise cannot flip a greedy choice.
     config = FAMILIES[family](
         vocab_size=300,
@@ -61,13 +61,19 @@ def test_tiny_checkpoints_match_hf(family, tmp_path):
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=max_position_embeddings,
         initializer_range=0.3,
         tie_word_embeddings=family == "qwen3",
     )
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(config).eval()
-    hf.save_pretrained(tmp_path)
+    hf.save_pretrained(folder)
+    return hf
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tiny_checkpoints_match_hf(family, tmp_path):
+    hf = save_tiny_checkpoint(family, tmp_path)
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (1, 5, 17, 40)]
     llm = LLM(str(tmp_path), block_size=4, max_num_batched_tokens=16)
