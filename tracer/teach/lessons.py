@@ -19,6 +19,7 @@ import ast
 import contextlib
 import importlib.util
 import inspect
+import linecache
 import re
 import signal
 import textwrap
@@ -314,12 +315,14 @@ def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None
         frames = [f for f in frames if Path(f.filename).resolve() == student_file.resolve()] or frames
     message = f"{check.__name__} did not finish within {e} and was stopped. "
     if frames and (student_file is None or Path(frames[-1].filename).resolve() == student_file.resolve()):
-        # the innermost frame inside a loop: the stop can land in a function the loop calls
-        f = next((f for f in reversed(frames) if in_a_loop(f.filename, f.lineno)), frames[-1])
-        line = f" (`{f.line.strip()}`)" if f.line else ""
+        # the innermost frame inside a loop (the stop can land in a function the loop calls), and that loop's head
+        found = next(((f, loop) for f in reversed(frames) if (loop := enclosing_loop(f.filename, f.lineno))), None)
+        f, lineno = found or (frames[-1], frames[-1].lineno)
+        text = linecache.getline(f.filename, lineno or 0).strip()
+        line = f" (`{text}`)" if text else ""
         return message + (
             f"Likely cause: a loop that never ends. Your {f.name} was at {Path(f.filename).name} line "
-            f"{f.lineno}{line} when it was stopped: make sure each pass of the loop changes what its "
+            f"{lineno}{line} when it was stopped: make sure each pass of the loop changes what its "
             f"condition tests"
         )
     return message + (
@@ -328,16 +331,18 @@ def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None
     )
 
 
-def in_a_loop(filename: str, lineno: int | None) -> bool:
-    """Whether the line sits inside a while or for loop of the file."""
+def enclosing_loop(filename: str, lineno: int | None) -> int | None:
+    """The first line of the innermost while/for loop around the line, if any."""
     try:
         tree = ast.parse(Path(filename).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
-        return False
-    return lineno is not None and any(
-        isinstance(node, (ast.While, ast.For)) and node.lineno <= lineno <= (node.end_lineno or node.lineno)
+        return None
+    loops = [
+        node
         for node in ast.walk(tree)
-    )
+        if isinstance(node, (ast.While, ast.For)) and lineno and node.lineno <= lineno <= (node.end_lineno or 0)
+    ]
+    return max((node.lineno for node in loops), default=None)
 
 
 def where_in(e: BaseException, student_file: Path | None) -> str:
