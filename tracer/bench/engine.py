@@ -14,7 +14,7 @@ from pathlib import Path
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
 from tracer.bench.efficiency import ModelShape
-from tracer.bench.metrics import RunResult, latencies, since, synchronize
+from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.model_only import ForwardProbe, replay_forwards
 from tracer.bench.workload import BenchRequest
 
@@ -60,18 +60,7 @@ def run_requests(engine: LLMEngine, requests: list[BenchRequest], name: str = "n
             token_times[index[seq.seq_id]].append(now)
     elapsed, cpu_time = time.perf_counter() - start, time.process_time() - cpu_start
     outputs = [engine.collect(i).token_ids for i in ids]
-    ttft, tpot = latencies(token_times, start)
-    return RunResult(
-        name,
-        elapsed,
-        sum(r.num_prompt_tokens for r in requests),
-        sum(min(len(o), r.max_tokens) for o, r in zip(outputs, requests)),
-        ttft,
-        tpot,
-        outputs,
-        token_times=since(token_times, start),
-        cpu_time=cpu_time,
-    )
+    return measured_run(name, requests, outputs, token_times, start, elapsed, cpu_time)
 
 
 def warm_up(engine: LLMEngine, requests: list[BenchRequest]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tracer.bench.metrics import RunResult, latencies, since, synchronize
+from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.workload import BenchRequest
 
 NO_EOS = -1  # an id no model produces: continuous batching then stops on max_new_tokens only
@@ -121,24 +121,12 @@ def run_hf_generate(hf_model, requests: list[BenchRequest], batch_size: int | No
         outputs.extend(ids)
         token_times.extend(step_times[: r.max_tokens] for r in batch)
     elapsed, cpu_time = time.perf_counter() - start, time.process_time() - cpu_start
-    ttft, tpot = latencies(token_times, start)
-    num_batches = -(-len(requests) // batch_size)
-    return RunResult(
-        "HF generate",
-        elapsed,
-        sum(r.num_prompt_tokens for r in requests),
-        sum(len(o) for o in outputs),
-        ttft,
-        tpot,
-        outputs,
-        {
-            "batch_size": batch_size,
-            "num_batches": num_batches,
-            "ttft_method": "streamer timestamp of each batch's first decoding step",
-        },
-        since(token_times, start),
-        cpu_time,
-    )
+    notes = {
+        "batch_size": batch_size,
+        "num_batches": -(-len(requests) // batch_size),
+        "ttft_method": "streamer timestamp of each batch's first decoding step",
+    }
+    return measured_run("HF generate", requests, outputs, token_times, start, elapsed, cpu_time, notes)
 
 
 def warm_up_generate(hf_model, requests: list[BenchRequest]) -> None:
@@ -184,24 +172,13 @@ def run_hf_generate_batch(
             hf_model.set_attn_implementation(original_attention)
     outputs = [list(res.generated_tokens[: r.max_tokens]) for res, r in zip(results, requests)]
     token_times = [list(res.timestamps or [])[: r.max_tokens] for res, r in zip(results, requests)]
-    ttft, tpot = latencies(token_times, start)
-    return RunResult(
-        "HF generate_batch",
-        elapsed,
-        sum(r.num_prompt_tokens for r in requests),
-        sum(len(o) for o in outputs),
-        ttft,
-        tpot,
-        outputs,
-        {
-            "setup_s": round(setup, 3),
-            "attn_implementation": CB_ATTENTION,
-            "cb_options": cb_options or {},
-            "ttft_method": "per-token timestamps recorded by the continuous batching manager",
-        },
-        since(token_times, start),
-        cpu_time,
-    )
+    notes = {
+        "setup_s": round(setup, 3),
+        "attn_implementation": CB_ATTENTION,
+        "cb_options": cb_options or {},
+        "ttft_method": "per-token timestamps recorded by the continuous batching manager",
+    }
+    return measured_run("HF generate_batch", requests, outputs, token_times, start, elapsed, cpu_time, notes)
 
 
 def submit(manager, requests: list[BenchRequest]) -> list[str]:

@@ -72,6 +72,32 @@ def percentiles_ms(values: list[float]) -> dict[str, float | None]:
     return {f"p{q}": round(percentile(values, q) * 1000, 2) for q in PERCENTILES}
 
 
+def measured_run(
+    name: str,
+    requests: list,
+    outputs: list[list[int]],
+    token_times: list[list[float]],
+    start: float,
+    elapsed: float,
+    cpu_time: float,
+    notes: dict | None = None,
+) -> RunResult:
+    """A RunResult from what a run saw: outputs and each request's token timestamps (absolute)."""
+    ttft, tpot = latencies(token_times, start)
+    return RunResult(
+        name,
+        elapsed,
+        sum(r.num_prompt_tokens for r in requests),
+        sum(min(len(o), r.max_tokens) for o, r in zip(outputs, requests)),  # credited: what was asked for
+        ttft,
+        tpot,
+        outputs,
+        notes or {},
+        since(token_times, start),
+        cpu_time,
+    )
+
+
 def since(token_times: list[list[float]], start: float) -> list[list[float]]:
     return [[t - start for t in times] for times in token_times]
 
