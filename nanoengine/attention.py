@@ -88,7 +88,7 @@ class FlashAttention:
         from flash_attn import flash_attn_varlen_func
 
         cu_seqlens_k = F.pad(meta.seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
-        out: Tensor = flash_attn_varlen_func(
+        return flash_attn_varlen_func(
             q,
             k_cache,
             v_cache,
@@ -100,7 +100,6 @@ class FlashAttention:
             causal=True,
             block_table=meta.block_tables,
         )
-        return out
 
 
 AttentionBackend = TorchAttention | FlashAttention

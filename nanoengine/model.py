@@ -6,6 +6,7 @@ Tokens arrive flat ([num_tokens, hidden]): no batch dimension, no padding.
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
 import torch
@@ -21,6 +22,20 @@ KVCache = tuple[Tensor, Tensor]  # one layer's K and V cache
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 
+# oneDNN where it is built in, on x86 (where MKL, torch's default BLAS, may be the slower of the two)
+ONEDNN = platform.machine().lower() in ("x86_64", "amd64") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose float32 CPU matmul runs on oneDNN, not torch's default BLAS (MKL): the same sums,
+    but on AMD CPUs MKL takes a slow path (2x slower here at every batch size, see docs/benchmarks.md)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if ONEDNN and x.is_cpu and x.dtype == torch.float32:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -31,8 +46,7 @@ class RMSNorm(nn.Module):
         """One fused op, bit for bit HF's float32 result; other dtypes keep HF's order (fp32 norm, cast, scale)."""
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        out: Tensor = self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
-        return out
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -64,8 +78,7 @@ def rope_inv_freq(config: ModelConfig) -> Tensor:
     if rope_type == "default":
         theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
         dim = head_dim_of(config)
-        inv_freq: Tensor = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-        return inv_freq
+        return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
@@ -85,10 +98,10 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         bias = getattr(config, "attention_bias", config.model_type == "qwen2")
         h = config.hidden_size
-        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
+        self.q_proj = Linear(h, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = Linear(self.num_heads * self.head_dim, h, bias=False)
         if config.model_type == "qwen3":
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -106,20 +119,18 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache
         attend.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         o = attend(q, k_cache, v_cache, meta, self.scale)
-        out: Tensor = self.o_proj(o.reshape(T, -1))
-        return out
+        return self.o_proj(o.reshape(T, -1))
 
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return out
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -134,8 +145,7 @@ class DecoderLayer(nn.Module):
         self, x: Tensor, rope: Rope, kv_cache: KVCache, meta: AttentionMetadata, attend: AttentionBackend
     ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta, attend)
-        out: Tensor = x + self.mlp(self.post_attention_layernorm(x))
-        return out
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class DecoderModel(nn.Module):
@@ -156,7 +166,7 @@ class CausalLM(nn.Module):
             )
         self.config = config
         self.model = DecoderModel(config, max_positions)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -176,5 +186,4 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """Final norm + LM head, only for the rows that are sampled (the norm is per token)."""
-        logits: Tensor = self.lm_head(self.model.norm(hidden))
-        return logits
+        return self.lm_head(self.model.norm(hidden))

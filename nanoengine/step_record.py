@@ -123,7 +123,7 @@ class StepWatch:
         }
 
     def publish(self, model_time: float, out: SchedulerOutput, inputs: StepInputs | None, bm: BlockManager) -> None:
-        record = build_record(self, time.perf_counter() - self.start, model_time, out, inputs, bm)
+        record = build_record(self, model_time, out, inputs, bm)
         for hook in self.hooks:
             hook(record)
 
@@ -145,13 +145,9 @@ NO_WATCH = NoWatch()
 
 
 def build_record(
-    watch: StepWatch,
-    wall_time: float,
-    model_time: float,
-    out: SchedulerOutput,
-    inputs: StepInputs | None,
-    bm: BlockManager,
+    watch: StepWatch, model_time: float, out: SchedulerOutput, inputs: StepInputs | None, bm: BlockManager
 ) -> StepRecord:
+    wall_time = time.perf_counter() - watch.start  # before the record is built: its cost is the tracer's
     touched = [s.seq_id for s in out.seqs] + [seq_id for _, seq_id, _ in out.events]
     watch.seqs.update((i, watch.sequences[i]) for i in touched if i not in watch.seqs and i in watch.sequences)
     seqs = []

@@ -74,6 +74,11 @@ def test_report_has_every_run_and_measure(report):
 
 def test_efficiency_is_reported_per_system_and_phase(report):
     assert report["gemm_peak"]["gflop_s"] > 0 and set(report["gemm_peak"]["at_batch_32"]) == {"gate_proj", "lm_head"}
+    peak = report["gemm_peak"]
+    # the peak is the best rate of any library measured; the decode ceiling is the model's own linears
+    every_rate = [v for by_name in peak["by_library"].values() for r in by_name.values() for v in r.values()]
+    assert peak["gflop_s"] == pytest.approx(max(every_rate), abs=0.01) and peak["library"] in peak["by_library"]
+    assert set(peak["model_linears_gflop_s"]) == {"16", "32"} and min(peak["model_linears_gflop_s"].values()) > 0
     assert set(report["efficiency"]) == set(report["runs"])
     for phases in report["efficiency"].values():
         assert list(phases) == ["whole run", "prefill-heavy", "decode-heavy", "decode at batch >= 16"]

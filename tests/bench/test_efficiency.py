@@ -8,6 +8,8 @@ import torch
 from tracer.bench.efficiency import (
     FULL_BATCH,
     ModelShape,
+    gemm_libraries,
+    measure_linear_ceiling,
     request_token_flops,
     run_efficiency,
     split_phases,
@@ -85,3 +87,28 @@ def test_cpu_time_gives_the_share_of_the_cores_the_run_got():
     whole = run_efficiency(shape, requests, [[1.0, 2.0, 3.0]], 4.0, peak=2e9, cpu_time=2.0, threads=2)["whole run"]
     assert whole["cpu_share"] == 0.25  # 2 CPU seconds of the 8 that 2 threads could use in 4 s
     assert whole["efficiency_per_cpu_s"] == pytest.approx(flops / 2.0 / 1e9, abs=1e-4)
+
+
+def test_every_gemm_library_computes_x_times_w_transposed():
+    x, w = torch.randn(5, 48), torch.randn(40, 48)
+    libraries = gemm_libraries(torch.device("cpu"), torch.float32)
+    assert "torch default" in libraries
+    for gemm in libraries.values():
+        torch.testing.assert_close(gemm(x, w), x @ w.T, rtol=1e-5, atol=1e-5)
+    assert list(gemm_libraries(torch.device("cpu"), torch.bfloat16)) == ["torch default"]
+
+
+def test_linear_ceiling_times_every_linear_of_the_model(tiny_model, monkeypatch):
+    calls: list[tuple[int, int]] = []
+    original = torch.nn.Linear.__call__
+
+    def counting(self, x):
+        calls.append((x.shape[0], self.in_features))
+        return original(self, x)
+
+    monkeypatch.setattr(torch.nn.Linear, "__call__", counting)
+    rates = measure_linear_ceiling(tiny_model, batches=(3, 8))
+    assert set(rates) == {"3", "8"} and min(rates.values()) > 0
+    num_linears = sum(isinstance(m, torch.nn.Linear) for m in tiny_model.modules())
+    assert num_linears == 7 * tiny_model.config.num_hidden_layers + 1  # q k v o gate up down, LM head
+    assert {rows for rows, _ in calls} == {3, 8} and len(calls) % num_linears == 0

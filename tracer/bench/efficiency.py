@@ -16,9 +16,13 @@ where fewer than 16 requests still run: that is the "decode at batch >= 16" wind
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from tracer.bench.workload import BenchRequest
 
@@ -167,42 +171,82 @@ def run_efficiency(
 
 
 # ---- the machine's limit ---------------------------------------------------------------------------
-def time_matmul(a: torch.Tensor, b: torch.Tensor, min_time: float = 0.15, max_reps: int = 50) -> float:
-    """The fastest of several timed a @ b (after one warm-up), at least min_time in all: the machine's
+def time_call(fn: Callable[[], object], device: torch.device, min_time: float = 0.15, max_reps: int = 50) -> float:
+    """The fastest of several timed calls (after one warm-up), at least min_time in all: the machine's
     limit is its best rate, and on a shared machine slower repeats only measure other processes."""
     from tracer.bench.metrics import synchronize
 
-    a @ b
+    fn()
     times: list[float] = []
     while len(times) < 3 or (sum(times) < min_time and len(times) < max_reps):
-        synchronize(a.device)
+        synchronize(device)
         start = time.perf_counter()
-        a @ b
-        synchronize(a.device)
+        fn()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return min(times)
 
 
+def gemm_libraries(device: torch.device, dtype: torch.dtype) -> dict[str, Callable[[Tensor, Tensor], Tensor]]:
+    """y = x @ W.T by each GEMM library torch can reach here: its default (F.linear: MKL on x86 CPUs,
+    cuBLAS on CUDA) and, on CPU in float32, oneDNN (what nanoengine's Linear uses)."""
+    libraries: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"torch default": F.linear}
+    if device.type == "cpu" and dtype == torch.float32 and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        libraries["oneDNN"] = lambda x, w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+    return libraries
+
+
 def measure_gemm_peak(shape: ModelShape, device: torch.device, dtype: torch.dtype) -> dict:
-    """GFLOP/s of x @ W at the largest decoder-layer linear and at the LM head, for batches of
-    PEAK_BATCHES rows; the peak is the best of them (the machine's limit as this process sees it)."""
+    """GFLOP/s of x @ W.T at the largest decoder-layer linear and at the LM head, for batches of
+    PEAK_BATCHES rows, by every GEMM library available; the peak is the best of them all (the
+    machine's limit as this process sees it), whichever library reaches it."""
     (h, i), vocab = shape.linear_shapes["gate_proj"], shape.vocab_size
-    rates: dict[str, dict[int, float]] = {}
-    for name, (k, n) in (("gate_proj", (h, i)), ("lm_head", (h, vocab))):
-        w = torch.randn(k, n, device=device, dtype=dtype)
-        rates[name] = {}
-        for m in PEAK_BATCHES:
-            x = torch.randn(m, k, device=device, dtype=dtype)
-            rates[name][m] = 2 * m * k * n / time_matmul(x, w) / 1e9
-    best_name, best_batch = max(((name, m) for name in rates for m in rates[name]), key=lambda nm: rates[nm[0]][nm[1]])
+    rates: dict[str, dict[str, dict[int, float]]] = {}
+    for library, gemm in gemm_libraries(device, dtype).items():
+        rates[library] = {}
+        for name, (k, n) in (("gate_proj", (h, i)), ("lm_head", (h, vocab))):
+            w = torch.randn(n, k, device=device, dtype=dtype)
+            rates[library][name] = {}
+            for m in PEAK_BATCHES:
+                x = torch.randn(m, k, device=device, dtype=dtype)
+                rates[library][name][m] = 2 * m * k * n / time_call(partial(gemm, x, w), device) / 1e9
+    cells = [(lib, name, m) for lib in rates for name in rates[lib] for m in rates[lib][name]]
+    best_lib, best_name, best_batch = max(cells, key=lambda c: rates[c[0]][c[1]][c[2]])
     return {
-        "gflop_s": round(rates[best_name][best_batch], 2),
+        "gflop_s": round(rates[best_lib][best_name][best_batch], 2),
+        "library": best_lib,
         "shape": best_name,
         "batch": best_batch,
-        "at_batch_32": {name: round(r[32], 2) for name, r in rates.items()},
-        "by_batch": {name: {str(m): round(v, 2) for m, v in r.items()} for name, r in rates.items()},
+        "at_batch_32": {name: round(max(r[name][32] for r in rates.values()), 2) for name in rates[best_lib]},
+        "by_library": {
+            lib: {name: {str(m): round(v, 2) for m, v in r.items()} for name, r in by_name.items()}
+            for lib, by_name in rates.items()
+        },
         "threads": torch.get_num_threads(),
     }
+
+
+def measure_linear_ceiling(model: torch.nn.Module, batches: tuple[int, ...] = (FULL_BATCH, 32)) -> dict[str, float]:
+    """GFLOP/s of the model's own linear layers (every decoder layer's, then the LM head), called in
+    model order on `rows` rows as a decode step calls them, so each weight comes from memory, not
+    cache. No decode step of that batch can run faster than its linears alone: this rate, against
+    the GEMM peak, bounds the decode efficiency a system can reach on this machine."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weight = linears[0].weight
+    flops_per_row = 2 * sum(m.weight.numel() for m in linears)
+    inputs = {m.in_features: None for m in linears}
+    rates = {}
+    for rows in batches:
+        xs = {k: torch.randn(rows, k, device=weight.device, dtype=weight.dtype) for k in inputs}
+        seconds = time_call(partial(run_linears, linears, xs), weight.device, min_time=0.5)
+        rates[str(rows)] = round(flops_per_row * rows / seconds / 1e9, 2)
+    return rates
+
+
+@torch.inference_mode()
+def run_linears(linears: list[torch.nn.Linear], xs: dict[int, Tensor]) -> None:
+    for m in linears:
+        m(xs[m.in_features])
 
 
 def model_flops_summary(shape: ModelShape) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
-from tracer.bench.efficiency import ModelShape
+from tracer.bench.efficiency import ModelShape, measure_linear_ceiling
 from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.model_only import ForwardProbe, replay_forwards
 from tracer.bench.workload import BenchRequest
@@ -27,6 +27,7 @@ class EngineRun:
     model_only_time: float | None = None
     extra: dict = field(default_factory=dict)
     shape: ModelShape | None = None  # for the FLOP count
+    linear_ceiling: dict[str, float] | None = None  # GFLOP/s of the model's linears alone, by decode batch
 
     def to_dict(self) -> dict:
         elapsed = self.result.elapsed
@@ -90,6 +91,7 @@ def run_engine(
     )
     if model_only:
         run.model_only_time = replay_forwards(engine, probe.inputs)
+    run.linear_ceiling = measure_linear_ceiling(engine.model)
     return run
 
 

@@ -6,7 +6,8 @@ and LM head ("model"), the attention backend's write_kv and attention call ("att
 includes gathering K/V through the block tables) and the sampler ("sampling") - and each step
 ("step"). Inside a step, time is sorted into:
 
-    linear                     aten::linear (q/k/v/o, MLP, LM head)
+    linear                     the linear layers (q/k/v/o, MLP, LM head): aten::linear, or
+                               mkldnn::_linear_pointwise where nanoengine's Linear runs on oneDNN
     attention (incl. K/V gather)  the backend's calls: K/V write, gather, scores, softmax, p.v
     norms / RoPE / activation  every other torch op inside the model (RMSNorm, RoPE, SiLU, residual
                                adds, embedding, reshapes)
@@ -80,13 +81,16 @@ def uninstrument() -> None:
     model_runner.sample = nanoengine.sampler.sample  # type: ignore[attr-defined]
 
 
+LINEAR_OPS = ("aten::linear", "mkldnn::_linear_pointwise")
+
+
 def classify(event: Any, in_model: bool, totals: dict[str, float]) -> float:
     """Add the event's CPU time to its category (recursing through ranges); returns the time classified."""
     name = event.name
     if name in SCOPES:
         totals[SCOPES[name]] += event.cpu_time_total
         return event.cpu_time_total
-    if name == "aten::linear":
+    if name in LINEAR_OPS:
         totals["linear"] += event.cpu_time_total
         return event.cpu_time_total
     if in_model and name.startswith("aten::"):

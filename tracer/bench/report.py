@@ -177,11 +177,13 @@ def efficiency_table(report: dict):
     from rich.table import Table
 
     peak = report["gemm_peak"]
+    library = f"{peak['library']}, " if "library" in peak else ""
     table = Table(
         title=f"Useful model FLOP/s against the GEMM peak: {peak['gflop_s']:.1f} GFLOP/s "
-        f"({peak['shape']} at batch {peak['batch']}, {peak['threads']} threads; at batch 32: "
+        f"({library}{peak['shape']} at batch {peak['batch']}, {peak['threads']} threads; at batch 32: "
         + ", ".join(f"{name} {v:.1f}" for name, v in peak["at_batch_32"].items())
-        + ")"
+        + ")",
+        caption=ceiling_caption(peak),
     )
     table.add_column("system")
     table.add_column("phase")
@@ -196,6 +198,18 @@ def efficiency_table(report: dict):
                 RUN_LABELS.get(key, key), phase, f"{e['seconds']:.2f}", f"{e['gflop']:.1f}", rate, share, *cpu
             )
     return table
+
+
+def ceiling_caption(peak: dict) -> str | None:
+    """The most a decode step can reach: its linear layers alone, at its batch, weights from memory."""
+    ceiling = peak.get("model_linears_gflop_s")
+    if not ceiling:
+        return None
+    rates = ", ".join(
+        f"{rows} rows {rate:.1f} GFLOP/s ({rate / peak['gflop_s'] * 100:.0f} % of peak)"
+        for rows, rate in ceiling.items()
+    )
+    return f"Decode ceiling: the model's linear layers alone, weights read from memory as a decode step reads them: {rates}"
 
 
 def profile_table(report: dict):

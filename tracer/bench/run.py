@@ -167,7 +167,11 @@ def run_benchmark(settings: BenchSettings) -> dict:
         "tracer": tracer,
         "startup": startup,
         "model_flops": model_flops_summary(engine_run.shape),
-        "gemm_peak": {**peak, "measured_gflop_s": [p["gflop_s"] for p in peaks]},
+        "gemm_peak": {
+            **peak,
+            "measured_gflop_s": [p["gflop_s"] for p in peaks],
+            "model_linears_gflop_s": engine_run.linear_ceiling,
+        },
         "efficiency": efficiency,
         "profile": profile,
     }

@@ -1,0 +1,43 @@
+"""The model's Linear: on x86 CPUs in float32 its matmul runs on oneDNN, with F.linear's result."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import profile
+
+from nanoengine.model import ONEDNN, Linear
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 32, 300])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_matches_f_linear(rows: int, bias: bool) -> None:
+    torch.manual_seed(rows)
+    layer = Linear(96, 80, bias=bias)
+    x = torch.randn(rows, 96)
+    with torch.inference_mode():
+        out = layer(x)
+    assert out.shape == (rows, 80) and out.dtype == torch.float32
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def ops_run(layer: Linear, x: torch.Tensor) -> set[str]:
+    with torch.inference_mode(), profile() as prof:
+        layer(x)
+    return {e.key for e in prof.key_averages()}
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="oneDNN is used on x86 only")
+def test_float32_cpu_matmul_runs_on_onednn() -> None:
+    assert ONEDNN, "this x86 torch build has no oneDNN linear op"
+    ops = ops_run(Linear(64, 64), torch.randn(4, 64))
+    assert "mkldnn::_linear_pointwise" in ops and "aten::linear" not in ops
+
+
+def test_other_dtypes_keep_f_linear() -> None:
+    layer = Linear(64, 64).to(torch.bfloat16)
+    ops = ops_run(layer, torch.randn(4, 64, dtype=torch.bfloat16))
+    assert "aten::linear" in ops and "mkldnn::_linear_pointwise" not in ops
