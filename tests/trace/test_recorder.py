@@ -17,7 +17,7 @@ from conftest import (
 from nanoengine.engine import LLM
 from nanoengine.sampling_params import SamplingParams
 from tracer.trace.invariants import check_trace
-from tracer.trace.recorder import TraceRecorder, default_trace_path, record_run
+from tracer.trace.recorder import CompletionTexts, TraceRecorder, default_trace_path, record_run
 from tracer.trace.trace_file import load_trace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -212,3 +212,29 @@ def test_a_fresh_trace_loads_lazily_with_its_late_requests(tiny_trace, tiny_trac
 
     lazy = load_trace(tiny_trace_path, lazy=True)
     assert lazy.requests == tiny_trace.requests and len(lazy.requests) == 5
+
+
+def growing_texts_match_full_decodes(tokenizer, ids: list[int]) -> None:
+    texts = CompletionTexts(tokenizer)
+    for n in range(1, len(ids) + 1):
+        assert texts.text(7, ids[:n]) == tokenizer.decode(ids[:n], skip_special_tokens=True), n
+    assert texts.heads[7][0] > 0  # a head was kept: the whole completion was not decoded every step
+
+
+def test_completion_texts_equal_a_full_decode_at_every_length():
+    from nanoengine.tiny import ByteTokenizer
+
+    tokenizer = ByteTokenizer()
+    # multi-byte characters: a kept head never ends inside one (its text would end in U+FFFD)
+    ids = tokenizer.encode("naïve café 東京 ok " * 8) + [2] + tokenizer.encode(" ✓ done")
+    growing_texts_match_full_decodes(tokenizer, ids)
+
+
+@pytest.mark.real_model
+def test_completion_texts_with_the_real_tokenizer():
+    from nanoengine.loader import load_model
+
+    tokenizer = load_model("default").tokenizer
+    text = "Paris is the capital of France. Le café coûte 3 €; 東京は日本の首都です 🙂. " * 3
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    growing_texts_match_full_decodes(tokenizer, ids[:40] + [tokenizer.eos_token_id] + ids[40:])

@@ -46,11 +46,15 @@ class KvShadow:
     blocks: list[list] = field(default_factory=list)  # block -> each slot's prefix digest (None: never written)
     # seq_id -> its digests, a list per block; kept after it finishes, to name whose KV a slot holds
     chains: dict[int, list[list[int]]] = field(default_factory=dict)
+    versions: list[int] = field(default_factory=list)  # block -> how many slot writes it has had
+    # seq_id -> (its first full blocks, their versions) when their reads were last found good
+    verified: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
 
     def start(self, num_blocks: int, block_size: int, fresh_engine: bool) -> None:
         """Size the shadow at the first step; an engine that ran before the trace has UNKNOWN slots."""
         self.block_size = block_size
         self.blocks = [[None if fresh_engine else UNKNOWN] * block_size for _ in range(num_blocks)]
+        self.versions = [0] * num_blocks
 
     def chain(self, seq_id: int, tokens: list[int], upto: int) -> list[list[int]]:
         """seq's digest(0 .. upto-1), grouped by block, extended from its tokens as it grows."""
@@ -81,6 +85,7 @@ class KvShadow:
             b, k = divmod(slot, bs)
             if not 0 <= b < len(blocks):
                 continue  # outside the pool: pool_shape and slot_mapping report it
+            self.versions[b] += 1
             if pos == 0:
                 blocks[b][k] = hash((None, token))
             elif self.digest_at(chain, pos - 1) is not None:
@@ -93,12 +98,14 @@ class KvShadow:
     ) -> Iterator[BadRead]:
         """Positions 0 .. seq_len-1 read through block_table whose slot lacks the sequence's own digest.
 
-        Yields at most one BadRead (the first), since one wrong position spoils every later one."""
+        Yields at most one BadRead (the first), since one wrong position spoils every later one.
+        Full blocks found good before, and not written since, are not compared again."""
         bs, blocks = self.block_size, self.blocks
-        for j, block in enumerate(block_table):
+        first = self.unchanged_prefix(seq_id, block_table)
+        for j, block in enumerate(block_table[first:], first):
             start = j * bs
             if start >= seq_len or j >= len(chain):
-                return
+                break
             if not 0 <= block < len(blocks):
                 return  # outside the pool: pool_shape reports it
             got, want = blocks[block], chain[j]
@@ -113,6 +120,15 @@ class KvShadow:
                     continue
                 yield BadRead(seq_id, start + k, block * bs + k, self.describe(got[k], start + k))
                 return
+        full = tuple(block_table[: min(seq_len // bs, len(chain))])
+        self.verified[seq_id] = (full, tuple(map(self.versions.__getitem__, full)))
+
+    def unchanged_prefix(self, seq_id: int, block_table: Sequence[int]) -> int:
+        """How many leading blocks of block_table were found good and have not been written since."""
+        full, versions = self.verified.get(seq_id, ((), ()))
+        if not full or tuple(block_table[: len(full)]) != full:
+            return 0
+        return len(full) if tuple(map(self.versions.__getitem__, full)) == versions else 0
 
     def describe(self, digest, position: int) -> str:
         """What a slot holds, in words: whose prefix, if any sequence's of this trace."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,6 +53,41 @@ CONFIG_FIELDS = (
     "enable_prefix_caching",
     "use_chat_template",
 )
+
+
+HEAD_EVERY = 32  # CompletionTexts decodes a sequence's whole completion once per this many tokens
+
+
+def to_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+class CompletionTexts:
+    """tokenizer.decode(ids, skip_special_tokens=True) of each sequence's growing completion, without
+    decoding all of it every step: the text of a head of the ids is kept once decode(head) +
+    decode(rest) == decode(ids) was seen to hold (a whole character at the boundary; the rest always
+    starts with the same token, so it keeps holding as the ids grow)."""
+
+    def __init__(self, tokenizer) -> None:
+        # a fast tokenizer's own decode when it gives the same text (no space clean-up): transformers'
+        # wrapper re-checks every id on every call
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+            self.decode: Callable[[list[int]], str] = lambda ids: backend.decode(ids, skip_special_tokens=True)
+        else:
+            self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+        self.heads: dict[int, tuple[int, str]] = {}  # seq_id -> (n, decode(ids[:n]))
+
+    def text(self, seq_id: int, ids: list[int]) -> str:
+        n, head = self.heads.get(seq_id, (0, ""))
+        if len(ids) - n < HEAD_EVERY:
+            return head + self.decode(ids[n:])
+        text = self.decode(ids)
+        m = len(ids) - HEAD_EVERY // 2
+        new_head = self.decode(ids[:m])
+        if new_head + self.decode(ids[m:]) == text:
+            self.heads[seq_id] = (m, new_head)
+        return text
 
 
 def default_trace_path(folder: str | Path = "traces") -> Path:
@@ -78,6 +113,8 @@ class TraceRecorder:
         self.requests: dict[int, dict] = {}
         self.rows: dict[int, SeqRow] = {}  # each sequence's latest row
         self.carried: dict[int, SeqRow] = {}  # finished sequences' row for later steps
+        self.carried_json: dict[int, str] = {}  # and that row as JSON
+        self.completion_texts = CompletionTexts(engine.tokenizer)
         self.completions: dict[int, list[int]] = {}  # generated token ids so far
         self.texts: dict[int, str] = {}  # token id -> decoded text
         self.encoded: dict[str, tuple] = {}  # pool field -> (value, its JSON) from the last step
@@ -105,22 +142,28 @@ class TraceRecorder:
         self.last_step = record.step
 
     def serialize(self, line: StepLine) -> str:
-        """The line as JSON; the pool's big arrays are re-encoded only when they changed."""
-        rest: dict[str, object] = {}
+        """The line as JSON. The pool's big arrays are re-encoded only when they changed, a carried
+        (idle) sequence's row only when it starts being carried."""
+        parts = []
         for key, value in line.items():
             if key == "events":  # new_requests go before the events: the lazy loader looks for them there
-                rest["new_requests"] = line.get("new_requests", [])
-            if key not in ("pool", "violations", "new_requests"):
-                rest[key] = value
+                parts.append('"new_requests":' + to_json(line.get("new_requests", [])))
+            if key == "seqs":
+                parts.append('"seqs":[' + ",".join(self.row_json(row) for row in line["seqs"]) + "]")
+            elif key not in ("pool", "violations", "new_requests"):
+                parts.append(f'"{key}":' + to_json(value))
         pool = ",".join(f'"{key}":{self.encode_once(key, value)}' for key, value in line["pool"].items())
-        return (
-            json.dumps(rest, separators=(",", ":"), ensure_ascii=False)[:-1]
-            + ',"pool":{'
-            + pool
-            + '},"violations":'
-            + json.dumps(line["violations"], ensure_ascii=False)
-            + "}"
-        )
+        parts.append('"pool":{' + pool + "}")
+        parts.append('"violations":' + to_json(line["violations"]))
+        return "{" + ",".join(parts) + "}"
+
+    def row_json(self, row: SeqRow) -> str:
+        seq_id = row["seq_id"]
+        if self.carried.get(seq_id) is not row:
+            return to_json(row)
+        if seq_id not in self.carried_json:
+            self.carried_json[seq_id] = to_json(row)
+        return self.carried_json[seq_id]
 
     def encode_once(self, key: str, value) -> str:
         cached = self.encoded.get(key)
@@ -133,6 +176,7 @@ class TraceRecorder:
         for row in line["seqs"]:
             self.rows[row["seq_id"]] = self.with_texts(row)
             self.carried.pop(row["seq_id"], None)  # it changed: carry its new row from now on
+            self.carried_json.pop(row["seq_id"], None)
         live = {s.seq_id for s in record.seqs}
         line["seqs"] = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
         line["new_requests"] = new_requests
@@ -199,7 +243,7 @@ class TraceRecorder:
         return text
 
     def output_text(self, seq_id: int, completion: list[int]) -> str:
-        text = self.engine.tokenizer.decode(completion, skip_special_tokens=True) if completion else ""
+        text = self.completion_texts.text(seq_id, completion) if completion else ""
         for stop in self.requests.get(seq_id, {}).get("params", {}).get("stop", ()):
             if stop in text:
                 text = text[: text.index(stop)]
