@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -108,7 +110,9 @@ def generate_static(hf_model, batch: list[BenchRequest], pad_id: int) -> tuple[l
     return [out[i, width : width + r.max_tokens].tolist() for i, r in enumerate(batch)], clock.times[1:]
 
 
-def run_hf_generate(hf_model, requests: list[BenchRequest], batch_size: int | None = None) -> RunResult:
+def run_hf_generate(
+    hf_model, requests: list[BenchRequest], batch_size: int | None = None, name: str = "HF generate"
+) -> RunResult:
     batch_size = batch_size or len(requests)
     pad_id = pad_token_id(hf_model)
     outputs: list[list[int]] = []
@@ -126,7 +130,27 @@ def run_hf_generate(hf_model, requests: list[BenchRequest], batch_size: int | No
         "num_batches": -(-len(requests) // batch_size),
         "ttft_method": "streamer timestamp of each batch's first decoding step",
     }
-    return measured_run("HF generate", requests, outputs, token_times, start, elapsed, cpu_time, notes)
+    return measured_run(name, requests, outputs, token_times, start, elapsed, cpu_time, notes)
+
+
+@contextmanager
+def onednn_linears(hf_model) -> Iterator[bool]:
+    """The HF model's nn.Linear layers run as nanoengine's Linear (oneDNN on x86 CPUs in float32) inside
+    the block: the same GEMM library for both, so what remains of the speed-up is the engine's own.
+    Yields False (and changes nothing) where nanoengine's Linear would not use oneDNN either."""
+    from nanoengine.model import ONEDNN, Linear
+
+    if not (ONEDNN and hf_model.device.type == "cpu" and hf_model.dtype == torch.float32):
+        yield False
+        return
+    swapped = [m for m in hf_model.modules() if type(m) is torch.nn.Linear]
+    for m in swapped:
+        m.__class__ = Linear  # a subclass with the same parameters: only forward differs
+    try:
+        yield True
+    finally:
+        for m in swapped:
+            m.__class__ = torch.nn.Linear
 
 
 def warm_up_generate(hf_model, requests: list[BenchRequest]) -> None:

@@ -53,7 +53,12 @@ def evaluate_targets(report: dict) -> list[dict]:
 
 
 # ---- rendering ------------------------------------------------------------------------------------
-RUN_LABELS = {"nanoengine": "nanoengine", "hf_generate": "HF generate", "hf_generate_batch": "HF generate_batch"}
+RUN_LABELS = {
+    "nanoengine": "nanoengine",
+    "hf_generate": "HF generate",
+    "hf_generate_onednn": "HF generate (oneDNN linears)",
+    "hf_generate_batch": "HF generate_batch",
+}
 
 
 def fmt_value(value: float | None, unit: str) -> str:

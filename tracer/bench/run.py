@@ -30,6 +30,7 @@ class BenchSettings:
     repeat: int = 1  # nanoengine runs (plain and traced), fastest kept
     skip_hf: bool = False
     skip_generate_batch: bool = False
+    skip_hf_onednn: bool = False  # the static generate baseline again with oneDNN linears (x86 CPU, float32)
     skip_model_only: bool = False
     skip_tracer: bool = False
     skip_startup: bool = False
@@ -206,7 +207,13 @@ def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype, k
     import torch
     from transformers.utils import logging as hf_logging
 
-    from tracer.bench.hf import load_hf_model, run_hf_generate, run_hf_generate_batch, warm_up_generate
+    from tracer.bench.hf import (
+        load_hf_model,
+        onednn_linears,
+        run_hf_generate,
+        run_hf_generate_batch,
+        warm_up_generate,
+    )
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the "eos_token_id should be positive" notice is what ignore_eos means
@@ -217,6 +224,13 @@ def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype, k
         log(f"HF generate (static batch of {settings.hf_batch_size or len(requests)}) ...")
         warm_up_generate(hf_model, warmup)
         results["hf_generate"] = run_hf_generate(hf_model, requests, settings.hf_batch_size)
+        if not settings.skip_hf_onednn:
+            with onednn_linears(hf_model) as swapped:
+                if swapped:
+                    log("HF generate with oneDNN linears (nanoengine's GEMM library) ...")
+                    results["hf_generate_onednn"] = run_hf_generate(
+                        hf_model, requests, settings.hf_batch_size, "HF generate (oneDNN)"
+                    )
         if not settings.skip_generate_batch:
             log("HF generate_batch (continuous batching) ...")
             results["hf_generate_batch"] = run_hf_generate_batch(

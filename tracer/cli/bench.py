@@ -43,6 +43,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="repeat the nanoengine runs, keep the fastest")
     p.add_argument("--skip-hf", action="store_true", help="no transformers baselines")
     p.add_argument("--skip-generate-batch", action="store_true", help="no transformers continuous batching baseline")
+    p.add_argument(
+        "--skip-hf-onednn",
+        action="store_true",
+        help="no second static generate run with oneDNN linears (nanoengine's GEMM library on x86 CPUs)",
+    )
     p.add_argument("--skip-model-only", action="store_true")
     p.add_argument("--skip-tracer", action="store_true")
     p.add_argument("--skip-startup", action="store_true")
@@ -93,6 +98,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         repeat=args.repeat,
         skip_hf=args.skip_hf,
         skip_generate_batch=args.skip_generate_batch,
+        skip_hf_onednn=args.skip_hf_onednn,
         skip_model_only=args.skip_model_only,
         skip_tracer=args.skip_tracer,
         skip_startup=args.skip_startup,
