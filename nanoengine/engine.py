@@ -15,7 +15,7 @@ from torch import nn
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig, idle_cores
 from nanoengine.loader import first_line, load_model
-from nanoengine.model import CausalLM, ModelConfig, head_dim_of
+from nanoengine.model import CausalLM, ModelConfig, head_dim_of, pack_for_onednn
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
 from nanoengine.sampling_params import SamplingParams, is_int, short_repr
 from nanoengine.scheduler import Scheduler, SchedulerOutput
@@ -46,6 +46,7 @@ class LLMEngine:
         config.num_kv_blocks = num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
         check_kv_fits(num_kv_blocks, bytes_per_block(config, hf_config, dtype), self.device)
         self.model = build_model(hf_config, loaded.state_dict, max_model_len, self.device, dtype)
+        pack_for_onednn(self.model)
         self.vocab_size: int = self.model.model.embed_tokens.num_embeddings
         self.eos_token_ids = eos_ids(hf_config, self.tokenizer)
         self.block_manager = BlockManager(num_kv_blocks, config.block_size, config.enable_prefix_caching)
@@ -104,9 +105,8 @@ class LLMEngine:
         need = blocks_needed(worst, self.config.block_size)
         if need > self.block_manager.num_blocks:
             raise ValueError(
-                f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
-                f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: raise "
-                f"num_kv_blocks or lower max_tokens"
+                f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs {need} KV blocks but the pool "
+                f"has {self.config.num_kv_blocks}: raise num_kv_blocks or lower max_tokens"
             )
         seq = Sequence(token_ids, params, prompt if isinstance(prompt, str) else "")
         self.sequences[seq.seq_id] = seq
@@ -332,9 +332,8 @@ def check_kv_fits(num_blocks: int, bytes_per_block: int, device: torch.device) -
     need, free = num_blocks * bytes_per_block, free_memory(device)
     if free is not None and need > free:
         raise ValueError(
-            f"num_kv_blocks={num_blocks} needs {need / 2**30:.1f} GiB of KV cache but only "
-            f"{free / 2**30:.1f} GiB of {device.type} memory is free: lower num_kv_blocks "
-            f"(or leave it unset to size the pool by kv_cache_memory_gb)"
+            f"num_kv_blocks={num_blocks} needs {need / 2**30:.1f} GiB of KV cache but only {free / 2**30:.1f} GiB of "
+            f"{device.type} memory is free: lower num_kv_blocks (or leave it unset to size the pool by kv_cache_memory_gb)"
         )
 
 

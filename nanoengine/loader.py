@@ -54,8 +54,7 @@ def load_model(model: str) -> LoadedModel:
         return load_gguf(path)
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
         raise ModelLoadError(
-            f"model {model!r} is not a folder with config.json, a .gguf file, 'tiny' "
-            f"or a Hugging Face hub id; check the path"
+            f"model {model!r} is not a folder with config.json, a .gguf file, 'tiny' or a Hugging Face hub id; check the path"
         )
     return load_from_hub(model)
 
@@ -104,8 +103,7 @@ def check_config(file: Path, raw: object) -> None:
         raise ModelLoadError(f"{file} is not a JSON object: not a Hugging Face config")
     if raw.get("model_type") not in SUPPORTED_MODEL_TYPES:
         raise ModelLoadError(
-            f"{file}: model_type {raw.get('model_type')!r} is not supported; nanoengine runs "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)} models (Llama-style decoders)"
+            f"{file}: model_type {raw.get('model_type')!r} is not supported; nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)} models (Llama-style decoders)"
         )
     bad = [k for k in CONFIG_INTS if not isinstance(raw.get(k), int) or isinstance(raw.get(k), bool) or raw[k] < 1]
     if bad:

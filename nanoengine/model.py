@@ -22,18 +22,24 @@ KVCache = tuple[Tensor, Tensor]  # one layer's K and V cache
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 
-# oneDNN where it is built in, on x86 (where MKL, torch's default BLAS, may be the slower of the two)
 ONEDNN = platform.machine().lower() in ("x86_64", "amd64") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 class Linear(nn.Linear):
-    """nn.Linear whose float32 CPU matmul runs on oneDNN, not torch's default BLAS (MKL): the same sums,
-    but on AMD CPUs MKL takes a slow path (2x slower here at every batch size, see docs/benchmarks.md)."""
+    """nn.Linear whose float32 CPU matmul runs on oneDNN (x86 builds of torch have it), not on torch's default BLAS,
+    MKL: the same sums, but on AMD CPUs MKL takes a slow path (2x slower here at every batch size: docs/benchmarks.md)."""
 
     def forward(self, x: Tensor) -> Tensor:
         if ONEDNN and x.is_cpu and x.dtype == torch.float32:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
+
+
+def pack_for_onednn(model: nn.Module) -> None:
+    """Linear weights in oneDNN's blocked layout once after loading, not at every call (as vLLM's CPU backend does)."""
+    for m in model.modules():
+        if ONEDNN and isinstance(m, Linear) and m.weight.is_cpu and m.weight.dtype == torch.float32:
+            m.weight = nn.Parameter(torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 32), requires_grad=False)
 
 
 class RMSNorm(nn.Module):

@@ -201,4 +201,5 @@ def test_onednn_linears_swap_the_hf_layers_only_inside_the_block():
             assert kinds == ({Linear} if ONEDNN else {torch.nn.Linear})
             inside = hf(ids).logits
         assert {type(m) for m in hf.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
+        assert {m.weight.layout for m in hf.modules() if isinstance(m, torch.nn.Linear)} == {torch.strided}
     torch.testing.assert_close(inside, before, rtol=1e-4, atol=1e-4)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import profile
 
-from nanoengine.model import ONEDNN, Linear
+from nanoengine.model import ONEDNN, Linear, pack_for_onednn
 
 
 @pytest.mark.parametrize("rows", [1, 2, 7, 32, 300])
@@ -41,3 +41,27 @@ def test_other_dtypes_keep_f_linear() -> None:
     layer = Linear(64, 64).to(torch.bfloat16)
     ops = ops_run(layer, torch.randn(4, 64, dtype=torch.bfloat16))
     assert "aten::linear" in ops and "mkldnn::_linear_pointwise" not in ops
+
+
+def test_packed_weights_give_the_same_model_outputs():
+    from nanoengine.engine import build_model
+    from nanoengine.tiny import tiny_config
+
+    config = tiny_config()
+    config.tie_word_embeddings = True
+    model = build_model(config, None, 64, torch.device("cpu"), torch.float32)
+    hidden = torch.randn(5, config.hidden_size)
+    with torch.inference_mode():
+        before = model.compute_logits(hidden)
+        pack_for_onednn(model)
+        after = model.compute_logits(hidden)
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    layouts = {m.weight.layout for m in model.modules() if isinstance(m, Linear)}
+    assert layouts == ({torch._mkldnn} if ONEDNN else {torch.strided})  # type: ignore[attr-defined]
+    assert model.model.embed_tokens.weight.layout == torch.strided  # the embedding keeps its plain weight
+
+
+def test_bfloat16_weights_are_not_packed():
+    layer = Linear(64, 64).to(torch.bfloat16)
+    pack_for_onednn(layer)
+    assert layer.weight.layout == torch.strided

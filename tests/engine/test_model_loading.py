@@ -10,17 +10,21 @@ import struct
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import save_file
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.block_manager import compute_block_hash
+from nanoengine.engine import build_model
 from nanoengine.loader import DEFAULT_MODEL, ModelLoadError, verify_wheel
 from nanoengine.tiny import tiny_config
 
 
 @pytest.fixture(scope="module")
 def tiny_weights() -> dict:
-    return {k: v.clone() for k, v in LLM("tiny").engine.model.state_dict().items()}
+    # plain tensors: the engine's own model holds its linear weights in oneDNN's packed layout on x86
+    model = build_model(tiny_config(), None, 64, torch.device("cpu"), torch.float32)
+    return {k: v.clone() for k, v in model.state_dict().items()}
 
 
 def make_folder(folder: Path, weights: dict, **config_changes) -> Path:

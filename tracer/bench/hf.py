@@ -135,22 +135,23 @@ def run_hf_generate(
 
 @contextmanager
 def onednn_linears(hf_model) -> Iterator[bool]:
-    """The HF model's nn.Linear layers run as nanoengine's Linear (oneDNN on x86 CPUs in float32) inside
-    the block: the same GEMM library for both, so what remains of the speed-up is the engine's own.
+    """The HF model's nn.Linear layers run as nanoengine's Linear (oneDNN on x86 CPUs in float32, weights
+    packed) inside the block: the same GEMM for both, so what remains of the speed-up is the engine's own.
     Yields False (and changes nothing) where nanoengine's Linear would not use oneDNN either."""
-    from nanoengine.model import ONEDNN, Linear
+    from nanoengine.model import ONEDNN, Linear, pack_for_onednn
 
     if not (ONEDNN and hf_model.device.type == "cpu" and hf_model.dtype == torch.float32):
         yield False
         return
-    swapped = [m for m in hf_model.modules() if type(m) is torch.nn.Linear]
+    swapped = {m: m.weight for m in hf_model.modules() if type(m) is torch.nn.Linear}
     for m in swapped:
         m.__class__ = Linear  # a subclass with the same parameters: only forward differs
+    pack_for_onednn(hf_model)  # and the same packed weights as nanoengine's
     try:
         yield True
     finally:
-        for m in swapped:
-            m.__class__ = torch.nn.Linear
+        for m, weight in swapped.items():
+            m.__class__, m.weight = torch.nn.Linear, weight
 
 
 def warm_up_generate(hf_model, requests: list[BenchRequest]) -> None:

@@ -137,16 +137,16 @@ def run_benchmark(settings: BenchSettings) -> dict:
         for key, result in results.items()
     }
     tracer = None if settings.skip_tracer else measure_tracer(settings, options, requests, warmup, main.elapsed)
+    startup = None
+    if not settings.skip_startup:  # before the profiler run, which left later processes ~1 s slower to start
+        log("start-up time (fresh python process) ...")
+        startup = measure_startup(settings.model, options)
     profile = None
     if settings.profile:
         from tracer.bench.op_profile import profile_engine
 
         log("nanoengine under torch.profiler ...")
         profile = profile_engine(settings.model, options, requests, warmup)
-    startup = None
-    if not settings.skip_startup:
-        log("start-up time (fresh python process) ...")
-        startup = measure_startup(settings.model, options)
 
     report = {
         "schema": SCHEMA,
