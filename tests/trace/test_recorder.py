@@ -17,7 +17,7 @@ from conftest import (
 from nanoengine.engine import LLM
 from nanoengine.sampling_params import SamplingParams
 from tracer.trace.invariants import check_trace
-from tracer.trace.recorder import CompletionTexts, TraceRecorder, default_trace_path, record_run
+from tracer.trace.recorder import Detokenizer, TraceRecorder, default_trace_path, record_run
 from tracer.trace.trace_file import load_trace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -215,10 +215,11 @@ def test_a_fresh_trace_loads_lazily_with_its_late_requests(tiny_trace, tiny_trac
 
 
 def growing_texts_match_full_decodes(tokenizer, ids: list[int]) -> None:
-    texts = CompletionTexts(tokenizer)
+    texts = Detokenizer(tokenizer)
     for n in range(1, len(ids) + 1):
         assert texts.text(7, ids[:n]) == tokenizer.decode(ids[:n], skip_special_tokens=True), n
     assert texts.heads[7][0] > 0  # a head was kept: the whole completion was not decoded every step
+    assert texts.decode_each(ids) == [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
 
 
 def test_completion_texts_equal_a_full_decode_at_every_length():

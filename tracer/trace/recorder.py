@@ -55,27 +55,32 @@ CONFIG_FIELDS = (
 )
 
 
-HEAD_EVERY = 32  # CompletionTexts decodes a sequence's whole completion once per this many tokens
+HEAD_EVERY = 32  # Detokenizer.text decodes a sequence's whole completion once per this many tokens
 
 
-def to_json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one encoder: json.dumps builds one a call
 
 
-class CompletionTexts:
-    """tokenizer.decode(ids, skip_special_tokens=True) of each sequence's growing completion, without
-    decoding all of it every step: the text of a head of the ids is kept once decode(head) +
-    decode(rest) == decode(ids) was seen to hold (a whole character at the boundary; the rest always
-    starts with the same token, so it keeps holding as the ids grow)."""
+class Detokenizer:
+    """The tokenizer's decode as the recorder uses it, made cheap enough to run every step.
+
+    - Straight from a fast tokenizer's backend when that gives the same text (no space clean-up):
+      transformers' wrapper re-checks every id on every call.
+    - decode_each: each token's own text, many tokens in one call (a prefill brings thousands).
+    - text: a sequence's growing completion without decoding all of it every step. The text of a head
+      of the ids is kept once decode(head) + decode(rest) == decode(ids) was seen to hold (a whole
+      character at the boundary; the rest always starts with the same token, so it keeps holding)."""
 
     def __init__(self, tokenizer) -> None:
-        # a fast tokenizer's own decode when it gives the same text (no space clean-up): transformers'
-        # wrapper re-checks every id on every call
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
             self.decode: Callable[[list[int]], str] = lambda ids: backend.decode(ids, skip_special_tokens=True)
+            self.decode_each: Callable[[list[int]], list[str]] = lambda ids: backend.decode_batch(
+                [[t] for t in ids], skip_special_tokens=False
+            )
         else:
             self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+            self.decode_each = lambda ids: [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
         self.heads: dict[int, tuple[int, str]] = {}  # seq_id -> (n, decode(ids[:n]))
 
     def text(self, seq_id: int, ids: list[int]) -> str:
@@ -113,8 +118,7 @@ class TraceRecorder:
         self.requests: dict[int, dict] = {}
         self.rows: dict[int, SeqRow] = {}  # each sequence's latest row
         self.carried: dict[int, SeqRow] = {}  # finished sequences' row for later steps
-        self.carried_json: dict[int, str] = {}  # and that row as JSON
-        self.completion_texts = CompletionTexts(engine.tokenizer)
+        self.detokenizer = Detokenizer(engine.tokenizer)
         self.completions: dict[int, list[int]] = {}  # generated token ids so far
         self.texts: dict[int, str] = {}  # token id -> decoded text
         self.encoded: dict[str, tuple] = {}  # pool field -> (value, its JSON) from the last step
@@ -142,33 +146,20 @@ class TraceRecorder:
         self.last_step = record.step
 
     def serialize(self, line: StepLine) -> str:
-        """The line as JSON. The pool's big arrays are re-encoded only when they changed, a carried
-        (idle) sequence's row only when it starts being carried."""
-        parts = []
+        """The line as JSON; the pool's big arrays are re-encoded only when they changed."""
+        rest: dict[str, object] = {}
         for key, value in line.items():
             if key == "events":  # new_requests go before the events: the lazy loader looks for them there
-                parts.append('"new_requests":' + to_json(line.get("new_requests", [])))
-            if key == "seqs":
-                parts.append('"seqs":[' + ",".join(self.row_json(row) for row in line["seqs"]) + "]")
-            elif key not in ("pool", "violations", "new_requests"):
-                parts.append(f'"{key}":' + to_json(value))
+                rest["new_requests"] = line.get("new_requests", [])
+            if key not in ("pool", "violations", "new_requests"):
+                rest[key] = value
         pool = ",".join(f'"{key}":{self.encode_once(key, value)}' for key, value in line["pool"].items())
-        parts.append('"pool":{' + pool + "}")
-        parts.append('"violations":' + to_json(line["violations"]))
-        return "{" + ",".join(parts) + "}"
-
-    def row_json(self, row: SeqRow) -> str:
-        seq_id = row["seq_id"]
-        if self.carried.get(seq_id) is not row:
-            return to_json(row)
-        if seq_id not in self.carried_json:
-            self.carried_json[seq_id] = to_json(row)
-        return self.carried_json[seq_id]
+        return f'{JSON.encode(rest)[:-1]},"pool":{{{pool}}},"violations":{JSON.encode(line["violations"])}}}'
 
     def encode_once(self, key: str, value) -> str:
         cached = self.encoded.get(key)
         if cached is None or cached[0] != value:
-            cached = self.encoded[key] = (value, json.dumps(value, separators=(",", ":")))
+            cached = self.encoded[key] = (value, JSON.encode(value))
         return cached[1]
 
     def step_line(self, record: StepRecord, new_requests: list[dict]) -> StepLine:
@@ -176,17 +167,16 @@ class TraceRecorder:
         for row in line["seqs"]:
             self.rows[row["seq_id"]] = self.with_texts(row)
             self.carried.pop(row["seq_id"], None)  # it changed: carry its new row from now on
-            self.carried_json.pop(row["seq_id"], None)
         live = {s.seq_id for s in record.seqs}
         line["seqs"] = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
         line["new_requests"] = new_requests
-        line["inputs"]["input_texts"] = [self.token_text(t) for t in record.inputs.input_ids]
+        line["inputs"]["input_texts"] = self.token_texts(record.inputs.input_ids)
         line["pool"].update(self.pool_layout(line["seqs"], record.pool))
         return line
 
     def with_texts(self, row: SeqRow) -> SeqRow:
         seq_id, new_ids = row["seq_id"], row["new_token_ids"]
-        row["new_token_texts"] = [self.token_text(t) for t in new_ids]
+        row["new_token_texts"] = self.token_texts(new_ids)
         completion = self.completions.setdefault(seq_id, [])
         if new_ids or seq_id not in self.rows:
             completion.extend(new_ids)
@@ -232,18 +222,20 @@ class TraceRecorder:
         return {"owners": owners, "filled": filled}
 
     # ---- text -----------------------------------------------------------------------------
-    def token_text(self, token_id: int) -> str:
-        text = self.texts.get(token_id)
-        if text is None:
-            tok = self.engine.tokenizer
-            text = tok.decode([token_id], skip_special_tokens=False)
-            if not text and hasattr(tok, "convert_ids_to_tokens"):
-                text = tok.convert_ids_to_tokens([token_id])[0] or ""
-            self.texts[token_id] = text
-        return text
+    def token_texts(self, token_ids: Iterable[int]) -> list[str]:
+        """Each token's own text (special tokens included), decoded once per token id: ids not seen
+        before are decoded together (a prefill brings thousands)."""
+        token_ids = list(token_ids)
+        if new := list({t for t in token_ids if t not in self.texts}):
+            for token_id, text in zip(new, self.detokenizer.decode_each(new)):
+                tok = self.engine.tokenizer
+                if not text and hasattr(tok, "convert_ids_to_tokens"):
+                    text = tok.convert_ids_to_tokens([token_id])[0] or ""
+                self.texts[token_id] = text
+        return [self.texts[t] for t in token_ids]
 
     def output_text(self, seq_id: int, completion: list[int]) -> str:
-        text = self.completion_texts.text(seq_id, completion) if completion else ""
+        text = self.detokenizer.text(seq_id, completion) if completion else ""
         for stop in self.requests.get(seq_id, {}).get("params", {}).get("stop", ()):
             if stop in text:
                 text = text[: text.index(stop)]
@@ -261,7 +253,7 @@ class TraceRecorder:
             "prompt": prompt,
             "num_prompt_tokens": s.num_prompt_tokens,
             "prompt_token_ids": ids,
-            "prompt_token_texts": [self.token_text(t) for t in ids],
+            "prompt_token_texts": self.token_texts(ids),
             "params": params,
             "first_step": step,
         }
