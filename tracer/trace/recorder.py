@@ -214,11 +214,13 @@ class TraceRecorder:
         nobody: list[int] = []
         owners = [nobody] * n  # shared and never mutated: thousands of blocks, few owned
         for s in seqs:
-            cached = s["num_cached_tokens_after"]
+            sid, cached = s["seq_id"], s["num_cached_tokens_after"]
             for i, block in enumerate(s["block_table_after"]):
                 if 0 <= block < n:
-                    owners[block] = [*owners[block], s["seq_id"]]
-                    filled[block] = max(filled[block], min(bs, max(0, cached - i * bs)))
+                    owners[block] = [sid] if owners[block] is nobody else [*owners[block], sid]
+                    fill = cached - i * bs  # this block's computed slots: fill, capped at bs
+                    if fill > filled[block]:
+                        filled[block] = min(bs, fill)
         return {"owners": owners, "filled": filled}
 
     # ---- text -----------------------------------------------------------------------------
