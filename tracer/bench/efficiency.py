@@ -234,10 +234,11 @@ def measure_linear_ceiling(model: torch.nn.Module, batches: tuple[int, ...] = (F
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     weight = linears[0].weight
     flops_per_row = 2 * sum(m.weight.numel() for m in linears)
-    inputs = {m.in_features: None for m in linears}
     rates = {}
     for rows in batches:
-        xs = {k: torch.randn(rows, k, device=weight.device, dtype=weight.dtype) for k in inputs}
+        xs = {
+            k: torch.randn(rows, k, device=weight.device, dtype=weight.dtype) for k in {m.in_features for m in linears}
+        }
         seconds = time_call(partial(run_linears, linears, xs), weight.device, min_time=0.5)
         rates[str(rows)] = round(flops_per_row * rows / seconds / 1e9, 2)
     return rates

@@ -230,8 +230,8 @@ class TraceRecorder:
         before are decoded together (a prefill brings thousands)."""
         token_ids = list(token_ids)
         if new := list({t for t in token_ids if t not in self.texts}):
+            tok = self.engine.tokenizer
             for token_id, text in zip(new, self.detokenizer.decode_each(new)):
-                tok = self.engine.tokenizer
                 if not text and hasattr(tok, "convert_ids_to_tokens"):
                     text = tok.convert_ids_to_tokens([token_id])[0] or ""
                 self.texts[token_id] = text
