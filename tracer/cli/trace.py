@@ -199,16 +199,23 @@ def check_main(argv: list[str]) -> int:
         "--full", action="store_true", help="validate every line against the JSON schema (slower; default: a sample)"
     )
     p.add_argument("--list", action="store_true", help="list every invariant with its one-line rule, then exit")
+    p.add_argument(
+        "--engine",
+        choices=("nanoengine", "vllm"),
+        default="nanoengine",
+        help="with --list: the invariants of this engine's traces (a trace's own header says which engine wrote it)",
+    )
     args = p.parse_args(argv)
     if args.list:
-        return list_invariants()
+        return list_invariants(args.engine)
     if args.file is None:
         err("give a trace file to check (`nanoengine check FILE`), or --list to see the invariants")
         return 2
     trace = load_or_report(args.file, "all" if args.full else "sample")
     if trace is None:
         return 2
-    from tracer.trace.invariants import INVARIANTS, check_trace
+    from tracer.trace.invariants import check_trace
+    from tracer.trace.profiles import profile_for
     from tracer.trace.summary import violations_table
 
     try:
@@ -226,23 +233,29 @@ def check_main(argv: list[str]) -> int:
             f"[red]{len(violations)} invariant violations[/] in {trace.num_steps} steps of {escape(printable(args.file))}"
         )
         return 1
+    profile = profile_for(trace.header)
+    engine = "" if profile.name == "nanoengine" else f" ({escape(str(trace.header.get('engine')))}'s profile)"
     console.print(
         f"[green]OK[/]: {trace.num_steps} steps of {escape(printable(args.file))}, "
-        f"{len(INVARIANTS)} invariants hold at every step"
+        f"{len(profile.rules())} invariants hold at every step{engine}"
     )
     return 0
 
 
-def list_invariants() -> int:
+def list_invariants(engine: str = "nanoengine") -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from tracer.trace.invariants import INVARIANTS
+    from tracer.trace.profiles import PROFILES
 
-    table = Table(title=f"{len(INVARIANTS)} invariants, checked at every step", title_justify="left")
+    rules = PROFILES[engine].rules()
+    title = f"{len(rules)} invariants, checked at every step" + (
+        f" of a {engine} trace" if engine != "nanoengine" else ""
+    )
+    table = Table(title=title, title_justify="left")
     table.add_column("invariant", style="bold", no_wrap=True)
     table.add_column("what must hold")
-    for name, rule in INVARIANTS.items():
+    for name, rule in rules.items():
         table.add_row(name, Text(rule))  # rules hold brackets: never markup
     Console().print(table)
     return 0

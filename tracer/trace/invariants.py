@@ -892,9 +892,14 @@ class InvariantChecker:
     """Checks steps in order; keeps what carries over between steps."""
 
     def __init__(
-        self, config: dict | None = None, requests: Iterable[dict] = (), eos_token_ids: Iterable[int] | None = None
+        self,
+        config: dict | None = None,
+        requests: Iterable[dict] = (),
+        eos_token_ids: Iterable[int] | None = None,
+        checks: list[tuple[str, Check]] | None = None,  # an engine profile's (tracer.trace.profiles)
     ):
         self.config = dict(config or {})
+        self.checks = CHECKS if checks is None else checks
         self.prev: dict[int, dict] | None = None
         self.tokens: dict[int, list[int]] = {}
         self.params: dict[int, dict] = {}
@@ -929,7 +934,7 @@ class InvariantChecker:
             self.preempted,
         )
         found: list[Violation] = []
-        for name, fn in CHECKS:
+        for name, fn in self.checks:
             try:
                 found.extend(fn(ctx))
             except (KeyError, IndexError, TypeError, ValueError) as e:
@@ -952,15 +957,22 @@ def check_steps(
     config: dict | None = None,
     requests: Iterable[dict] = (),
     eos_token_ids: Iterable[int] | None = None,
+    checks: list[tuple[str, Check]] | None = None,
 ) -> list[Violation]:
-    checker = InvariantChecker(config, requests, eos_token_ids)
+    checker = InvariantChecker(config, requests, eos_token_ids, checks)
     return [v for step in steps for v in checker.check(step)]
 
 
 def check_trace(trace) -> list[Violation]:
-    """Every violation in a loaded trace (tracer.trace_file.Trace)."""
+    """Every violation in a loaded trace (tracer.trace_file.Trace), by the invariants of the engine
+    that wrote it (its header's `engine`: tracer.trace.profiles)."""
+    from tracer.trace.profiles import profile_for  # profiles builds on this module's checks
+
     header = trace.header
-    return check_steps(trace.steps, header.get("config"), header.get("requests", ()), header.get("eos_token_ids"))
+    checks = profile_for(header).checks()
+    return check_steps(
+        trace.steps, header.get("config"), header.get("requests", ()), header.get("eos_token_ids"), checks
+    )
 
 
 def check_record(record, block_size: int | None = None) -> list[Violation]:

@@ -1,0 +1,1 @@
+"""vLLM v1 beside nanoengine: record vLLM's own scheduler in nanoengine's trace format (docs/vllm.md)."""

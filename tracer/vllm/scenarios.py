@@ -1,0 +1,93 @@
+"""The scenarios recorded under vLLM: the lessons', the demos' and issue 26's two shared-prefix
+workloads, each run by nanoengine (tiny model) to get the tokens and the reference trace.
+
+Runs in nanoengine's venv (it runs the engine); the vLLM recorder then reads the workload files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from tracer.teach.scenarios import Scenario, ScenarioRun, load_scenario, run_scenario, scenario_from_dict
+from tracer.vllm.workload import Workload, workload_from_trace
+
+TRACES_DIR = Path(__file__).with_name("traces")
+CREATED = "2026-12-01T00:00:00+00:00"  # fixed, so a re-recording is byte-identical
+PREFIX = list(range(100, 148))  # issue 26's 48-token shared prefix
+
+
+def lessons_root() -> Path:
+    from tracer.teach.lessons import lessons_root as root
+
+    return root()
+
+
+def shared_prefix_six() -> Scenario:
+    """Issue 26: six prompts sharing a 48-token prefix (12 tokens of their own), block_size 16,
+    32 blocks, a 128-token budget."""
+    requests = [{"prompt": PREFIX + [150 + 12 * i + k for k in range(12)]} for i in range(6)]
+    data = {
+        "title": "Six prompts sharing a 48-token prefix",
+        "engine": {"block_size": 16, "num_kv_blocks": 32, "max_num_batched_tokens": 128},
+        "params": {"ignore_eos": True, "max_tokens": 64},
+        "requests": requests,
+    }
+    return scenario_from_dict(data, "shared-prefix-six")
+
+
+def shared_prefix_staggered() -> Scenario:
+    """Issue 26: four prompts sharing a 32-token prefix arriving in pairs, block_size 8, budget 48."""
+    requests = [{"prompt": PREFIX[:32] + [210 + 5 * i + k for k in range(5)], "arrive": i // 2} for i in range(4)]
+    data = {
+        "title": "Four prompts sharing a 32-token prefix, arriving in pairs",
+        "engine": {"block_size": 8, "num_kv_blocks": 40, "max_num_batched_tokens": 48},
+        "params": {"ignore_eos": True, "max_tokens": 12},
+        "requests": requests,
+    }
+    return scenario_from_dict(data, "shared-prefix-staggered")
+
+
+def all_scenarios() -> dict[str, Scenario]:
+    """name -> scenario: 14 lessons, 4 demos (their tiny-model form), issue 26's 2 workloads."""
+    from tracer.teach.demos import DEMOS
+
+    found = {p.parent.name: load_scenario(p) for p in sorted(lessons_root().glob("[0-9][0-9]_*/scenario.json"))}
+    for name, demo in DEMOS.items():
+        found[f"demo-{name}"] = demo.build(True)
+    found["shared-prefix-six"] = shared_prefix_six()
+    found["shared-prefix-staggered"] = shared_prefix_staggered()
+    return found
+
+
+def arrivals_in_seq_order(scenario: Scenario) -> list[int]:
+    """Each request's arrive step in the order the driver adds them (their seq_id order)."""
+    return sorted(r.arrive for r in scenario.requests)
+
+
+def run_reference(name: str, scenario: Scenario, trace_path: Path) -> tuple[ScenarioRun, Workload]:
+    """nanoengine's run of the scenario (tiny model), recorded to trace_path, and its workload."""
+    from tracer.trace.trace_file import load_trace
+
+    run = run_scenario(scenario, trace_path, model="tiny")
+    workload = workload_from_trace(load_trace(trace_path, validate="none"), name, arrivals_in_seq_order(scenario))
+    workload.title = scenario.title
+    workload.focus = dict(scenario.focus)
+    workload.created = CREATED
+    return run, workload
+
+
+def write_workloads(out_dir: Path = TRACES_DIR, names: list[str] | None = None) -> list[Path]:
+    """Run nanoengine on each scenario and write NAME.workload.json files."""
+    paths = []
+    scenarios = all_scenarios()
+    with tempfile.TemporaryDirectory(prefix="nanoengine-ref-") as tmp:
+        for name in names or list(scenarios):
+            _, workload = run_reference(name, scenarios[name], Path(tmp) / f"{name}.jsonl")
+            paths.append(workload.save(out_dir / f"{name}.workload.json"))
+    return paths
+
+
+if __name__ == "__main__":
+    for path in write_workloads():
+        print(path)

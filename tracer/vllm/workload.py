@@ -1,0 +1,154 @@
+"""A workload: what the vLLM recorder replays, as plain JSON (no engine, no tokenizer needed).
+
+    {"name": "08_preemption", "title": "...", "created": "2026-12-01T00:00:00+00:00",
+     "source": "nanoengine 0.1.0, model tiny",
+     "config": {"block_size": 4, "num_kv_blocks": 10, "max_num_batched_tokens": 512,
+                "max_num_seqs": 64, "max_model_len": 2048, "enable_prefix_caching": true},
+     "eos_token_ids": [3], "tokenizer": {"name": "ByteTokenizer", "vocab_size": 260},
+     "focus": {"event": "preempted", "nth": 1},
+     "requests": [{"prompt": "First come", "prompt_token_ids": [1, 2], "arrive": 0,
+                   "params": {"max_tokens": 10, "ignore_eos": true, ...},
+                   "output_token_ids": [7, 7, 9]}],
+     "token_texts": {"7": "a"}}
+
+Requests are in the order they were added (their seq_id order in the reference run). `arrive` is
+the engine step before which a request is added (a scenario's `arrive`; from a bare trace, the
+request's `first_step`); an idle engine takes the next arrival at once, as nanoengine's scenario
+driver does. `output_token_ids` are the tokens nanoengine's reference run sampled: the recorder
+feeds them to vLLM so both runs see the same tokens (and so the same EOS steps and block hashes).
+`token_texts` are those ids decoded by the reference run's tokenizer (for the replay's text).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_FIELDS = (
+    "block_size",
+    "num_kv_blocks",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "max_model_len",
+    "enable_prefix_caching",
+)
+
+
+class WorkloadError(ValueError):
+    """A workload file that cannot be used; the message is one line."""
+
+
+@dataclass(slots=True)
+class WorkloadRequest:
+    prompt: str
+    prompt_token_ids: list[int]
+    params: dict[str, Any]
+    arrive: int = 0
+    output_token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Workload:
+    name: str
+    title: str
+    config: dict[str, Any]
+    requests: list[WorkloadRequest]
+    eos_token_ids: list[int] = field(default_factory=list)
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    focus: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    source: str = ""
+    token_texts: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, indent=1) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+
+def load_workload(path: str | Path) -> Workload:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise WorkloadError(f"cannot read workload {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise WorkloadError(f"workload {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    return workload_from_dict(data, str(path))
+
+
+def workload_from_dict(data: Any, source: str = "workload") -> Workload:
+    if not isinstance(data, dict) or not data.get("requests") or "config" not in data:
+        raise WorkloadError(f"{source}: a workload needs 'config' and a non-empty 'requests' list")
+    missing = [f for f in CONFIG_FIELDS if f not in data["config"]]
+    if missing:
+        raise WorkloadError(f"{source}: config lacks {', '.join(missing)}")
+    requests = []
+    for i, r in enumerate(data["requests"]):
+        if not isinstance(r, dict) or not isinstance(r.get("prompt_token_ids"), list) or not r["prompt_token_ids"]:
+            raise WorkloadError(f"{source}: request {i} needs a non-empty 'prompt_token_ids' list")
+        requests.append(
+            WorkloadRequest(
+                prompt=str(r.get("prompt", "")),
+                prompt_token_ids=[int(t) for t in r["prompt_token_ids"]],
+                params=dict(r.get("params", {})),
+                arrive=int(r.get("arrive", 0)),
+                output_token_ids=[int(t) for t in r.get("output_token_ids", [])],
+            )
+        )
+    return Workload(
+        name=str(data.get("name", Path(source).stem)),
+        title=str(data.get("title", data.get("name", ""))),
+        config={f: data["config"][f] for f in CONFIG_FIELDS},
+        requests=requests,
+        eos_token_ids=[int(t) for t in data.get("eos_token_ids", [])],
+        tokenizer=dict(data.get("tokenizer", {})),
+        focus=dict(data.get("focus", {})),
+        created=str(data.get("created", "")),
+        source=str(data.get("source", "")),
+        token_texts={str(k): str(v) for k, v in data.get("token_texts", {}).items()},
+    )
+
+
+def workload_from_trace(trace: Any, name: str, arrivals: list[int] | None = None) -> Workload:
+    """The workload of a nanoengine trace (tracer.trace.trace_file.Trace): its requests in seq_id
+    order with the tokens they sampled. `arrivals` (one per request, in that order) replaces each
+    request's first_step as its arrival step (a scenario's own `arrive`)."""
+    header = trace.header
+    requests = sorted(trace.requests.values(), key=lambda r: r["seq_id"])
+    outputs: dict[int, list[int]] = {r["seq_id"]: [] for r in requests}
+    texts: dict[str, str] = {}
+    for step in trace.steps:
+        for row in step["seqs"]:
+            outputs.setdefault(row["seq_id"], []).extend(row["new_token_ids"])
+            texts.update(zip(map(str, row["new_token_ids"]), row.get("new_token_texts", [])))
+    for r in requests:
+        texts.update(zip(map(str, r.get("prompt_token_ids", [])), r.get("prompt_token_texts", [])))
+    if arrivals is not None and len(arrivals) != len(requests):
+        raise WorkloadError(f"{name}: {len(arrivals)} arrivals for {len(requests)} requests")
+    return Workload(
+        name=name,
+        title=header.get("title") or name,
+        config={f: header["config"][f] for f in CONFIG_FIELDS},
+        requests=[
+            WorkloadRequest(
+                prompt=r.get("prompt", ""),
+                prompt_token_ids=list(r["prompt_token_ids"]),
+                params=dict(r.get("params", {})),
+                arrive=arrivals[i] if arrivals is not None else int(r.get("first_step", 0)),
+                output_token_ids=outputs[r["seq_id"]],
+            )
+            for i, r in enumerate(requests)
+        ],
+        eos_token_ids=list(header.get("eos_token_ids", [])),
+        tokenizer=dict(header.get("tokenizer", {})),
+        created=header.get("created", ""),
+        source=f"nanoengine {header.get('nanoengine_version', '?')}, model {header.get('model', '?')}",
+        token_texts=dict(sorted(texts.items(), key=lambda kv: int(kv[0]))),
+    )
