@@ -10,10 +10,9 @@ import resource
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
+from interrupt_at import interrupted_at
 
 from nanoengine import SamplingParams
 from nanoengine.engine import LLMEngine
@@ -131,29 +130,15 @@ def test_a_kv_pool_bigger_than_memory_is_one_line(capsys):
     assert "num_kv_blocks=1000000000000 needs" in one_line_error(capsys.readouterr().err)
 
 
-def torch_is_loading(pid: int) -> bool:
-    try:
-        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to see torch being loaded")
-def test_ctrl_c_during_start_up_exits_130_without_a_traceback():
-    proc = subprocess.Popen(
-        [*CLI, "generate", "hello", *TINY, "--max-tokens", "1000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None and not torch_is_loading(proc.pid):
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)  # torch is being imported or the model built: start-up
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr and stderr.strip().endswith("interrupted")
+@pytest.mark.parametrize(
+    "point",
+    ["import:torch", "call:nanoengine.model_runner:ModelRunner.__init__:1"],  # torch loads; the model is built
+)
+def test_ctrl_c_during_start_up_exits_130_without_a_traceback(point):
+    result = interrupted_at(point, ["generate", "hello", *TINY], ENV)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip() == "interrupted"
+    assert result.stdout == ""
 
 
 def test_generate_reports_a_request_that_failed_inside_the_engine(monkeypatch, capsys):

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
+from interrupt_at import interrupted_at
 
 from tracer.cli.main import main
 from tracer.trace.invariants import check_trace
@@ -19,6 +18,7 @@ from tracer.trace.recorder import TraceRecorder
 from tracer.trace.trace_file import load_trace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TINY_FLAGS = [
     "--model",
     "tiny",
@@ -150,41 +150,15 @@ def test_replay_refuses_what_it_cannot_show(partial_trace, tmp_path, capsys):
 
 def test_ctrl_c_during_trace_leaves_a_replayable_trace(tmp_path):
     out = tmp_path / "t.jsonl"
-    # Eight long requests: a run of several seconds, so the interrupt lands mid-run.
-    prompts = [f"prompt {i}" for i in range(8)]
-    cmd = [
-        sys.executable,
-        "-m",
-        "tracer.cli.main",
-        "trace",
-        *prompts,
-        "--model",
-        "tiny",
-        "--max-tokens",
-        "1900",
-        "--num-kv-blocks",
-        "1024",
-        "--ignore-eos",
-        "--no-tui",
-        "--out",
-        str(out),
-    ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
-    deadline = time.monotonic() + 60
-    recording = out.with_name(out.name + ".partial")  # renamed to out when the run completes or is cut short
-    while time.monotonic() < deadline and proc.poll() is None:
-        if recording.exists() and recording.read_text().count("\n") >= 6:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    assert "Interrupted" in stderr and f"nanoengine replay {out}" in " ".join(stderr.split())
-    assert "Traceback" not in stderr
+    argv = ["trace", "one", "two", *TINY_FLAGS, "--max-tokens", "40", "--no-tui", "--out", str(out)]
+    # Ctrl-C in the middle of the 7th step's forward pass: steps 0-5 are recorded
+    result = interrupted_at("call:nanoengine.model_runner:ModelRunner.run:7", argv, ENV)
+    assert result.returncode == 130, result.stderr
+    assert "Interrupted after 6 recorded steps" in result.stderr
+    assert f"nanoengine replay {out}" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
     trace = load_trace(out)
-    assert 5 <= trace.num_steps < 1900 and check_trace(trace) == []
+    assert trace.num_steps == 6 and check_trace(trace) == []
 
 
 def test_trace_without_a_terminal_prints_the_summary_and_replay_refuses(tmp_path):

@@ -143,7 +143,7 @@ def test_engine_picks_flash_only_with_the_module_and_a_256_block(monkeypatch):
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_flash_backend_matches_hf_greedy(family, monkeypatch, tmp_path, one_torch_thread):
-    from tests.engine.test_golden import hf_greedy, save_tiny_checkpoint
+    from test_golden import hf_greedy, save_tiny_checkpoint
 
     calls = install(monkeypatch, allow_fp32=True)  # fp32 on CPU, so greedy tokens can equal HF's
     hf = save_tiny_checkpoint(family, tmp_path, max_position_embeddings=1024)
@@ -169,10 +169,10 @@ def test_flash_backend_matches_hf_greedy(family, monkeypatch, tmp_path, one_torc
 
 @pytest.mark.real_model
 def test_flash_backend_matches_hf_greedy_on_smollm2(monkeypatch, one_torch_thread):
+    from test_golden import hf_greedy
     from transformers import AutoModelForCausalLM
 
     from nanoengine.loader import ensure_default_model
-    from tests.engine.test_golden import hf_greedy
 
     install(monkeypatch, allow_fp32=True)
     prompts = ["What is the capital of France?", "Explain how a paged KV cache works, step by step."]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import torch
+from conftest import make_tiny_engine, torch_threads
 
 from nanoengine.config import idle_cores
-from tests.conftest import make_tiny_engine, torch_threads
 
 
 def test_a_busy_machine_gets_one_thread(monkeypatch):

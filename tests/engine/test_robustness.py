@@ -4,10 +4,10 @@ cleanup when generate() is interrupted, and stop strings of any length."""
 from __future__ import annotations
 
 import pytest
+from conftest import make_tiny_engine
 
 from nanoengine import LLM, LLMEngine, SamplingParams
 from nanoengine.sequence import SequenceStatus
-from tests.conftest import make_tiny_engine
 
 NAN, INF = float("nan"), float("inf")
 
@@ -26,6 +26,11 @@ def assert_empty(engine: LLMEngine) -> None:
 @pytest.mark.parametrize(
     "kwargs, message",
     [
+        (dict(max_tokens=0), "max_tokens must be an integer >= 1"),
+        (dict(temperature=-0.5), "temperature must be >= 0"),
+        (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
+        (dict(top_k=-1), "top_k must be >= 0"),
         (dict(temperature=NAN), "temperature"),
         (dict(temperature=INF), "temperature"),
         (dict(temperature=1e-30), "temperature"),
@@ -76,6 +81,48 @@ def test_bad_prompts_are_refused_before_they_reach_the_scheduler(prompt, message
         llm.generate([prompt], greedy())
     assert_empty(llm.engine)
     assert llm.generate([[5, 10]], greedy())[0].finish_reason == "length"  # still usable
+
+
+@pytest.mark.parametrize(
+    "prompt, options, message",
+    [
+        ("", {}, "empty prompt"),
+        ("   ", {}, "empty prompt"),
+        ([], {}, "empty prompt"),
+        ("x" * 80, dict(max_model_len=64), "max_model_len is 64"),
+        ("x" * 30, dict(num_kv_blocks=8), "needs 10 KV blocks but the pool has 8"),
+    ],
+)
+def test_a_prompt_that_cannot_run_is_refused_by_add_request(prompt, options, message):
+    engine = make_tiny_engine(**options)
+    with pytest.raises(ValueError, match=message):
+        engine.add_request(prompt, SamplingParams(max_tokens=10))
+    assert_empty(engine)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(block_size=0), "block_size must be >= 1"),
+        (dict(num_kv_blocks=0), "num_kv_blocks must be >= 1"),
+        (dict(bogus=1), "unknown engine option"),
+        (dict(attention_backend="magic"), "attention_backend must be"),
+    ],
+)
+def test_bad_engine_options(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LLM("tiny", **kwargs)
+
+
+@pytest.mark.parametrize("model", ["/no/such/folder", "./missing-model", "not a model"])
+def test_an_unknown_model_path_is_refused(model):
+    with pytest.raises(ValueError, match="check the path"):
+        LLM(model)
+
+
+def test_a_params_list_must_match_the_prompts():
+    with pytest.raises(ValueError, match="2 prompts but 1 SamplingParams"):
+        LLM("tiny").generate(["a", "b"], [SamplingParams()])
 
 
 def test_params_changed_after_creation_are_checked_again_by_add_request():
