@@ -14,6 +14,7 @@ SUBCOMMANDS = {  # name -> (module, function taking argv)
     "trace": ("tracer.cli.trace", "trace_main"),
     "replay": ("tracer.cli.trace", "replay_main"),
     "check": ("tracer.cli.trace", "check_main"),
+    "diff": ("tracer.cli.diff", "diff_main"),
     "export": ("tracer.cli.export", "export_main"),
     "demo": ("tracer.cli.demo", "demo_main"),
     "lesson": ("tracer.cli.lesson", "lesson_main"),
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             "  trace     generate with the step recorder and open the replay TUI\n"
             "  replay    open a saved trace in the TUI\n"
             "  check     run the invariant checker on a trace\n"
+            "  diff      where two traces of the same workload differ (e.g. nanoengine vs vLLM v1)\n"
             "  export    a trace as a Perfetto timeline or a one-file HTML replay\n"
             "  demo      classroom demos\n"
             "  lesson    lessons and exercises\n"
