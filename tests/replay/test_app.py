@@ -11,6 +11,7 @@ import asyncio
 import copy
 import functools
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -67,31 +68,39 @@ async def test_arrow_keys_home_and_end_move_the_step(trace):
         assert app.step_index == 0
 
 
+async def wait_until(pilot, condition, what: str, limit_s: float = 120) -> None:
+    """Let the app run until condition() holds: however long a busy machine takes, never a fixed wait."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {limit_s:.0f} s for {what}")
+        await pilot.pause(0.02)
+
+
 @run_async
 async def test_play_advances_then_pauses(trace):
     app = make_app(trace)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("plus", "plus", "plus")  # 8 steps per second
-        await pilot.press("space")
+        await pilot.press("space")  # 1 step per second: 12 more ticks before the end
         assert app.playing
-        await pilot.pause(0.6)
+        await wait_until(pilot, lambda: app.step_index >= 1, "the first tick")
         await pilot.press("space")
-        assert not app.playing
+        assert not app.playing and app.play_timer is None
         reached = app.step_index
-        assert 1 <= reached < len(trace.steps)
-        await pilot.pause(0.4)
-        assert app.step_index == reached
+        assert 1 <= reached < len(trace.steps) - 1
+        await pilot.press("plus", "plus", "plus")  # a new speed does not restart a paused player
+        await pilot.pause(0.3)
+        assert app.step_index == reached and not app.playing
 
 
 @run_async
 async def test_play_stops_at_the_end(trace):
-    app = make_app(trace, start_step=len(trace.steps) - 2)
+    app = make_app(trace, start_step=len(trace.steps) - 3)
     async with app.run_test(size=SIZE) as pilot:
-        for _ in range(6):
-            await pilot.press("plus")
+        await pilot.press(*["plus"] * 6)
         await pilot.press("space")
-        await pilot.pause(0.5)
-        assert app.step_index == len(trace.steps) - 1 and not app.playing
+        await wait_until(pilot, lambda: not app.playing, "the player to stop")
+        assert app.step_index == len(trace.steps) - 1 and app.play_timer is None
 
 
 @run_async
@@ -102,6 +111,8 @@ async def test_g_jumps_to_a_typed_step(trace):
         assert app.current_step["step"] == 11
         await pilot.press("g", "5", "escape")  # cancel keeps the step
         assert app.current_step["step"] == 11
+        await pilot.press("g", "2", "left", "1", "enter")  # ← moves the cursor in the box, not the step
+        assert app.current_step["step"] == 12
 
 
 @run_async
@@ -182,8 +193,8 @@ async def test_help_lists_the_keys_and_closes(trace):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")
         assert type(app.screen).__name__ == "HelpScreen"
-        await pilot.press("right")  # step keys do nothing under the dialog
-        assert app.step_index == 0
+        await pilot.press("right", "space", "plus", "n", "end")  # the main view's keys do nothing under the dialog
+        assert (app.step_index, app.playing, app.speed_index) == (0, False, 1)
         await pilot.press("escape")
         assert app.screen is app.screen_stack[0]
         await pilot.press("tab", "z")  # zoom the KV pages panel, then restore

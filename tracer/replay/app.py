@@ -16,11 +16,11 @@ from pathlib import Path
 
 from rich.text import Text
 from textual import on
-from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static
@@ -106,6 +106,12 @@ class ReplayApp(App[int]):
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
+    # the main view's keys do nothing while a dialog (help, go to, predict) is open; q still quits
+    MAIN_VIEW_ACTIONS = frozenset(b.action.partition("(")[0] for b in Binding.make_bindings(BINDINGS)) - {"quit"}
+
+    step_index = var(0, init=False)  # the step shown: setting it redraws every view
+    playing = var(False, init=False)  # the play timer runs while True
+    speed_index = var(1, init=False)  # into SPEEDS
 
     def __init__(
         self,
@@ -127,14 +133,12 @@ class ReplayApp(App[int]):
         self.event_indices = [i for i, summary in enumerate(summaries) if is_event_step(summary)]
         requests = getattr(trace, "requests", None) or {}
         self.header = dict(trace.header, requests=list(requests.values()) or trace.header.get("requests", []))
-        self.step_index = max(0, min(start_step, len(self.steps) - 1))
+        self.set_reactive(ReplayApp.step_index, max(0, min(start_step, len(self.steps) - 1)))
         self.predict = predict
         self.animations = animations
         self.screenshot_dir = Path(screenshot_dir)
         self.selected_seq: int | None = None
         self.selected_block: int | None = None
-        self.playing = False
-        self.speed_index = 1
         self.play_timer: Timer | None = None
         self.score_right = 0
         self.score_asked = 0
@@ -208,6 +212,26 @@ class ReplayApp(App[int]):
     def step_number(self) -> int:
         return self.step_numbers[self.step_index]
 
+    # ---- reactive state -------------------------------------------------------------------
+    def watch_step_index(self) -> None:
+        self.show_step()
+
+    def watch_playing(self, playing: bool) -> None:
+        if playing:
+            self.restart_timer()
+        else:
+            self.stop_timer()
+        self.update_status()
+
+    def watch_speed_index(self) -> None:
+        if self.playing:
+            self.restart_timer()
+        self.update_status()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys of the main view do nothing while a dialog (help, go to, predict) is open."""
+        return action not in self.MAIN_VIEW_ACTIONS or not isinstance(self.screen, ModalScreen)
+
     # ---- redrawing ------------------------------------------------------------------------
     def check(self, index: int) -> None:
         """Validate a step against the schema the first time it is shown (a TraceError names the field)."""
@@ -277,72 +301,49 @@ class ReplayApp(App[int]):
             self.check(index)
             self.check(max(0, index - 1))
         except TraceError as e:
-            self.pause()
+            self.playing = False
             self.notify(str(e), title="cannot show this step", severity="error", timeout=12, markup=False)
             return
-        self.step_index = index
-        self.show_step()
-
-    # ---- guards ---------------------------------------------------------------------------
-    def require_main_screen(self) -> None:
-        """Keys of the main view do nothing while a dialog (help, go to, predict) is open."""
-        if isinstance(self.screen, ModalScreen):
-            raise SkipAction()
+        self.step_index = index  # watch_step_index redraws
 
     # ---- actions --------------------------------------------------------------------------
     def action_step(self, delta: int) -> None:
-        self.require_main_screen()
         if delta > 0 and self.predict:
             self.advance_with_question()
         else:
             self.go_to(self.step_index + delta)
 
     def action_jump_end(self, last: int) -> None:
-        self.require_main_screen()
         self.go_to(len(self.steps) - 1 if last else 0)
 
     def action_toggle_play(self) -> None:
-        self.require_main_screen()
-        if self.playing:
-            self.pause()
-        else:
-            if self.step_index >= len(self.steps) - 1:
-                self.go_to(0)
-            self.playing = True
-            self.restart_timer()
-        self.update_status()
+        if not self.playing and self.step_index >= len(self.steps) - 1:
+            self.go_to(0)
+        self.playing = not self.playing
 
-    def pause(self) -> None:
-        self.playing = False
+    def stop_timer(self) -> None:
         if self.play_timer is not None:
             self.play_timer.stop()
             self.play_timer = None
-        self.update_status()
 
     def restart_timer(self) -> None:
-        if self.play_timer is not None:
-            self.play_timer.stop()
+        self.stop_timer()
         self.play_timer = self.set_interval(1 / SPEEDS[self.speed_index], self.tick)
 
     def tick(self) -> None:
         if self.step_index >= len(self.steps) - 1:
-            self.pause()
+            self.playing = False
             return
         if self.predict:
-            self.pause()
+            self.playing = False
             self.advance_with_question()
         else:
             self.go_to(self.step_index + 1)
 
     def action_speed(self, delta: int) -> None:
-        self.require_main_screen()
         self.speed_index = max(0, min(len(SPEEDS) - 1, self.speed_index + delta))
-        if self.playing:
-            self.restart_timer()
-        self.update_status()
 
     def action_goto(self) -> None:
-        self.require_main_screen()
         self.push_screen(GotoScreen(self.step_numbers[0], self.step_numbers[-1]), self.jump_to_number)
 
     def jump_to_number(self, number: int | None) -> None:
@@ -358,7 +359,6 @@ class ReplayApp(App[int]):
         self.go_to(len(self.steps) - 1)
 
     def action_event(self, direction: int) -> None:
-        self.require_main_screen()
         if direction > 0:
             later = [i for i in self.event_indices if i > self.step_index]
             target = later[0] if later else None
@@ -371,35 +371,29 @@ class ReplayApp(App[int]):
             self.go_to(target)
 
     def action_zoom(self) -> None:
-        self.require_main_screen()
         if self.screen.maximized is not None:
             self.screen.minimize()
         elif self.focused is not None:
             self.screen.maximize(self.focused)
 
     def action_hide_banner(self) -> None:
-        self.require_main_screen()
         self.query_one(Banner).hide()
 
     def action_deselect(self) -> None:
-        self.require_main_screen()
         self.select(None)
 
     def action_toggle_animations(self) -> None:
-        self.require_main_screen()
         self.animations = not self.animations
         self.machine.animations = self.kv.animations = self.animations
         self.notify(f"animations {'on' if self.animations else 'off'}")
 
     def action_screenshot(self) -> None:  # type: ignore[override]  # no filename/path: always the trace's folder
-        self.require_main_screen()
         self.screenshot_dir.mkdir(parents=True, exist_ok=True)
         path = self.save_screenshot(filename=f"nanoengine-step-{self.step_number}.svg", path=str(self.screenshot_dir))
         self.last_screenshot = Path(path)
         self.notify(f"screenshot saved: {path}", markup=False)
 
     def action_help(self) -> None:
-        self.require_main_screen()
         self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
@@ -458,13 +452,13 @@ class ReplayApp(App[int]):
 
 
 def parse_terminal_size(text: str) -> tuple[int, int]:
-    """'160x48' -> (160, 48), for --size flags; the TUI needs at least 40x15."""
+    """'160x48' -> (160, 48), for --size flags; the TUI needs at least MIN_WIDTH x MIN_HEIGHT."""
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise ValueError(f"--size takes WIDTHxHEIGHT, e.g. 160x48; got {text!r}") from None
-    if w < 40 or h < 15:
-        raise ValueError(f"--size {text} is too small for the TUI: use at least 40x15")
+    if w < MIN_WIDTH or h < MIN_HEIGHT:
+        raise ValueError(f"--size {text} is too small for the TUI: use at least {MIN_WIDTH}x{MIN_HEIGHT}")
     return w, h
 
 
