@@ -3,6 +3,7 @@
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
 from tracer.teach.kit import (
+    add_request,
     cache_prefix,
     expect,
     expect_engine_matches,
@@ -179,12 +180,12 @@ def engine_prefix_and_chunks(fns):
             "max_num_batched_tokens": 7,
         },
     )
-    scenario.requests.append(
-        type(scenario.requests[0])(
-            "A long prompt: chunked prefill splits it over many steps.",
-            {"max_tokens": 3, "ignore_eos": True},
-            8,
-        )
+    add_request(
+        scenario,
+        "A long prompt: chunked prefill splits it over many steps.",
+        arrive=8,
+        max_tokens=3,
+        ignore_eos=True,
     )
     run = expect_engine_matches(scenario)
     expect(

@@ -7,6 +7,7 @@ import torch
 from nanoengine.model_runner import StepInputs
 from nanoengine.sequence import Sequence
 from tracer.teach.kit import (
+    add_request,
     expect,
     expect_engine_matches,
     first_difference,
@@ -236,12 +237,12 @@ def engine_mixed_batches(fns):
             "max_num_batched_tokens": 5,
         },
     )
-    scenario.requests.append(
-        type(scenario.requests[0])(
-            "Flatten this batch, thanks",
-            {"max_tokens": 4, "ignore_eos": True},
-            3,
-        )
+    add_request(
+        scenario,
+        "Flatten this batch, thanks",
+        arrive=3,
+        max_tokens=4,
+        ignore_eos=True,
     )
     run = expect_engine_matches(scenario)
     expect(

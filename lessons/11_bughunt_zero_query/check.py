@@ -1,6 +1,7 @@
 """Checks for bug hunt 11: find_cached_prefix must leave a token to compute."""
 
 from tracer.teach.kit import (
+    cache_prefix,
     expect,
     expect_engine_matches,
     lesson_scenario,
@@ -15,10 +16,7 @@ def check_a_full_hit_leaves_the_last_token(fns):
     """A prompt whose every block is cached still gets one token to compute."""
     bm = make_block_manager()
     tokens = list(range(10, 18))  # 8 tokens: exactly 2 full blocks of 4
-    first = make_sequence(tokens)
-    bm.allocate(first, len(tokens))
-    first.num_cached_tokens = len(tokens)
-    bm.register_full_blocks(first)
+    cache_prefix(bm, tokens)
     blocks, _ = fns.find_cached_prefix(bm, make_sequence(tokens))
     expect(
         len(blocks) * bm.block_size < len(tokens),

@@ -1,9 +1,10 @@
-"""Real engine bugs, each a small change to one engine function, for the mutation tests and lessons.
+"""Real engine bugs, each a small change to one engine function, for the mutation tests.
 
 Each BUG names the engine function it replaces (a tracer.teach.plugins target, or a module
 attribute), the broken function, and the invariant the checker must name when the bug bites.
 The broken functions are copies of the engine's own with one or two lines changed; the comment
-on the changed line says what is missing.
+on the changed line says what is missing. Bugs that a bug-hunt lesson ships are taken from that
+lesson's exercise.py (the student's copy is the only one).
 """
 
 from __future__ import annotations
@@ -13,43 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from nanoengine.block_manager import BlockManager, compute_block_hash
+from nanoengine.block_manager import BlockManager
 from nanoengine.engine import LLMEngine
 from nanoengine.model_runner import StepInputs, prepare_inputs
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
-
-
-def take_free_block_keeping_its_hash_entry(self: BlockManager) -> int:
-    block_id, _ = self.free_blocks.popitem(last=False)
-    self.hashes[block_id] = None  # BUG: hash_to_block still maps the old hash to this block
-    self.ref_counts[block_id] = 1
-    return block_id
-
-
-def preempt_keeping_cached_tokens(self: Scheduler, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
-    self.block_manager.free(seq)
-    # BUG: seq.num_cached_tokens is not reset: the count says KV exists that was just freed
-    seq.prefill_chunk = 0
-    seq.status = SequenceStatus.WAITING
-    self.running.remove(seq)
-    self.waiting.appendleft(seq)
-    out.events.append(("preempted", seq.seq_id, {"reason": "KV cache full"}))
-
-
-def find_cached_prefix_up_to_the_last_token(self: BlockManager, seq: Sequence) -> tuple[list[int], list[int]]:
-    if not self.enable_prefix_caching:
-        return [], []
-    blocks, hashes, parent = [], [], None
-    for i in range(seq.num_tokens // self.block_size):  # BUG: a full hit leaves no token to compute
-        start = i * self.block_size
-        parent = compute_block_hash(parent, seq.token_ids[start : start + self.block_size])
-        block_id = self.hash_to_block.get(parent)
-        if block_id is None:
-            break
-        blocks.append(block_id)
-        hashes.append(parent)
-    return blocks, hashes
+from tracer.teach.lessons import find_lesson, student_functions
 
 
 def slot_mapping_one_block_off(
@@ -100,25 +70,31 @@ def same(fn: Callable) -> Callable[[LLMEngine], Callable]:
     return lambda engine: fn
 
 
+def lesson_bug(lesson_key: str, name: str) -> Callable[[LLMEngine], Callable]:
+    """The buggy function a bug-hunt lesson ships in its exercise.py."""
+    lesson = find_lesson(lesson_key)
+    return same(student_functions(lesson, lesson.exercise)[name])
+
+
 BUGS = {
     "stale_hash_entry": Bug(
         "reused free block not evicted from the hash lookup",
         "BlockManager.take_free_block",
-        same(take_free_block_keeping_its_hash_entry),
+        lesson_bug("14", "take_free_block"),
         ("kv_content",),
         "the checker's own blind spot (issue 11)",
     ),
     "stale_cached_count": Bug(
         "stale num_cached_tokens after preemption",
         "Scheduler.preempt",
-        same(preempt_keeping_cached_tokens),
+        lesson_bug("12", "preempt"),
         ("preempt_resets",),
         "nano-vllm PR #211",
     ),
     "zero_length_query": Bug(
         "a full prefix hit leaves zero tokens to compute",
         "BlockManager.find_cached_prefix",
-        same(find_cached_prefix_up_to_the_last_token),
+        lesson_bug("11", "find_cached_prefix"),
         ("batch_membership",),
         "nano-vllm #114 / #144",
     ),

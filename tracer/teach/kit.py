@@ -11,7 +11,10 @@ every lesson:
     prefilled(sched, 8, 8)                  ... admitted and prefilled by the engine's own code
     expect(ok, "message for the student")   fail a check
     expect_same_list(got, want, "slots")    fail with the first differing index and both values
-    expect_engine_matches(lesson_scenario(__file__))   run the engine, compare with its own code
+    cache_prefix(bm, tokens)                a prefix computed once, its full blocks in the cache
+    scenario = lesson_scenario(__file__, engine={...})   the lesson's scenario.json, changed
+    add_request(scenario, "text", arrive=8, max_tokens=3)   one more request, before step 8
+    expect_engine_matches(scenario)         run the engine, compare with its own code
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence
 from tracer.teach.plugins import TARGETS as ENGINE_TARGETS
 from tracer.teach.plugins import original, plugged
-from tracer.teach.scenarios import Scenario, ScenarioError, ScenarioRun, StepSummary, load_scenario, run_scenario
+from tracer.teach.scenarios import (
+    Request,
+    Scenario,
+    ScenarioError,
+    ScenarioRun,
+    StepSummary,
+    load_scenario,
+    run_scenario,
+)
 
 BLOCK_SIZE = 4
 EOS = 2  # the end-of-sequence id of make_scheduler(eos=True)
@@ -163,6 +174,13 @@ def lesson_scenario(check_file: str, **changes) -> Scenario:
     scenario = load_scenario(path, name=path.parent.name)
     for key, value in changes.items():
         setattr(scenario, key, value)
+    return scenario
+
+
+def add_request(scenario: Scenario, prompt: str | list[int], *, arrive: int = 0, **params) -> Scenario:
+    """Append one request, added before engine step `arrive`; `params` override the scenario's
+    SamplingParams defaults (as a request in scenario.json does)."""
+    scenario.requests.append(Request(prompt, params, arrive))
     return scenario
 
 
