@@ -75,6 +75,16 @@ def test_last_chunk_generates_and_decode_is_listed():
     )
 
 
+def test_one_token_is_singular():
+    s = step(
+        5,
+        [seq(1, num_scheduled_tokens=1, new_token_ids=[7], new_token_texts=["x"])],
+        [event("prefill_chunk", 1, chunk=2, start=7, end=8, num_tokens=8), event("prefill_done", 1, chunks=2)],
+        [1],
+    )
+    assert "prefilled 1 prompt token (chunk 2 of 2)" in narrate(s, HEADER)
+
+
 def test_preemption_and_finish_are_told():
     s = step(
         9,

@@ -390,3 +390,12 @@ def test_lesson_scenario_helper_overrides_fields():
     scenario = lesson_scenario(str(find_lesson("3").path / "check.py"), engine={"block_size": 1})
     assert scenario.engine == {"block_size": 1}
     assert Path(find_lesson("3").scenario_file).is_file()
+
+
+def test_a_lesson_trace_is_titled_as_lesson_list_and_show_title_it(tmp_path, capsys):
+    """Bug hunt 14's trace once had a title of its own ("reused with its old name")."""
+    out = tmp_path / "t.jsonl"
+    assert lesson_main(["trace", "14", "--reference", "--no-tui", "--out", str(out)]) == 0
+    lesson = find_lesson("14")
+    assert load_trace(out).header["title"] == lesson.title == "14. Bug hunt: a block reused under its old name"
+    assert capsys.readouterr().out.startswith(lesson.title)

@@ -283,6 +283,7 @@ def cmd_trace(args, console: Console) -> int:
 
     lesson = find_lesson(args.lesson)
     scenario = load_scenario(lesson.scenario_file, name=lesson.name)
+    scenario.title = lesson.title  # the trace is titled as `lesson list` and `lesson show` title the lesson
     if args.reference:
         functions, source = reference_functions(lesson), "the engine's own code"
         path = None

@@ -166,7 +166,7 @@ class ReplayApp(App[int]):
 
     def on_mount(self) -> None:
         titles = {
-            "machine": "state machine",
+            "machine": "state machine · prefill/decode: nano-vllm's phases (?)",
             "kv": "KV pages",
             "seqs": "sequences",
             "batch": "batch (flat step inputs)",

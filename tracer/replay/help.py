@@ -41,18 +41,37 @@ LEGEND = (
     ("underline", "changed since the previous step"),
     ("▲ / ✗", "logits kept / discarded (mid-prefill) in the batch's logits_indices row"),
     ("P H F !", "timeline: preemption, prefix-cache hit, finish, invariant violation"),
+    (
+        "queues",
+        "the running list and waiting queue as the step FOUND them (the rest of the screen is the step's end)",
+    ),
+    ("+A#0", "queue line: admitted by this step (so it is still in the waiting queue at the step's start)"),
+    ("✗A#0", "queue line: preempted by this step (it goes back to the head of the waiting queue)"),
+    ("↩A#0", "queue line: preempted by the previous step, now back at the head of the waiting queue"),
+    (
+        "prefill / decode",
+        "lanes of RUNNING: nano-vllm's phases. vLLM v1 has none: each step catches num_computed_tokens "
+        "up to num_tokens, as many tokens as the budget allows",
+    ),
     ("tokens cached sched", "num_tokens, num_cached_tokens, num_scheduled_tokens (a→b: before→after the step)"),
 )
 
 
-def glossary_table() -> Table:
-    table = Table(title="Names in vLLM v1 and nano-vllm", title_justify="left", box=None, padding=(0, 2, 0, 0))
-    table.add_column("nanoengine", style="bold #ffd23f", overflow="fold")  # fold: paths stay whole
-    table.add_column("vLLM v1", overflow="fold")
-    table.add_column("nano-vllm", overflow="fold")
+def glossary_text() -> Text:
+    """Each term, then its vLLM v1 and nano-vllm names on their own lines: wrapped at spaces, so
+    an upstream path is never split in the middle (a three-column table folds them on 80 columns)."""
+    text = Text()
+    text.append("Names in vLLM v1 and nano-vllm\n", "italic")
     for term in GLOSSARY:
-        table.add_row(term.ours, term.vllm + (f"\n[dim]{term.note}[/]" if term.note else ""), term.nano_vllm)
-    return table
+        text.append(term.ours + "\n", "bold #ffd23f")
+        text.append("  vLLM v1: ", "bold")
+        text.append(term.vllm + "\n")
+        if term.note:
+            text.append(f"  ({term.note})\n", "dim")
+        text.append("  nano-vllm: ", "bold")
+        text.append(term.nano_vllm + "\n")
+    text.rstrip()
+    return text
 
 
 def help_table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
@@ -73,7 +92,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text(""))
             yield Static(help_table("Reading the views", LEGEND))
             yield Static(Text(""))
-            yield Static(glossary_table())
+            yield Static(glossary_text(), id="glossary")
             yield Static(Text("Esc, q or ? closes this help.", style="dim"))
 
     def action_dismiss_help(self) -> None:

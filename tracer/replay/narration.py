@@ -84,9 +84,12 @@ def describe_event(event: dict, seq: dict, budget: int) -> str:
         )
     if kind == "prefill_chunk":
         start, end = detail.get("start", 0), detail.get("end", 0)
-        what = "prompt tokens" if end <= seq.get("num_prompt_tokens", end) else "tokens"
+        what = "prompt token" if end <= seq.get("num_prompt_tokens", end) else "token"
+        count = end - start
         chunk = detail.get("chunk", 1)
-        return f"prefilled {end - start} {what} (chunk {chunk} of {estimate_chunks(detail, budget)})"
+        return (
+            f"prefilled {count} {what}{'' if count == 1 else 's'} (chunk {chunk} of {estimate_chunks(detail, budget)})"
+        )
     if kind == "preempted":
         reason = detail.get("reason")
         return "was preempted back to WAITING" + (f" ({reason})" if reason else "")

@@ -2,7 +2,10 @@
 policy preempts from its end) and the waiting queue (head first: a preempted request goes back to
 the head, new requests join the tail). Fed one step line; memoryless.
 
-    queues  running A#0 B#1 C#2 (newest last)  │  waiting head→ ↩D#3 E#4
+    queues at the step's start  running A#0 B#1 C#2 (newest last)  │  waiting head→ ↩D#3 E#4
+
+The rest of the screen shows the step's end, so a request this step admits is still listed as
+waiting here, marked `+`.
 
 `↩` marks a request preempted in the previous step (it jumped to the head), `✗` one this step
 preempts, `+` one it admits: symbols, not only colour. A version-1 trace has no queues; the line
@@ -19,20 +22,33 @@ from tracer.replay.colors import DIM, seq_style, seq_tag
 LABEL = "bold #c8d0da"
 
 
-def queues_text(step: dict, prev: dict | None) -> Text:
+def queues_text(step: dict, prev: dict | None, width: int | None = None) -> Text:
+    """The queue line; when `width` is too narrow for it, the labels shorten before any id is cut."""
+    text = build_text(step, prev, LONG_LABELS)
+    if width is not None and text.cell_len > width:
+        text = build_text(step, prev, SHORT_LABELS)
+    return text
+
+
+LONG_LABELS = ("queues at the step's start  ", "running ", " (newest last)", "  │  ", "waiting head→ ")
+SHORT_LABELS = ("at step start: ", "run ", "", " │ ", "wait head→ ")
+
+
+def build_text(step: dict, prev: dict | None, labels: tuple[str, ...]) -> Text:
+    title, running_label, newest_last, bar, waiting_label = labels
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append("queues  ", LABEL)
+    text.append(title, LABEL)
     queues = step.get("queues")
     if queues is None:
         text.append("not recorded in this trace (schema version 1)", DIM)
         return text
     kinds = {(e["kind"], e["seq_id"]) for e in step.get("events", [])}
     jumped = {e["seq_id"] for e in (prev or {}).get("events", []) if e["kind"] == "preempted"}
-    text.append("running ", LABEL)
+    text.append(running_label, LABEL)
     append_ids(text, queues["running"], kinds, jumped)
-    text.append(" (newest last)" if queues["running"] else "(empty)", DIM)
-    text.append("  │  ", DIM)
-    text.append("waiting head→ ", LABEL)
+    text.append(newest_last if queues["running"] else "(empty)", DIM)
+    text.append(bar, DIM)
+    text.append(waiting_label, LABEL)
     append_ids(text, queues["waiting"], kinds, jumped)
     if not queues["waiting"]:
         text.append("(empty)", DIM)
@@ -56,5 +72,14 @@ def append_ids(text: Text, seq_ids, kinds: set[tuple[str, int]], jumped: set[int
 
 
 class QueuesView(Static):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.shown: tuple[dict, dict | None] | None = None
+
     def show(self, step: dict, prev: dict | None, header: dict) -> None:
-        self.update(queues_text(step, prev))
+        self.shown = (step, prev)
+        self.update(queues_text(step, prev, self.content_size.width or None))
+
+    def on_resize(self) -> None:
+        if self.shown is not None:
+            self.update(queues_text(*self.shown, self.content_size.width or None))

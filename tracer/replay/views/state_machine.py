@@ -3,6 +3,12 @@
 The view is a pure function of (step, previous step): chips sit in the node of their state at the
 end of the step; the edges the step took light up, and chips that moved travel along them while
 `progress` animates from 0 to 1 (kept at 1 when animations are off).
+
+The two lanes of RUNNING are nano-vllm's phases, read from the step's counters: a sequence is in
+the prefill lane while it is part-way through (re)computing its tokens (the step computed some and
+kept no sampled token), and in the decode lane when only its newest, sampled token is left to
+compute. vLLM v1 has no phases: every step it catches num_computed_tokens up to num_tokens, by as
+many tokens as the budget allows.
 """
 
 from __future__ import annotations
@@ -57,9 +63,17 @@ def node_of(seq: dict) -> str:
     status = seq.get("status_after", "WAITING")
     if status != "RUNNING":
         return status
-    if seq.get("num_tokens_after", 0) - seq.get("num_cached_tokens_after", 0) > 1:
-        return "PREFILL"
-    return "DECODE"
+    return "PREFILL" if is_prefilling(seq) else "DECODE"
+
+
+def is_prefilling(seq: dict) -> bool:
+    """Mid-prefill at the end of the step: this step computed some of its tokens and kept no
+    sampled token; or, when it was not scheduled, more than one token (or the prompt's last) is
+    still to compute."""
+    if seq.get("num_scheduled_tokens", 0) > 0:
+        return not seq.get("new_token_ids")
+    num_tokens = seq.get("num_tokens_after", 0)
+    return num_tokens - seq.get("num_cached_tokens_after", 0) > 1 or num_tokens <= seq.get("num_prompt_tokens", 0)
 
 
 def moves_of(step: dict) -> list[Move]:
