@@ -369,6 +369,20 @@ async def test_the_banner_shows_the_look_for_text_until_dismissed(trace):
 
 
 @run_async
+async def test_a_shared_trace_shows_the_look_for_text_of_its_header(trace, tmp_path):
+    """A lesson's or demo's trace keeps its Look for text in the header: `nanoengine replay` of the
+    file alone shows it (and opens at its focus_step, as run_replay did before)."""
+    lines = TRACE.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = json.loads(lines[0]) | {"focus_step": 8, "look_for": "C is preempted <b>here</b> [red]"}
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text(json.dumps(header) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    app = make_app(load_trace(shared))
+    async with app.run_test(size=SIZE):
+        banner = app.query_one("#banner")
+        assert banner.display and "Look for: C is preempted <b>here</b> [red]" in str(banner.render())
+
+
+@run_async
 async def test_step_counter_shows_the_range_of_step_numbers(trace):
     app = make_app(trace)
     async with app.run_test(size=SIZE) as pilot:

@@ -33,7 +33,12 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML replay")
     p.add_argument("--steps", metavar="A-B", help="only steps A to B (step numbers, inclusive; 'A-' or '-B' too)")
     p.add_argument("--logical", action="store_true", help="Perfetto timestamps: one step = 1 ms, not the wall time")
-    p.add_argument("--size", default="160x48", metavar="WIDTHxHEIGHT", help="HTML: the replay's terminal size")
+    p.add_argument(
+        "--size",
+        default="160x48",
+        metavar="WIDTHxHEIGHT",
+        help="HTML: the replay's terminal size in the frames (120x26 for a projector: larger text)",
+    )
     args = p.parse_args(argv)
     if not args.perfetto and not args.html:
         err("say what to write: --perfetto OUT.json and/or --html OUT.html")

@@ -5,18 +5,35 @@
 
 The real ReplayApp runs headless (Textual's run_test) at a fixed terminal size; for each step
 index it jumps there and exports an SVG screenshot. No second set of views: what the browser
-shows is what `nanoengine replay` shows.
+shows is what `nanoengine replay` shows. What the page shows itself is left out of the frames:
+Rich's imitation of a window around the terminal (title bar and three dots), the top bar (the
+page has its title), the "Look for" banner, the narration (the page shows it in large type) and
+the key bindings' footer (the page has its own buttons), so the panels get every row.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tracer.trace.trace_file import Trace
 
 DEFAULT_SIZE = (160, 48)  # columns, rows: the size the demos' SVG frames use
+PROJECTOR_SIZE = (120, 26)  # text of about 25 px on a 1920x1080 projector, in the page's layout
+ON_THE_PAGE = ("#topbar", "#narration", "#banner", "Footer")  # widgets the page replaces
+
+WINDOW_RECT = re.compile(r'<rect fill="#292929" stroke="[^"]*" stroke-width="1" [^>]*rx="8"/>')
+WINDOW_TITLE = re.compile(r'<text class="terminal(?:-\d+)?-title"[^>]*>.*?</text>', re.S)
+WINDOW_DOTS = re.compile(r'<g transform="translate\(26,22\)">\s*(?:<circle [^>]*/>\s*){3}</g>')
+TERMINAL = re.compile(
+    r'<g transform="translate\(([\d.]+), ([\d.]+)\)" clip-path="url\(#terminal(?:-\d+)?-clip-terminal\)">'
+)
+CLIP = re.compile(
+    r'<clipPath id="terminal(?:-\d+)?-clip-terminal">\s*<rect x="0" y="0" width="([\d.]+)" height="([\d.]+)" />'
+)
+VIEW_BOX = re.compile(r'viewBox="[^"]*"')
 
 
 def render_frames(trace: Trace, indices: Sequence[int], size: tuple[int, int] = DEFAULT_SIZE) -> list[str]:
@@ -39,9 +56,11 @@ async def stream_frames_async(
     app = ReplayApp(trace, start_step=indices[0] if indices else 0, animations=False)
     async with app.run_test(size=size) as pilot:
         app.clear_notifications()  # a frame shows the step, not a toast from opening the file
+        for selector in ON_THE_PAGE:
+            app.query_one(selector).display = False
         for n, index in enumerate(indices, start=1):
             app.go_to(index)
-            use(n, await settled_screenshot(app, pilot))
+            use(n, without_window(await settled_screenshot(app, pilot)))
 
 
 async def settled_screenshot(app: Any, pilot: Any, tries: int = 5) -> str:
@@ -56,3 +75,16 @@ async def settled_screenshot(app: Any, pilot: Any, tries: int = 5) -> str:
             break
         svg = again
     return svg
+
+
+def without_window(svg: str) -> str:
+    """The terminal alone: Rich's window frame, title and three dots removed, the view box cropped
+    to the terminal's cells. An SVG of another shape is returned unchanged."""
+    terminal, clip = TERMINAL.search(svg), CLIP.search(svg)
+    if terminal is None or clip is None:
+        return svg
+    x, y = terminal.groups()
+    width, height = clip.groups()
+    for pattern in (WINDOW_RECT, WINDOW_TITLE, WINDOW_DOTS):
+        svg = pattern.sub("", svg, count=1)
+    return VIEW_BOX.sub(f'viewBox="{x} {y} {width} {height}"', svg, count=1)

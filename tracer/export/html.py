@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tracer.export.frame_pack import PackedFrames, add_frame, compress, frame_ops
 from tracer.export.frames import DEFAULT_SIZE, stream_frames
+from tracer.replay.app import EVENT_KINDS
 from tracer.replay.narration import narrate
 from tracer.trace.trace_file import Trace
 
@@ -30,12 +31,22 @@ def viewer_header(trace: Trace) -> dict:
     return dict(trace.header, requests=list(trace.requests.values()) or trace.header.get("requests", []))
 
 
+def is_event_step(step: dict) -> bool:
+    """The steps the page's n / p stop at: those the replay's n / p stop at."""
+    return bool(step.get("violations")) or any(e["kind"] in EVENT_KINDS for e in step.get("events", []))
+
+
 def html_page(trace: Trace, indices: Sequence[int], packed: PackedFrames) -> str:
     header = viewer_header(trace)
     steps = [trace.steps[i] for i in indices]
-    payload = {
-        "steps": [step["step"] for step in steps],
+    numbers = [step["step"] for step in steps]
+    focus = trace.header.get("focus_step")
+    payload: dict[str, object] = {
+        "steps": numbers,
         "narration": [narrate(step, header) for step in steps],
+        "events": [i for i, step in enumerate(steps) if is_event_step(step)],
+        "focus": numbers.index(focus) if focus in numbers else None,
+        "look_for": trace.header.get("look_for") or "",
         "pieces": packed.pieces,
         "frame_ops": frame_ops(packed.frames),
     }
@@ -43,7 +54,7 @@ def html_page(trace: Trace, indices: Sequence[int], packed: PackedFrames) -> str
     config = trace.header.get("config", {})
     subtitle = (
         f"· {trace.header.get('model', '?')} · block_size {config.get('block_size', '?')} · "
-        f"budget {config.get('max_num_batched_tokens', '?')} tokens · steps {payload['steps'][0]}–{payload['steps'][-1]}"
+        f"budget {config.get('max_num_batched_tokens', '?')} tokens · steps {numbers[0]}–{numbers[-1]}"
     )
     fields = {
         "TITLE": html.escape(title),

@@ -124,7 +124,7 @@ class ReplayApp(App[int]):
         guide: str = "",
     ) -> None:
         super().__init__()
-        self.guide = guide  # a lesson's or demo's "Look for" text, shown in the banner
+        self.guide = guide or trace.header.get("look_for") or ""  # a lesson's or demo's "Look for" text
         self.trace = trace
         self.steps = trace.steps  # a list, or a LazySteps parsing each step when first shown
         summaries = trace.summaries

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from tracer.replay.colors import seq_letter
 from tracer.teach.plugins import original, plugged
-from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario
+from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario, set_header_fields
 
 DEFAULT_SIZE = (160, 48)
 
@@ -340,6 +340,7 @@ def run_demo(
                 engine_overrides={"num_threads": threads} if threads else None,
                 title=scenario.title + (f": {variant}" if variant else ""),
             )
+        set_header_fields(path, look_for=look_for(run))  # this run's steps and sequences, named
         if console:
             console.print(f"  {run.num_steps} steps → {path}; the step that matters: {run.focus_step}")
             if run.violations:  # an engine bug: say so, and still show the run

@@ -179,7 +179,7 @@ def run_scenario(
         violations = list(recorder.violations)
         focus = find_focus(scenario.focus, collector.steps)
         if trace_path is not None:
-            set_header_focus(path, focus)
+            set_header_fields(path, focus_step=focus, look_for=scenario.look_for or None)
     return ScenarioRun(
         scenario,
         model,
@@ -225,14 +225,15 @@ def find_focus(focus: dict, steps: list[StepSummary]) -> int:
     return 0
 
 
-def set_header_focus(path: Path, step: int) -> None:
-    """Write the focus step into the trace header, so `nanoengine replay` opens there too."""
+def set_header_fields(path: Path, **fields) -> None:
+    """Write viewer fields (focus_step, look_for) into the trace header, so `nanoengine replay`
+    and the HTML export open at the focus step and show what to look for there too."""
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     if not lines:
         return
     header = json.loads(lines[0])
     if header.get("type") != "header":
         return
-    header["focus_step"] = step
+    header.update(fields)
     lines[0] = json.dumps(header, ensure_ascii=False) + "\n"
     path.write_text("".join(lines), encoding="utf-8")
