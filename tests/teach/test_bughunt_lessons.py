@@ -37,8 +37,9 @@ def test_four_bug_hunts_after_the_ten_lessons():
             assert (lesson.path / name).is_file(), f"{lesson.name} lacks {name}"
         assert set(lesson.targets.values()) <= set(TARGETS), lesson.name
         text = lesson.readme.read_text(encoding="utf-8")
-        assert "\n## In real engines\n" in text, "says where real engines met this bug"
-        for path in (lesson.readme, lesson.hint, lesson.exercise):
+        story = lesson.solved.read_text(encoding="utf-8")  # told by `lesson check` once the fix passes
+        assert story.startswith("## In real engines\n") and "In real engines" not in text
+        for path in (lesson.readme, lesson.hint, lesson.exercise, lesson.solved):
             wide = [n for n, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 80]
             assert not wide, f"{path}: lines {wide} are wider than 80 columns"
 
@@ -83,6 +84,27 @@ def test_the_scenario_is_clean_with_the_engines_own_code(lesson, tmp_path):
     assert run.violations == [] and check_trace(load_trace(path, validate="all")) == []
 
 
+FIXES = {  # the line each fix adds: only the last hint tier (and solved.md) may show it
+    "11_bughunt_zero_query": "(seq.num_tokens - 1) //",
+    "12_bughunt_stale_cached_count": "num_cached_tokens = 0",
+    "13_bughunt_duplicate_hash": "not in self.hash_to_block",
+    "14_bughunt_stale_hash_entry": "del self.hash_to_block",
+}
+
+
+@pytest.mark.parametrize("lesson", BUG_HUNTS, ids=lambda l: l.name)
+def test_the_lesson_text_does_not_give_the_fix_away(lesson):
+    """The README and the first hints lead to the bug; only the last hint shows the fix."""
+    fix = FIXES[lesson.name]
+    assert fix in reference_solution(lesson)
+    assert fix not in lesson.readme.read_text(encoding="utf-8")
+    tiers = lesson.hint_tiers()
+    assert len(tiers) >= 3 and fix in tiers[-1]
+    assert all(fix not in tier for tier in tiers[:-1]), [fix in tier for tier in tiers]
+    first = tiers[0]
+    assert "lesson trace" in first and f"`{FIRES[lesson.name][0]}`" in first  # where to look, by name
+
+
 def test_a_student_finds_the_bug_with_trace_and_check(tmp_path, capsys):
     folder = tmp_path / "my-lessons"
     assert lesson_main(["start", "--dir", str(folder)]) == 0
@@ -92,7 +114,10 @@ def test_a_student_finds_the_bug_with_trace_and_check(tmp_path, capsys):
     assert main(["check", str(trace)]) == 1
     assert "kv_content" in capsys.readouterr().out
     mine = folder / "14_bughunt_stale_hash_entry" / "exercise.py"
+    assert lesson_main(["check", "14", "--dir", str(folder)]) == 1
+    assert "In real engines" not in capsys.readouterr().out  # the story names the fix: not before it
     mine.write_text(reference_solution(BUG_HUNTS[-1]), encoding="utf-8")
     assert lesson_main(["check", "14", "--dir", str(folder)]) == 0
+    assert "In real engines" in capsys.readouterr().out
     assert lesson_main(["trace", "14", "--dir", str(folder), "--no-tui"]) == 0
     assert main(["check", str(trace)]) == 0

@@ -399,3 +399,37 @@ def test_a_lesson_trace_is_titled_as_lesson_list_and_show_title_it(tmp_path, cap
     lesson = find_lesson("14")
     assert load_trace(out).header["title"] == lesson.title == "14. Bug hunt: a block reused under its old name"
     assert capsys.readouterr().out.startswith(lesson.title)
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda l: l.name)
+def test_hints_come_in_tiers_and_only_the_last_shows_code(lesson):
+    tiers = lesson.hint_tiers()
+    assert len(tiers) >= 3, f"{lesson.hint}: a nudge, a closer hint, then the code"
+    assert all(tier.startswith("## ") for tier in tiers)
+    assert "```" in tiers[-1]
+    assert all("```" not in tier for tier in tiers[:-1])
+
+
+def test_lesson_5s_first_hint_is_a_nudge_not_the_code():
+    first = find_lesson("5").hint_tiers()[0]
+    for code in ("hash((", "range(", "hash_to_block.get", "0x7FFF"):
+        assert code not in first
+
+
+def test_lesson_hint_more_walks_the_tiers_and_remembers(tmp_path, capsys):
+    folder = tmp_path / "my-lessons"
+    assert lesson_main(["start", "--dir", str(folder)]) == 0
+    capsys.readouterr()
+    tiers = find_lesson("5").hint_tiers()
+    said = []
+    for more in ([], ["--more"], ["--more"], ["--more"]):
+        assert lesson_main(["hint", "5", "--dir", str(folder), *more]) == 0
+        said.append(" ".join(capsys.readouterr().out.split()))
+    assert said[0].startswith(f"Hint 1 of {len(tiers)}") and "--more" in said[0]
+    assert said[1].startswith(f"Hint 2 of {len(tiers)}") and "the last one shows code" in said[1]
+    assert said[2].startswith(f"Hint 3 of {len(tiers)}") and "find_cached_prefix" in said[2]
+    assert said[3] == said[2].replace("Still stuck?", "") or said[3].startswith(f"Hint {len(tiers)} of")
+    assert lesson_main(["hint", "5", "--dir", str(folder)]) == 0  # plain `hint` is the nudge again
+    assert " ".join(capsys.readouterr().out.split()).startswith(f"Hint 1 of {len(tiers)}")
+    assert lesson_main(["hint", "5", "--all", "--dir", str(tmp_path / "none")]) == 0
+    assert "find_cached_prefix" in capsys.readouterr().out

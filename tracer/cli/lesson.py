@@ -84,7 +84,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     lst = command("list", cmd_list, "list the lessons and your progress", lesson_arg=False)
     lst.add_argument("--run", action="store_true", help="run every lesson's checks now (slower)")
     command("show", cmd_show, "show a lesson's text")
-    command("hint", cmd_hint, "show hints for a lesson's exercise")
+    hint = command("hint", cmd_hint, "a hint for a lesson: first a nudge; --more for the next, the last shows code")
+    hint.add_argument("--more", action="store_true", help="the next hint after the ones you have seen")
+    hint.add_argument("--all", action="store_true", help="every hint at once, the code included")
     check = command("check", cmd_check, "check your exercise: direct tests, then the engine runs your code")
     check.add_argument("--file", type=Path, default=None, help="check this file instead of your lessons folder's")
     trace = command("trace", cmd_trace, "record the lesson's scenario with your code plugged in and open the TUI")
@@ -223,13 +225,39 @@ def cmd_show(args, console: Console) -> int:
 
 
 def cmd_hint(args, console: Console) -> int:
-    show_markdown(find_lesson(args.lesson).hint, console)
+    """`hint N`: the first tier; `--more`: one tier past the ones seen (remembered in the lessons
+    folder's progress file, or counted from the first without a folder); `--all`: every tier."""
+    lesson = find_lesson(args.lesson)
+    tiers = lesson.hint_tiers()
+    folder = workdir(args)
+    seen = int(load_progress(folder).get("hints_seen", {}).get(lesson.name, 1))
+    shown = len(tiers) if args.all else min(len(tiers), seen + 1) if args.more else 1
+    if args.all:
+        show_markdown_text("\n".join(tiers), console)
+    else:
+        console.print(f"[bold]Hint {shown} of {len(tiers)}[/] for {lesson.title}", highlight=False)
+        show_markdown_text(tiers[shown - 1], console)
+    if args.more and folder.is_dir():
+        remember_hint(folder, lesson, max(seen, shown))
+    if shown < len(tiers):
+        last = " (the last one shows code)" if shown == len(tiers) - 1 else ""
+        console.print(f"Still stuck? [bold]nanoengine lesson hint {lesson.number} --more[/] for the next hint{last}.")
     return 0
 
 
+def remember_hint(folder: Path, lesson: Lesson, seen: int) -> None:
+    progress = load_progress(folder)
+    progress.setdefault("hints_seen", {})[lesson.name] = seen
+    (folder / PROGRESS_FILE).write_text(json.dumps(progress, indent=2) + "\n", encoding="utf-8")
+
+
 def show_markdown(path: Path, console: Console) -> None:
+    show_markdown_text(path.read_text(encoding="utf-8"), console)
+
+
+def show_markdown_text(markdown: str, console: Console) -> None:
     """Print a lesson text; in a terminal, page it when it is taller than the screen."""
-    text = Markdown(path.read_text(encoding="utf-8"))
+    text = Markdown(markdown)
     if not console.is_terminal or len(console.render_lines(text, pad=False)) <= console.height:
         console.print(text)
         return
@@ -267,6 +295,9 @@ def cmd_check(args, console: Console) -> int:
             f"[green bold]All {len(results)} checks passed.[/] Watch your code run: "
             f"[bold]nanoengine lesson trace {lesson.number}[/]"
         )
+        if lesson.solved.is_file():  # a bug hunt: the story that names the fix, now that it is found
+            console.print()
+            show_markdown(lesson.solved, console)
     else:
         skipped = sum(r.status == "skipped" for r in results)
         console.print(

@@ -67,6 +67,15 @@ class Lesson:
         return self.path / "hint.md"
 
     @property
+    def solved(self) -> Path:
+        """A bug hunt's "In real engines" story, told once the fix passes (it names the fix)."""
+        return self.path / "solved.md"
+
+    def hint_tiers(self) -> list[str]:
+        """hint.md's `## ` sections, first nudge first; the last one shows code."""
+        return split_tiers(self.hint.read_text(encoding="utf-8"))
+
+    @property
     def exercise(self) -> Path:
         return self.path / "exercise.py"
 
@@ -80,6 +89,17 @@ class Lesson:
     @property
     def targets(self) -> dict[str, str]:
         return dict(self.checks_module().TARGETS)
+
+
+def split_tiers(text: str) -> list[str]:
+    """Markdown cut at each `## ` heading (the `# ` title line before the first is dropped)."""
+    tiers: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            tiers.append([])
+        if tiers:
+            tiers[-1].append(line)
+    return ["\n".join(lines).strip() + "\n" for lines in tiers] or [text]
 
 
 def all_lessons(root: Path | None = None) -> list[Lesson]:
