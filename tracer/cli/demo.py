@@ -23,6 +23,7 @@ def demo_main(argv: list[str]) -> int:
         raise ValueError(f"no demo {args.name!r}; choose one of: {', '.join(DEMOS)} (or `nanoengine demo list`)")
     steps = parse_steps(args.steps)
     size = parse_terminal_size(args.size)
+    vllm_trace = vs_vllm_trace(demo.name, args) if args.vs_vllm else None
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     runs = run_demo(demo, args.model, args.out_dir, console, threads=args.threads, engine=engine_overrides(args))
@@ -41,12 +42,38 @@ def demo_main(argv: list[str]) -> int:
             paths = export_frames(run.trace_path, wanted, Path(args.export), prefix, size, console)
             console.print(f"{len(paths)} frame(s) of the {variant or demo.name} run → {args.export}")
         return 0
+    assert runs[0].trace_path is not None, "demos always record a trace"
+    if vllm_trace is not None:
+        report_vs_vllm(console, runs[0].trace_path, vllm_trace)
     if args.no_tui:
         return 0
     from tracer.replay.app import run_replay
 
-    assert runs[0].trace_path is not None, "demos always record a trace"
-    return run_replay(runs[0].trace_path, start_step=runs[0].focus_step, predict=args.predict, guide=guide)
+    return run_replay(
+        runs[0].trace_path, start_step=runs[0].focus_step, predict=args.predict, guide=guide, compare=vllm_trace
+    )
+
+
+def vs_vllm_trace(name: str, args: argparse.Namespace) -> Path:
+    """The committed trace of vLLM v1's scheduler on this demo (recorded from the tiny model's run)."""
+    from tracer.vllm.scenarios import TRACES_DIR
+
+    if args.model not in ("default", "tiny") or engine_overrides(args):
+        raise ValueError(
+            "--vs-vllm compares with vLLM's committed trace of the demo as it is: use it without --model "
+            "and engine flags (it runs the tiny model)"
+        )
+    args.model = "tiny"
+    return TRACES_DIR / f"demo-{name}.jsonl"
+
+
+def report_vs_vllm(console: Console, ours: Path, theirs: Path) -> None:
+    from tracer.trace.diff import diff_traces, first_difference_line
+    from tracer.trace.trace_file import load_trace
+
+    diff = diff_traces(load_trace(ours), load_trace(theirs))
+    console.print(Text.assemble(("Beside vLLM v1: ", "bold"), first_difference_line(diff)))
+    console.print(f"(nanoengine diff {ours} {theirs} lists every difference)", markup=False)
 
 
 def other_runs_hint(demo, runs) -> str:
@@ -94,6 +121,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ENGINE_FLAGS:  # the engine flags of generate and trace; unset ones keep the demo's values
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help="(default: the demo's own)")
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument(
+        "--vs-vllm",
+        action="store_true",
+        help="open the demo beside vLLM v1's own scheduler on the same requests (its committed trace; tiny model)",
+    )
     p.add_argument(
         "--threads",
         type=int,

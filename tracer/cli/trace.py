@@ -167,16 +167,26 @@ def replay_main(argv: list[str]) -> int:
     p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
     p.add_argument("--web", action="store_true", help="serve the TUI to a browser on localhost (textual-serve)")
     p.add_argument("--port", type=int, default=8000, help="--web: the port (default 8000)")
+    p.add_argument(
+        "--compare",
+        metavar="B",
+        default=None,
+        help="a second trace of the same workload (e.g. tracer/vllm/traces/NAME.jsonl): its same step "
+        "beside this one, differences marked",
+    )
     args = p.parse_args(argv)
+    if args.web and args.compare:
+        err("--web and --compare cannot be combined yet: use `nanoengine diff A B` beside the web replay")
+        return 2
     if args.web:
         from tracer.export.web import serve_replay
 
         return serve_replay(Path(args.file), args.step, args.predict, args.port)
     # run_replay opens the trace (lazily when it is big) and refuses a bad file or --step in one line.
-    return open_replay(Path(args.file), args.step, args.predict)
+    return open_replay(Path(args.file), args.step, args.predict, args.compare)
 
 
-def open_replay(path: Path, start_step: int, predict: bool = False) -> int:
+def open_replay(path: Path, start_step: int, predict: bool = False, compare: str | None = None) -> int:
     try:
         from tracer.replay.app import run_replay
     except ModuleNotFoundError as e:
@@ -187,7 +197,7 @@ def open_replay(path: Path, start_step: int, predict: bool = False) -> int:
             f"use `nanoengine check {path}` or `--no-tui`"
         )
         return 2
-    return run_replay(path, start_step, predict=predict)
+    return run_replay(path, start_step, predict=predict, compare=compare)
 
 
 def check_main(argv: list[str]) -> int:

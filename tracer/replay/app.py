@@ -32,11 +32,13 @@ from tracer.replay.narration import narrate
 from tracer.replay.predict import PredictScreen, Question, is_correct, make_question
 from tracer.replay.views.banner import Banner
 from tracer.replay.views.batch import BatchView
+from tracer.replay.views.compare import CompareView
 from tracer.replay.views.kv_pages import KVPagesView
 from tracer.replay.views.queues import QueuesView
 from tracer.replay.views.sequences import SequencesView
 from tracer.replay.views.state_machine import StateMachineView
 from tracer.replay.views.timeline import TimelineView, step_mark
+from tracer.trace.diff import DiffError, Side, diff_traces, null_blocks, request_order
 from tracer.trace.trace_file import StepMarks, TraceError, check_step, load_trace
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
@@ -122,10 +124,13 @@ class ReplayApp(App[int]):
         animations: bool = True,
         screenshot_dir: str | Path = ".",
         guide: str = "",
+        compare=None,
     ) -> None:
         super().__init__()
         self.guide = guide or trace.header.get("look_for") or ""  # a lesson's or demo's "Look for" text
         self.trace = trace
+        self.compare = compare  # a second run of the same workload, shown step for step beside this one
+        self.diff = diff_traces(trace, compare) if compare is not None else None
         self.steps = trace.steps  # a list, or a LazySteps parsing each step when first shown
         summaries = trace.summaries
         self.step_numbers = [summary.step for summary in summaries]
@@ -155,6 +160,8 @@ class ReplayApp(App[int]):
         yield Static(id="narration")
         yield Banner(self.guide, tuple(w for w in [getattr(self.trace, "warning", None)] if w), id="banner")
         yield Static(id="violations")
+        if self.compare is not None:
+            yield CompareView(id="compare")
         yield QueuesView(id="queues")
         with Horizontal(id="upper"):
             yield StateMachineView(id="machine")
@@ -257,7 +264,22 @@ class ReplayApp(App[int]):
             view.show(step, prev, self.header)
         self.query_one("#narration", Static).update(Content(narrate(step, self.header)))
         self.show_violations(step)
+        self.show_compare(step, prev)
         self.update_status()
+
+    def show_compare(self, step: dict, prev: dict | None) -> None:
+        if self.compare is None or self.diff is None:
+            return
+        i, other = self.step_index, self.compare.steps
+        a = Side(self.trace, step, request_order(self.trace), null_blocks(self.trace), prev)
+        b = Side(
+            self.compare,
+            other[i] if i < len(other) else None,
+            request_order(self.compare),
+            null_blocks(self.compare),
+            other[i - 1] if 0 < i <= len(other) else None,
+        )
+        self.query_one(CompareView).show_pair(self.diff, a, b, i, self.step_number)
 
     def show_violations(self, step: dict) -> None:
         bar = self.query_one("#violations", Static)
@@ -462,10 +484,14 @@ def parse_terminal_size(text: str) -> tuple[int, int]:
     return w, h
 
 
-def run_replay(path: str | Path, start_step: int = 0, predict: bool = False, guide: str = "") -> int:
-    """Open a trace file in the TUI. start_step is a step index (0 = the first recorded step)."""
+def run_replay(
+    path: str | Path, start_step: int = 0, predict: bool = False, guide: str = "", compare: str | Path | None = None
+) -> int:
+    """Open a trace file in the TUI. start_step is a step index (0 = the first recorded step).
+    compare: a second trace of the same workload, shown step for step beside it."""
     try:
         trace = load_trace(path)
+        other = load_trace(compare) if compare is not None else None
     except TraceError as e:
         print(f"nanoengine: error: {e}", file=sys.stderr)
         return 2
@@ -482,7 +508,11 @@ def run_replay(path: str | Path, start_step: int = 0, predict: bool = False, gui
     if start_step == 0 and isinstance(focus, int):
         numbers = [summary.step for summary in trace.summaries]
         start_step = numbers.index(focus) if focus in numbers else 0
-    app = ReplayApp(trace, start_step, predict, guide=guide)
+    try:
+        app = ReplayApp(trace, start_step, predict, guide=guide, compare=other)
+    except DiffError as e:
+        print(f"nanoengine: error: --compare: {e}", file=sys.stderr)
+        return 2
     try:
         app.check(app.step_index)
         app.check(max(0, app.step_index - 1))

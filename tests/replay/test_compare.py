@@ -1,0 +1,68 @@
+"""`nanoengine replay A --compare B` and `nanoengine demo NAME --vs-vllm`: the same step of a second
+run of the workload (here vLLM v1's committed trace) beside the replay, differences marked."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tracer.cli.main import main
+from tracer.replay.app import ReplayApp
+from tracer.replay.views.compare import CompareView
+from tracer.teach.scenarios import load_scenario, run_scenario
+from tracer.trace.trace_file import load_trace
+
+ROOT = Path(__file__).parents[2]
+VLLM = ROOT / "tracer" / "vllm" / "traces"
+
+
+@pytest.fixture(scope="module")
+def lesson10(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("compare") / "10.jsonl"
+    run_scenario(load_scenario(ROOT / "lessons" / "10_sampling" / "scenario.json"), path, model="tiny")
+    return path
+
+
+def test_the_compare_panel_marks_the_differences_of_each_step(lesson10):
+    ours, theirs = load_trace(lesson10), load_trace(VLLM / "10_sampling.jsonl")
+
+    async def panels() -> list[str]:
+        app = ReplayApp(ours, animations=False, compare=theirs)
+        shown = []
+        async with app.run_test(size=(140, 50)) as pilot:
+            for i in range(len(ours.steps)):
+                app.go_to(i)
+                await pilot.pause()
+                shown.append(app.query_one(CompareView).shown)
+        return shown
+
+    shown = asyncio.run(panels())
+    assert "A = nanoengine" in shown[0] and "B = vllm 0.33.0" in shown[0]
+    assert (
+        "≠ " in shown[0] and "req 1" in shown[0] and "A: 16 tok from 0" in shown[0] and "B: 4 tok from 12" in shown[0]
+    )
+    assert "same-step hit" in shown[0]
+    differing = {d.step for d in app_diff(ours, theirs)}
+    for i, text in enumerate(shown):
+        assert ("= same decisions" in text) == (i not in differing), (i, text)
+
+
+def app_diff(a, b):
+    from tracer.trace.diff import diff_traces
+
+    return diff_traces(a, b).differences
+
+
+def test_compare_with_another_workload_is_one_line_and_exit_2(lesson10, capsys):
+    assert main(["replay", str(lesson10), "--compare", str(VLLM / "08_preemption.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--compare" in err and "same workload" in err
+
+
+def test_demo_vs_vllm_reports_the_first_difference(tmp_path, capsys):
+    assert main(["demo", "preemption", "--vs-vllm", "--no-tui", "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "Beside vLLM v1:" in out and "blocks of request" in out
+    assert main(["demo", "preemption", "--vs-vllm", "--block-size", "8", "--no-tui"]) == 2
