@@ -27,6 +27,9 @@ SCENARIO_PROMPTS = ["hello world, how are you", "hello world, how is it", "abc"]
 SCENARIO_LATE_PROMPT = "hello world, how are we"  # added after step 2: a prefix hit
 SCENARIO_ABORT = "zz"  # added after step 2, aborted after step 4
 SCENARIO_PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
+# How long a test waits for a child process or a page before calling it hung: a safety net, not a
+# speed target. Under load a 5-second child has taken 145 s on the 2-core box.
+HANG_S = 600
 
 
 @contextmanager

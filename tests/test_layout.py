@@ -96,3 +96,14 @@ def test_engine_stays_within_its_line_budget():
 def test_tests_mirror_the_packages():
     for package in ("engine", "trace", "replay", "teach", "bench", "cli", "vllm"):
         assert list((ROOT / "tests" / package).glob("test_*.py")), f"tests/{package}/ has no tests"
+
+
+def test_test_modules_have_unique_names():
+    """tests/ has no __init__.py: pytest imports each test file by its bare name, so two files named
+    alike (tests/a/test_x.py, tests/b/test_x.py) stop the whole run at collection."""
+    seen: dict[str, Path] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "__snapshots__" in path.parts:
+            continue
+        assert path.name not in seen, f"{path.relative_to(ROOT)} and {seen[path.name].relative_to(ROOT)}"
+        seen[path.name] = path

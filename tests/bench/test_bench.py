@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 from nanoengine.model import ONEDNN
 from tracer.bench.metrics import latencies, percentile
@@ -176,7 +177,7 @@ def test_gpu_script_runs_on_cpu_with_tiny_shape(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

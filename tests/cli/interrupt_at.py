@@ -73,7 +73,7 @@ def install(fd: int, point: str) -> None:
         raise SystemExit(f"interrupt_at: unknown point {point!r}")
 
 
-def interrupted_at(point: str, argv: list[str], env: dict[str, str], timeout: float = 300):
+def interrupted_at(point: str, argv: list[str], env: dict[str, str], timeout: float = 600):
     """Run `nanoengine ARGV`, send SIGINT once it stands at point; the finished CompletedProcess."""
     read_fd, write_fd = os.pipe()
     child = subprocess.Popen(

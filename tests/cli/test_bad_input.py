@@ -1,10 +1,12 @@
 """Bad input on the command line gets one clear line and a non-zero exit; the engine's own
 validation is tested in tests/engine/test_robustness.py."""
 
+import os
 import subprocess
 import sys
 
 import pytest
+from conftest import HANG_S
 
 from tracer.cli.main import main
 
@@ -31,7 +33,8 @@ def test_cli_generate_streams_text():
         [sys.executable, "-m", "tracer.cli.main", *argv],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr
     assert "5 tokens in" in result.stderr

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import HANG_S
 from interrupt_at import interrupted_at
 
 from nanoengine import SamplingParams
@@ -74,7 +75,7 @@ def test_a_write_error_names_the_path_keeps_the_old_file_and_still_prints_the_te
         [*CLI, "trace", "hello", *TINY, "--max-tokens", "200", "--out", str(out), "--no-tui"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         env=ENV,
         preexec_fn=limit_file_size,
     )
@@ -104,7 +105,9 @@ def test_dash_reads_the_prompt_from_stdin(tmp_path, monkeypatch, capsys):
 
 
 def test_non_utf8_arguments_get_one_line():
-    result = subprocess.run([*CLI, "generate", b"caf\xe9", "--model", "tiny"], capture_output=True, timeout=120)
+    result = subprocess.run(
+        [*CLI, "generate", b"caf\xe9", "--model", "tiny"], capture_output=True, timeout=HANG_S, env=ENV
+    )
     assert result.returncode == 2
     assert "argument 2" in one_line_error(result.stderr.decode()) and "not valid UTF-8" in result.stderr.decode()
 
@@ -121,7 +124,7 @@ def test_help_does_not_import_torch(argv):
         f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
         "print('torch loaded' if 'torch' in sys.modules else 'no torch')"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0 and result.stdout.strip().endswith("no torch"), result.stderr
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
+from conftest import HANG_S, SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
 from interrupt_at import interrupted_at
 
 from tracer.cli.main import main
@@ -169,12 +169,13 @@ def test_trace_without_a_terminal_prints_the_summary_and_replay_refuses(tmp_path
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
+        env=ENV,
     )
     assert traced.returncode == 0, traced.stderr
     assert "Not an interactive terminal" in traced.stderr and "violations" in traced.stdout
     replay = subprocess.run(
-        [*base, "replay", str(out)], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+        [*base, "replay", str(out)], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_S, env=ENV
     )
     assert replay.returncode == 2
     assert "needs an interactive terminal" in replay.stderr and len(replay.stderr.strip().splitlines()) == 1

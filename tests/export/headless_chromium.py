@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Headless as root, and quiet: this machine's network is closed, so no background connections.
@@ -37,4 +38,4 @@ def require_browser():
 
 
 def launch(playwright):
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=120_000)
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=HANG_S * 1000)

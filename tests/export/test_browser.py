@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 from headless_chromium import launch, require_browser
 
 from tracer.cli.main import main
@@ -44,7 +45,7 @@ def test_arrow_keys_step_through_the_replay(browser, exported, tmp_path):
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
     page.goto(exported.as_uri())
-    page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+    page.wait_for_selector("body[data-ready=true]", timeout=HANG_S * 1000)
     first, narration = step_on_counter(page), page.inner_text("#narration")
     assert narration.startswith(f"Step {first}:")
     for _ in range(3):

@@ -11,6 +11,7 @@ import time
 import urllib.request
 
 import pytest
+from conftest import HANG_S
 from headless_chromium import launch, require_browser
 
 from tracer.cli.main import main
@@ -32,7 +33,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_page(url: str, server: subprocess.Popen, timeout: float = 60.0) -> str:
+def wait_for_page(url: str, server: subprocess.Popen, timeout: float = HANG_S) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -45,7 +46,7 @@ def wait_for_page(url: str, server: subprocess.Popen, timeout: float = 60.0) -> 
     pytest.fail(f"no page at {url} after {timeout:.0f} s")
 
 
-def settled_screenshot(page, timeout: float = 60.0, differs_from: bytes | None = None) -> bytes:
+def settled_screenshot(page, timeout: float = HANG_S, differs_from: bytes | None = None) -> bytes:
     """A screenshot once the terminal has drawn the TUI (a blank one packs into a few KB) and two
     in a row are the same (animations over); with differs_from, a new picture."""
     deadline, last = time.monotonic() + timeout, None
@@ -73,7 +74,7 @@ def test_the_tui_runs_in_the_browser_and_follows_the_keys(tiny_trace_path, tmp_p
             browser = launch(playwright)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(f"http://localhost:{port}/")
-            page.wait_for_selector("#terminal.-connected", timeout=60_000)
+            page.wait_for_selector("#terminal.-connected", timeout=HANG_S * 1000)
             page.focus(".xterm-helper-textarea")  # where xterm.js takes keys, as a click would
             first = settled_screenshot(page)
             pictures = [first]
@@ -86,5 +87,5 @@ def test_the_tui_runs_in_the_browser_and_follows_the_keys(tiny_trace_path, tmp_p
             browser.close()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        server.wait(timeout=HANG_S)
         log.close()
