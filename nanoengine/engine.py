@@ -19,7 +19,7 @@ from nanoengine.model import CausalLM, ModelConfig, head_dim_of, pack_for_onednn
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
 from nanoengine.sampling_params import SamplingParams, is_int, short_repr
 from nanoengine.scheduler import Scheduler, SchedulerOutput
-from nanoengine.sequence import FinishReason, Sequence
+from nanoengine.sequence import EventKind, FinishReason, Sequence
 from nanoengine.step_record import NO_WATCH, QueueOrder, StepHook, StepWatch
 
 
@@ -144,9 +144,8 @@ class LLMEngine:
         self.watching = list(self.step_hooks)
         aborted = self.apply_aborts()
         out = self.scheduler.schedule()
-        out.events.extend(
-            ("finished", s.seq_id, {"reason": "abort", "requested_step": requested}) for s, requested in aborted
-        )
+        for seq, requested in aborted:
+            out.add_event(EventKind.FINISHED, seq, reason=FinishReason.ABORT.value, requested_step=requested)
         model_time, appended, inputs = 0.0, [], None
         if out.seqs:
             inputs = prepare_inputs(out.seqs, self.config.block_size)
@@ -188,7 +187,7 @@ class LLMEngine:
         seq.num_scheduled_tokens = 0
         seq.prefill_chunk = 0
         self.scheduler.finish(seq, FinishReason.ERROR)
-        out.events.append(("finished", seq.seq_id, {"reason": FinishReason.ERROR.value, "error": seq.error}))
+        out.add_event(EventKind.FINISHED, seq, reason=FinishReason.ERROR.value, error=seq.error)
 
     def watch(self) -> StepWatch:
         """A new hook is shown every waiting request once; after that only the requests added since."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanoengine.block_manager import BlockManager, blocks_needed
-from nanoengine.sequence import FinishReason, Sequence, SequenceStatus
+from nanoengine.sequence import EventKind, FinishReason, Sequence, SequenceStatus
 
 
 def choose_victim(running: list[Sequence]) -> Sequence:
@@ -15,14 +15,19 @@ def choose_victim(running: list[Sequence]) -> Sequence:
     return running[-1]
 
 
+def chunk_span(seq: Sequence) -> dict[str, int]:  # the tokens a prefill chunk computes
+    start = seq.num_cached_tokens
+    end = start + seq.num_scheduled_tokens
+    return {"chunk": seq.prefill_chunk, "start": start, "end": end, "num_tokens": seq.num_tokens}
+
+
 @dataclass(slots=True)
 class SchedulerOutput:
     seqs: list[Sequence] = field(default_factory=list)  # batch order; each has num_scheduled_tokens > 0
-    events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    events: list[tuple[EventKind, int, dict[str, Any]]] = field(default_factory=list)
 
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(s.num_scheduled_tokens for s in self.seqs)
+    def add_event(self, kind: EventKind, seq: Sequence, **detail: Any) -> None:
+        self.events.append((kind, seq.seq_id, detail))
 
 
 class Scheduler:
@@ -94,27 +99,16 @@ class Scheduler:
         seq.num_scheduled_tokens = num_new
         seq.prefill_chunk = 1
         self.running.append(seq)
-        out.events.append(("admitted", seq.seq_id, {}))
+        out.add_event(EventKind.ADMITTED, seq)
         if hit_blocks:
-            out.events.append(("prefix_hit", seq.seq_id, {"blocks": hit_blocks, "tokens_saved": num_cached}))
+            out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=num_cached)
         return True
 
     def schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
         seq.num_scheduled_tokens = num_new
         out.seqs.append(seq)
         if seq.prefill_chunk:
-            out.events.append(
-                (
-                    "prefill_chunk",
-                    seq.seq_id,
-                    {
-                        "chunk": seq.prefill_chunk,
-                        "start": seq.num_cached_tokens,
-                        "end": seq.num_cached_tokens + num_new,
-                        "num_tokens": seq.num_tokens,
-                    },
-                )
-            )
+            out.add_event(EventKind.PREFILL_CHUNK, seq, **chunk_span(seq))
         return num_new
 
     def preempt(self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
@@ -126,7 +120,7 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self.running.remove(seq)
         self.waiting.appendleft(seq)
-        out.events.append(("preempted", seq.seq_id, {"reason": reason}))
+        out.add_event(EventKind.PREEMPTED, seq, reason=reason)
 
     def postprocess(self, out: SchedulerOutput, token_ids: list[int]) -> list[Sequence]:
         """Commit the step: advance caches, append sampled tokens, finish what is done.
@@ -142,7 +136,7 @@ class Scheduler:
                 seq.prefill_chunk += 1
                 continue
             if seq.prefill_chunk:
-                out.events.append(("prefill_done", seq.seq_id, {"chunks": seq.prefill_chunk}))
+                out.add_event(EventKind.PREFILL_DONE, seq, chunks=seq.prefill_chunk)
                 seq.prefill_chunk = 0
             seq.token_ids.append(token_id)
             appended.append(seq)
@@ -166,4 +160,4 @@ class Scheduler:
         self.block_manager.free(seq)
         seq.finish(reason)
         if out is not None:
-            out.events.append(("finished", seq.seq_id, {"reason": reason.value}))
+            out.add_event(EventKind.FINISHED, seq, reason=reason.value)

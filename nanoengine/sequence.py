@@ -21,6 +21,18 @@ class FinishReason(str, Enum):
     ERROR = "error"  # its step failed (Sequence.error says why); the engine went on without it
 
 
+class EventKind(str, Enum):  # what a step did to a sequence: a scheduler event, as traces record it
+    ADMITTED = "admitted"
+    PREFIX_HIT = "prefix_hit"
+    PREFILL_CHUNK = "prefill_chunk"
+    PREFILL_DONE = "prefill_done"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+    def __str__(self) -> str:  # the plain value in f-strings, as a str would print
+        return self.value
+
+
 _seq_ids = itertools.count()
 
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from nanoengine.block_manager import BlockManager
     from nanoengine.model_runner import StepInputs
     from nanoengine.scheduler import SchedulerOutput
-    from nanoengine.sequence import Sequence
+    from nanoengine.sequence import EventKind, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class SeqStep:
 
 @dataclass(frozen=True, slots=True)
 class StepEvent:
-    kind: str  # admitted, prefill_chunk, prefill_done, preempted, finished, prefix_hit
+    kind: EventKind
     seq_id: int
     detail: dict[str, Any]  # kind-specific: see docs/trace-format.md
 

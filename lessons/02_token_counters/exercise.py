@@ -8,7 +8,7 @@ Watch it:  nanoengine lesson trace 2
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence
+from nanoengine.sequence import EventKind, Sequence
 
 
 def postprocess(
@@ -26,7 +26,7 @@ def postprocess(
     """
     # TODO: for each (seq, token_id): num_cached_tokens += num_scheduled_tokens;
     #       num_scheduled_tokens = 0; register full blocks; mid-prefill ->
-    #       prefill_chunk += 1 and skip; prefill just done -> "prefill_done"
+    #       prefill_chunk += 1 and skip; prefill just done -> PREFILL_DONE
     #       event and prefill_chunk = 0; append the token; finish it if
     #       check_stop says so.
     raise NotImplementedError("postprocess is not written yet")

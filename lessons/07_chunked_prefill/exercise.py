@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nanoengine.block_manager import blocks_needed
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence, SequenceStatus
+from nanoengine.sequence import EventKind, Sequence, SequenceStatus
 
 
 def try_admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:
@@ -24,6 +24,6 @@ def try_admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:
     # TODO: 1 prefix-cache lookup, 2 chunk size, 3 block check (count
     #       bm.num_free_in(hit_blocks)), 4 commit (popleft, use_cached_prefix,
     #       allocate, status/num_scheduled_tokens/prefill_chunk,
-    #       running.append), 5 events ("admitted", and "prefix_hit" when blocks
-    #       were reused).
+    #       running.append), 5 events (EventKind.ADMITTED, and PREFIX_HIT
+    #       when blocks were reused).
     raise NotImplementedError("try_admit is not written yet")

@@ -7,7 +7,7 @@ Watch it:  nanoengine lesson trace 8
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence, SequenceStatus
+from nanoengine.sequence import EventKind, Sequence, SequenceStatus
 
 
 def choose_victim(running: list[Sequence]) -> Sequence:
@@ -25,8 +25,8 @@ def preempt(
 
     Free its blocks, forget its KV (num_cached_tokens = 0, prefill_chunk = 0),
     make it WAITING, move it from self.running to the head of self.waiting, and
-    record ("preempted", seq.seq_id, {"reason": "..."}) in out.events (say who
-    needed the room).
+    record out.add_event(EventKind.PREEMPTED, seq, reason="...") (say who needed
+    the room).
     """
     # TODO
     raise NotImplementedError("preempt is not written yet")

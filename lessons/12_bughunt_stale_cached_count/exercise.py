@@ -13,7 +13,7 @@ Check it:  nanoengine lesson check 12
 from __future__ import annotations
 
 from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import Sequence, SequenceStatus
+from nanoengine.sequence import EventKind, Sequence, SequenceStatus
 
 
 def preempt(
@@ -33,4 +33,4 @@ def preempt(
     seq.status = SequenceStatus.WAITING
     self.running.remove(seq)
     self.waiting.appendleft(seq)
-    out.events.append(("preempted", seq.seq_id, {"reason": reason}))
+    out.add_event(EventKind.PREEMPTED, seq, reason=reason)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from nanoengine.sequence import EventKind, FinishReason
 from tracer.trace.trace_file import Trace
 
 ENGINE_PID, SEQS_PID = 1, 2
@@ -184,22 +185,22 @@ def seq_step_events(step: dict, seq: dict, track: SeqTrack, ts: int, dur: int, n
             out.append(slice_event("waiting", "seq", SEQS_PID, tid, track.waiting_since, ts))
         track.waiting_since = None
     for kind, event in kinds.items():
-        if kind in ("admitted", "prefix_hit", "preempted", "finished"):
+        if kind in (EventKind.ADMITTED, EventKind.PREFIX_HIT, EventKind.PREEMPTED, EventKind.FINISHED):
             detail = event.get("detail") or {}
             out.append(instant_event(kind.replace("_", " "), tid, ts + dur * happens_late(kind, detail), detail))
     if scheduled:
-        chunk = kinds.get("prefill_chunk")
+        chunk = kinds.get(EventKind.PREFILL_CHUNK)
         name = f"prefill chunk {chunk['detail'].get('chunk', 1)}" if chunk else "decode"
         out.append(slice_event(name, "seq", SEQS_PID, tid, ts, ts + dur, seq_args(step, seq)))
         if chunk and track.preemptions:  # the re-admission: end the arrows from its preemptions
             out += [flow_event("f", flow_id, tid, ts + dur // 2) for flow_id in track.preemptions]
             track.preemptions.clear()
-    elif "preempted" in kinds:
-        detail = kinds["preempted"].get("detail") or {}
+    elif EventKind.PREEMPTED in kinds:
+        detail = kinds[EventKind.PREEMPTED].get("detail") or {}
         flow_id = next_flow[0]
         next_flow[0] += 1
         track.preemptions.append(flow_id)
-        out.append(slice_event("preempted", "seq", SEQS_PID, tid, ts, ts + dur, seq_args(step, seq) | detail))
+        out.append(slice_event(EventKind.PREEMPTED, "seq", SEQS_PID, tid, ts, ts + dur, seq_args(step, seq) | detail))
         out.append(flow_event("s", flow_id, tid, ts + dur // 2))
         track.waiting_since = ts + dur
     elif seq.get("status_after") == "WAITING" and track.waiting_since is None:
@@ -210,7 +211,7 @@ def seq_step_events(step: dict, seq: dict, track: SeqTrack, ts: int, dur: int, n
 def happens_late(kind: str, detail: dict) -> bool:
     """schedule() admits, hits and preempts at a step's start; postprocess() finishes at its end
     (an abort takes effect before schedule())."""
-    return kind == "finished" and detail.get("reason") != "abort"
+    return kind == EventKind.FINISHED and detail.get("reason") != FinishReason.ABORT
 
 
 def seq_args(step: dict, seq: dict) -> dict:

@@ -25,6 +25,7 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import VIOLATION, seq_tag
 from tracer.replay.help import HelpScreen
 from tracer.replay.messages import SeqSelected
@@ -43,7 +44,7 @@ from tracer.trace.trace_file import StepMarks, TraceError, check_step, load_trac
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
-EVENT_KINDS = frozenset({"admitted", "prefix_hit", "prefill_done", "preempted", "finished"})
+EVENT_KINDS = frozenset(EventKind) - {EventKind.PREFILL_CHUNK}  # the steps `n` and `p` stop at
 
 
 def is_event_step(summary: StepMarks) -> bool:

@@ -11,6 +11,8 @@ from functools import lru_cache
 
 from rich.style import Style
 
+from nanoengine.sequence import EventKind
+
 LETTERS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 
 # Strong, mutually distinct colours that read on dark and light backgrounds.
@@ -33,9 +35,9 @@ STATE_SYMBOLS = {"WAITING": "◷", "RUNNING": "▶", "FINISHED": "✓"}
 STATE_COLORS = {"WAITING": "#ffd23f", "RUNNING": "#2ec4b6", "FINISHED": "#a0a0a0"}
 
 EVENT_MARKS = {
-    "preempted": ("P", "bold #ff6b6b"),
-    "finished": ("F", "bold #90be6d"),
-    "prefix_hit": ("H", "bold #00b4d8"),
+    EventKind.PREEMPTED: ("P", "bold #ff6b6b"),
+    EventKind.FINISHED: ("F", "bold #90be6d"),
+    EventKind.PREFIX_HIT: ("H", "bold #00b4d8"),
     "violation": ("!", "bold white on #c0392b"),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_letter
 from tracer.trace.readable import token_label
 
@@ -59,8 +60,8 @@ def name(seq_id: int) -> str:
 
 
 def describe_seq(seq: dict, events: list[dict], budget: int) -> str:
-    ending = [e for e in events if e["kind"] == "finished"]
-    parts = [describe_event(e, seq, budget) for e in events if e["kind"] != "finished"]
+    ending = [e for e in events if e["kind"] == EventKind.FINISHED]
+    parts = [describe_event(e, seq, budget) for e in events if e["kind"] != EventKind.FINISHED]
     texts = seq.get("new_token_texts") or []
     if texts:
         parts.append("generated " + ", ".join(quoted_tokens(seq)))
@@ -74,15 +75,15 @@ def describe_seq(seq: dict, events: list[dict], budget: int) -> str:
 
 def describe_event(event: dict, seq: dict, budget: int) -> str:
     kind, detail = event["kind"], event.get("detail") or {}
-    if kind == "admitted":
+    if kind == EventKind.ADMITTED:
         return "was admitted to RUNNING"
-    if kind == "prefix_hit":
+    if kind == EventKind.PREFIX_HIT:
         blocks = detail.get("blocks", [])
         return (
             f"reused {detail.get('tokens_saved', 0)} cached tokens "
             f"({len(blocks)} block{'s' if len(blocks) != 1 else ''} from the prefix cache)"
         )
-    if kind == "prefill_chunk":
+    if kind == EventKind.PREFILL_CHUNK:
         start, end = detail.get("start", 0), detail.get("end", 0)
         what = "prompt token" if end <= seq.get("num_prompt_tokens", end) else "token"
         count = end - start
@@ -90,10 +91,10 @@ def describe_event(event: dict, seq: dict, budget: int) -> str:
         return (
             f"prefilled {count} {what}{'' if count == 1 else 's'} (chunk {chunk} of {estimate_chunks(detail, budget)})"
         )
-    if kind == "preempted":
+    if kind == EventKind.PREEMPTED:
         reason = detail.get("reason")
         return "was preempted back to WAITING" + (f" ({reason})" if reason else "")
-    if kind == "finished":
+    if kind == EventKind.FINISHED:
         return f"finished ({detail.get('reason', '?')})"
     return ""  # prefill_done: the generated token and the status already tell it
 
@@ -112,9 +113,9 @@ def status_change(seq: dict, events: list[dict]) -> str:
     if not before or before == after:
         return ""
     kinds = {e["kind"] for e in events}
-    if after == "WAITING" and "preempted" in kinds:
+    if after == "WAITING" and EventKind.PREEMPTED in kinds:
         return ""
-    if after == "FINISHED" and "finished" in kinds or after == "RUNNING" and "admitted" in kinds:
+    if after == "FINISHED" and EventKind.FINISHED in kinds or after == "RUNNING" and EventKind.ADMITTED in kinds:
         return ""
     return f"moved to {after}"
 

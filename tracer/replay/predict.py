@@ -16,6 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_tag
 from tracer.replay.narration import narrate
 
@@ -77,7 +78,7 @@ def slot_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
 
 
 def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
-    hits = {e["seq_id"] for e in upcoming.get("events", []) if e["kind"] == "prefix_hit"}
+    hits = {e["seq_id"] for e in upcoming.get("events", []) if e["kind"] == EventKind.PREFIX_HIT}
     free = list(shown.get("pool", {}).get("free_block_ids", [])) if shown else []
     for seq in upcoming.get("seqs", []):
         if seq["seq_id"] in hits:  # blocks from the prefix cache are not 'the next free block'

@@ -19,6 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_letter
 from tracer.teach.plugins import original, plugged
 from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario, set_header_fields
@@ -57,7 +58,7 @@ def prefix_sharing(tiny: bool) -> Scenario:
             Request(NOTE + q, {"max_tokens": 8, "ignore_eos": True}, arrive=2 * i) for i, q in enumerate(questions)
         ],
         engine={"block_size": 8 if tiny else 16, "num_kv_blocks": 160 if tiny else 64},
-        focus={"event": "prefix_hit", "nth": 1},
+        focus={"event": EventKind.PREFIX_HIT, "nth": 1},
         look_for="The second request is admitted with a prefix hit: its block table starts with the first "
         "request's blocks (ref count 2) and only its question is computed.",
     )
@@ -77,7 +78,7 @@ def chunked_prefill(tiny: bool) -> Scenario:
             "num_kv_blocks": 96 if tiny else 32,
             "max_num_batched_tokens": 48 if tiny else 32,
         },
-        focus={"event": "prefill_chunk", "request": 2, "nth": 2},
+        focus={"event": EventKind.PREFILL_CHUNK, "request": 2, "nth": 2},
         look_for="The long prompt is split into chunks that fill the token budget, while the two short "
         "requests keep decoding one token per step; its sampled token is discarded until the last chunk.",
     )
@@ -90,7 +91,7 @@ def preemption(tiny: bool) -> Scenario:
         title="Demo: preemption under memory pressure",
         requests=[Request(p, {"max_tokens": 16, "ignore_eos": True}) for p in prompts],
         engine={"block_size": 4 if tiny else 16, "num_kv_blocks": 26 if tiny else 10, "enable_prefix_caching": False},
-        focus={"event": "preempted", "nth": 1},
+        focus={"event": EventKind.PREEMPTED, "nth": 1},
         look_for="The pool is full and the oldest request needs a block, so the newest request is preempted: "
         "its blocks go back to the pool and it waits at the head of the queue, to recompute later.",
     )
@@ -104,7 +105,7 @@ def batching(tiny: bool) -> Scenario:
         title="Demo: continuous vs static batching",
         requests=[Request(p, {"max_tokens": n, "ignore_eos": True}) for p, n in zip(prompts, lengths)],
         engine={"block_size": 8 if tiny else 16, "num_kv_blocks": 64 if tiny else 48, "max_num_seqs": 3},
-        focus={"event": "finished", "nth": 1},
+        focus={"event": EventKind.FINISHED, "nth": 1},
         look_for="A request has just finished; in the very next step a waiting request takes its place. "
         "In static batching it would wait until the whole batch is done.",
     )
@@ -155,7 +156,7 @@ def saved_per_request(run: ScenarioRun) -> dict[int, int]:
     order = {r["seq_id"]: i for i, r in enumerate(sorted(trace.requests.values(), key=lambda r: r["seq_id"]))}
     for step in trace.steps:
         for e in step["events"]:
-            if e["kind"] == "prefix_hit":
+            if e["kind"] == EventKind.PREFIX_HIT:
                 saved[order[e["seq_id"]]] = saved.get(order[e["seq_id"]], 0) + e["detail"]["tokens_saved"]
     return saved
 
@@ -183,7 +184,7 @@ def report_chunked(console: Console, runs: list[ScenarioRun]) -> None:
 
 def report_preemption(console: Console, runs: list[ScenarioRun]) -> None:
     run = runs[0]
-    preempted = [(s.step, i) for s in run.steps for kind, i in s.events if kind == "preempted"]
+    preempted = [(s.step, i) for s in run.steps for kind, i in s.events if kind == EventKind.PREEMPTED]
     recomputed = 0
     for step, i in preempted:
         later = next((s for s in run.steps if s.step > step and any(j == i for j, _ in s.batch)), None)
@@ -278,7 +279,7 @@ def look_for(run: ScenarioRun) -> str:
     if e is None:
         return run.scenario.look_for
     d, step = e.get("detail") or {}, focus["step"]
-    if kind == "preempted":
+    if kind == EventKind.PREEMPTED:
         needed = re.search(r"seq (\d+) needed", str(d.get("reason", "")))
         needer = who(int(needed.group(1))) if needed else "a running request"
         return (
@@ -286,21 +287,21 @@ def look_for(run: ScenarioRun) -> str:
             f"{who(e['seq_id'])}, is preempted: its blocks go back to the pool and it waits at the head of "
             f"the queue, to be recomputed later (press n to see it return)."
         )
-    if kind == "prefix_hit":
+    if kind == EventKind.PREFIX_HIT:
         return (
             f"Step {step}: {who(e['seq_id'])} is admitted with a prefix hit: its block table starts with "
             f"{block_list(d.get('blocks') or [])}, already in the cache and now shared (ref count 2), so "
             f"{d.get('tokens_saved')} prompt tokens are not computed again; only the rest of its prompt is."
         )
-    if kind == "prefill_chunk":
+    if kind == EventKind.PREFILL_CHUNK:
         return (
             f"Step {step}: {who(e['seq_id'])}'s {d.get('num_tokens')}-token prompt is prefilled in chunks "
             f"(this is chunk {d.get('chunk')}, tokens {d.get('start')} up to {d.get('end')}) "
             f"that fill the token budget, while the short requests keep decoding one token per step; its "
             f"sampled token is discarded until the last chunk."
         )
-    if kind == "finished":
-        admitted = [x["seq_id"] for x in (after or {}).get("events", []) if x["kind"] == "admitted"]
+    if kind == EventKind.FINISHED:
+        admitted = [x["seq_id"] for x in (after or {}).get("events", []) if x["kind"] == EventKind.ADMITTED]
         then = (
             f"in step {after['step']} {who(admitted[0])} takes its place"
             if after and admitted

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from nanoengine.engine import LLMEngine, RequestOutput
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
 
 DEFAULT_MAX_STEPS = 2000
-FOCUS_EVENTS = ("admitted", "prefix_hit", "prefill_chunk", "prefill_done", "preempted", "finished")
+FOCUS_EVENTS = tuple(EventKind)
 PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
 
 
@@ -150,7 +151,7 @@ class StepCollector:
         events = tuple((e.kind, idx(e.seq_id, -1)) for e in record.events)
         self.steps.append(StepSummary(record.step, batch, events))
         for e in record.events:
-            if e.kind == "prefix_hit":
+            if e.kind == EventKind.PREFIX_HIT:
                 self.prefix_hits[record.step] = self.prefix_hits.get(record.step, 0) + e.detail["tokens_saved"]
 
 

@@ -24,7 +24,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("tokens", "admitted", "preempted", "prefix_hit", "finished", "blocks")
+from nanoengine.sequence import EventKind
+
+KINDS = ("tokens", EventKind.ADMITTED, EventKind.PREEMPTED, EventKind.PREFIX_HIT, EventKind.FINISHED, "blocks")
 
 
 class DiffError(ValueError):
@@ -156,13 +158,13 @@ class Side:
             return "not added yet"
         status = row.get("vllm_status_after") or row["status_after"]
         parts = [f"{row['num_scheduled_tokens']} tokens from {row['num_cached_tokens']} cached, now {status}"]
-        for kind in ("admitted", "prefix_hit", "preempted", "finished"):
+        for kind in (EventKind.ADMITTED, EventKind.PREFIX_HIT, EventKind.PREEMPTED, EventKind.FINISHED):
             detail = self.events(kind).get(i)
             if detail is None:
                 continue
-            if kind == "prefix_hit":
+            if kind == EventKind.PREFIX_HIT:
                 parts.append(f"prefix hit {detail['tokens_saved']} tokens" + self.same_step(i, detail["blocks"]))
-            elif kind == "finished":
+            elif kind == EventKind.FINISHED:
                 parts.append(f"finished ({detail['reason']})")
             else:
                 parts.append(kind)
@@ -173,9 +175,9 @@ def event_key(kind: str, detail: Mapping[str, Any] | None) -> object:
     """What must agree about an event (block ids and wording may differ between engines)."""
     if detail is None:
         return None
-    if kind == "prefix_hit":
+    if kind == EventKind.PREFIX_HIT:
         return detail.get("tokens_saved")
-    if kind == "finished":
+    if kind == EventKind.FINISHED:
         return detail.get("reason")
     return True
 
@@ -185,7 +187,7 @@ def compare_step(n: int, a: Side, b: Side) -> Iterator[Difference]:
     for i in sorted(set(sa) | set(sb)):
         if sa.get(i, 0) != sb.get(i, 0):
             yield Difference(n, "tokens", i, a.why(i), b.why(i))
-    for kind in ("admitted", "preempted", "prefix_hit", "finished"):
+    for kind in (EventKind.ADMITTED, EventKind.PREEMPTED, EventKind.PREFIX_HIT, EventKind.FINISHED):
         ea, eb = a.events(kind), b.events(kind)
         for i in sorted(set(ea) | set(eb)):
             if event_key(kind, ea.get(i)) != event_key(kind, eb.get(i)):

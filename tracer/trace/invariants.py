@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from nanoengine.sequence import EventKind, FinishReason
 from tracer.trace.kv_shadow import KvShadow
 from tracer.trace.step_line import line_from_record
 
@@ -79,7 +80,7 @@ INVARIANTS: dict[str, str] = {
 }
 
 LIVE = ("WAITING", "RUNNING")
-FINISH_FROM_WAITING = ("abort", "ignored")
+FINISH_FROM_WAITING = (FinishReason.ABORT, FinishReason.IGNORED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,7 +541,7 @@ def check_prefix_caching_off(ctx: Context) -> Iterator[Violation]:
     if any(h is not None for h in ctx.step["pool"]["hashes"]):
         yield ctx.violation("prefix_caching_off", None, "prefix caching is off but a block has a hash")
     for e in ctx.step["events"]:
-        if e["kind"] == "prefix_hit":
+        if e["kind"] == EventKind.PREFIX_HIT:
             yield ctx.violation(
                 "prefix_caching_off", e["seq_id"], f"prefix caching is off but seq {e['seq_id']} got a prefix hit"
             )
@@ -549,7 +550,7 @@ def check_prefix_caching_off(ctx: Context) -> Iterator[Violation]:
 @check("prefix_hit")
 def check_prefix_hit(ctx: Context) -> Iterator[Violation]:
     for e in ctx.step["events"]:
-        if e["kind"] != "prefix_hit" or e["seq_id"] not in ctx.seqs:
+        if e["kind"] != EventKind.PREFIX_HIT or e["seq_id"] not in ctx.seqs:
             continue
         sid, s, blocks = e["seq_id"], ctx.seqs[e["seq_id"]], list(e["detail"]["blocks"])
         saved = e["detail"]["tokens_saved"]
@@ -592,7 +593,7 @@ def check_token_gain(ctx: Context) -> Iterator[Violation]:
     for sid, s in ctx.seqs.items():
         gained = len(s["new_token_ids"])
         scheduled = s["num_scheduled_tokens"]
-        failed = s["finish_reason"] == "error"  # its step failed: nothing was sampled
+        failed = s["finish_reason"] == FinishReason.ERROR  # its step failed: nothing was sampled
         complete = scheduled > 0 and s["num_cached_tokens"] + scheduled >= s["num_tokens"] and not failed
         if gained != (1 if complete else 0):
             why = (
@@ -628,7 +629,7 @@ def check_token_growth(ctx: Context) -> Iterator[Violation]:
 @check("cached_advance")
 def check_cached_advance(ctx: Context) -> Iterator[Violation]:
     for sid, s in ctx.seqs.items():
-        if s["num_scheduled_tokens"] == 0 or s["finish_reason"] == "error":  # a failed step computed nothing
+        if s["num_scheduled_tokens"] == 0 or s["finish_reason"] == FinishReason.ERROR:  # a failed step computed nothing
             continue
         want = s["num_cached_tokens"] + s["num_scheduled_tokens"]
         if s["num_cached_tokens_after"] != want:
@@ -655,7 +656,7 @@ def check_status_edges(ctx: Context) -> Iterator[Violation]:
         for e in events.get(sid, []):
             new = next_status(status, e)
             if new is None:
-                reason = f" ({e['detail']['reason']})" if e["kind"] == "finished" else ""
+                reason = f" ({e['detail']['reason']})" if e["kind"] == EventKind.FINISHED else ""
                 yield ctx.violation("status_edges", sid, f"seq {sid} cannot be {e['kind']}{reason} while {status}")
                 break
             status = new
@@ -671,11 +672,11 @@ def check_status_edges(ctx: Context) -> Iterator[Violation]:
 def next_status(status: str, event: dict) -> str | None:
     """The status after an event, or None if the event is illegal in this status."""
     kind = event["kind"]
-    if kind == "admitted":
+    if kind == EventKind.ADMITTED:
         return "RUNNING" if status == "WAITING" else None
-    if kind == "preempted":
+    if kind == EventKind.PREEMPTED:
         return "WAITING" if status == "RUNNING" else None
-    if kind == "finished":
+    if kind == EventKind.FINISHED:
         reason = event["detail"].get("reason")
         if status == "RUNNING" or (status == "WAITING" and reason in FINISH_FROM_WAITING):
             return "FINISHED"
@@ -761,7 +762,7 @@ def check_token_budget(ctx: Context) -> Iterator[Violation]:
 
 
 def preempted(step: Mapping[str, Any]) -> list[int]:
-    return [e["seq_id"] for e in step["events"] if e["kind"] == "preempted"]
+    return [e["seq_id"] for e in step["events"] if e["kind"] == EventKind.PREEMPTED]
 
 
 @check("preempt_resets")
@@ -786,7 +787,11 @@ def check_victim_policy(ctx: Context) -> Iterator[Violation]:
     queues = ctx.step.get("queues")
     if not victims or queues is None:
         return
-    aborted = {e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished" and e["detail"]["reason"] == "abort"}
+    aborted = {
+        e["seq_id"]
+        for e in ctx.step["events"]
+        if e["kind"] == EventKind.FINISHED and e["detail"]["reason"] == FinishReason.ABORT
+    }
     running = [sid for sid in queues["running"] if sid not in aborted]  # aborts take effect before scheduling
     want = running[::-1][: len(victims)]
     if victims != want:
@@ -817,11 +822,11 @@ def check_preempted_to_head(ctx: Context) -> Iterator[Violation]:
 @check("admission_order")
 def check_admission_order(ctx: Context) -> Iterator[Violation]:
     queues = ctx.step.get("queues")
-    admitted = [e["seq_id"] for e in ctx.step["events"] if e["kind"] == "admitted"]
+    admitted = [e["seq_id"] for e in ctx.step["events"] if e["kind"] == EventKind.ADMITTED]
     if not admitted or queues is None:
         return
     # The queue as the admission loop found it: this step's preempted sequences went to the head.
-    finished = {e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished"}
+    finished = {e["seq_id"] for e in ctx.step["events"] if e["kind"] == EventKind.FINISHED}
     queue = [
         sid for sid in preempted(ctx.step)[::-1] + list(queues["waiting"]) if sid in admitted or sid not in finished
     ]
@@ -840,7 +845,9 @@ def check_eos_finish(ctx: Context) -> Iterator[Violation]:
     if eos is None:
         return
     stopped = {
-        e["seq_id"] for e in ctx.step["events"] if e["kind"] == "finished" and e["detail"].get("reason") == "stop"
+        e["seq_id"]
+        for e in ctx.step["events"]
+        if e["kind"] == EventKind.FINISHED and e["detail"].get("reason") == FinishReason.STOP
     }
     for sid, s in ctx.seqs.items():
         if not s["new_token_ids"] and sid not in stopped:
@@ -869,7 +876,11 @@ def check_eos_finish(ctx: Context) -> Iterator[Violation]:
 def check_abort_step(ctx: Context) -> Iterator[Violation]:
     for e in ctx.step["events"]:
         detail = e["detail"]
-        if e["kind"] == "finished" and detail.get("reason") == "abort" and "requested_step" in detail:
+        if (
+            e["kind"] == EventKind.FINISHED
+            and detail.get("reason") == FinishReason.ABORT
+            and "requested_step" in detail
+        ):
             if detail["requested_step"] != ctx.step["step"]:
                 yield ctx.violation(
                     "abort_step",

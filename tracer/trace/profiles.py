@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanoengine.sequence import EventKind
 from tracer.trace.invariants import CHECKS, Check, Context, Violation, batch_tokens, preempted
 
 NULL_BLOCK = 0  # vLLM's BlockPool takes the first block off its free queue as the null block
@@ -77,7 +78,7 @@ def check_shared_block_write_vllm(ctx: Context) -> Iterator[Violation]:
     writers: dict[int, int] = {}
     for sid, i, _ in batch_tokens(ctx):
         writers.setdefault(ctx.step["inputs"]["slot_mapping"][i] // bs, sid)
-    hit_now = {e["seq_id"]: set(e["detail"]["blocks"]) for e in ctx.step["events"] if e["kind"] == "prefix_hit"}
+    hit_now = {e["seq_id"]: set(e["detail"]["blocks"]) for e in ctx.step["events"] if e["kind"] == EventKind.PREFIX_HIT}
     for block, writer in writers.items():
         others = [sid for sid, s in ctx.seqs.items() if sid != writer and block in s["block_table"]]
         strangers = [sid for sid in others if block not in hit_now.get(sid, ())]
@@ -109,7 +110,7 @@ def check_no_admission_after_preemption(ctx: Context) -> Iterator[Violation]:
     if not preempted(ctx.step):
         return
     for e in ctx.step["events"]:
-        if e["kind"] == "admitted":
+        if e["kind"] == EventKind.ADMITTED:
             yield ctx.violation(
                 "no_admission_after_preemption",
                 e["seq_id"],

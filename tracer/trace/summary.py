@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nanoengine.sequence import EventKind
 from tracer.trace.invariants import INVARIANTS, Violation
 from tracer.trace.readable import printable
 from tracer.trace.trace_file import Trace
@@ -42,10 +43,10 @@ def summarize(trace: Trace, violations: list[Violation]) -> TraceSummary:
         s.generated_tokens += sum(len(q["new_token_ids"]) for q in step["seqs"])
         s.peak_blocks_used = max(s.peak_blocks_used, sum(1 for r in step["pool"]["ref_counts"] if r))
         for e in step["events"]:
-            s.preemptions += e["kind"] == "preempted"
-            s.prefix_hits += e["kind"] == "prefix_hit"
-            s.tokens_saved += e["detail"].get("tokens_saved", 0) if e["kind"] == "prefix_hit" else 0
-            s.chunked_prefills += e["kind"] == "prefill_done" and e["detail"].get("chunks", 1) > 1
+            s.preemptions += e["kind"] == EventKind.PREEMPTED
+            s.prefix_hits += e["kind"] == EventKind.PREFIX_HIT
+            s.tokens_saved += e["detail"].get("tokens_saved", 0) if e["kind"] == EventKind.PREFIX_HIT else 0
+            s.chunked_prefills += e["kind"] == EventKind.PREFILL_DONE and e["detail"].get("chunks", 1) > 1
     if trace.steps:
         s.finish_reasons = Counter(q["finish_reason"] or "unfinished" for q in trace.steps[-1]["seqs"])
     return s

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tracer.trace.diff import Difference, TraceDiff, diff_traces, first_difference_line
+from tracer.trace.diff import KINDS, Difference, TraceDiff, diff_traces, first_difference_line
 from tracer.trace.trace_file import load_trace
 from tracer.vllm.scenarios import TRACES_DIR, all_scenarios
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: no scenario {', '.join(unknown)}; choose from {', '.join(scenarios)}", file=sys.stderr)
         return 2
-    kinds = ("tokens", "admitted", "preempted", "prefix_hit", "finished", "blocks") if args.all_kinds else ("tokens",)
+    kinds = KINDS if args.all_kinds else ("tokens",)
     differ, table = 0, []
     with tempfile.TemporaryDirectory(prefix="nanoengine-vs-vllm-") as tmp:
         folder = args.keep or Path(tmp)

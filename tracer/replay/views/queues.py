@@ -17,6 +17,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import DIM, seq_style, seq_tag
 
 LABEL = "bold #c8d0da"
@@ -43,7 +44,7 @@ def build_text(step: dict, prev: dict | None, labels: tuple[str, ...]) -> Text:
         text.append("not recorded in this trace (schema version 1)", DIM)
         return text
     kinds = {(e["kind"], e["seq_id"]) for e in step.get("events", [])}
-    jumped = {e["seq_id"] for e in (prev or {}).get("events", []) if e["kind"] == "preempted"}
+    jumped = {e["seq_id"] for e in (prev or {}).get("events", []) if e["kind"] == EventKind.PREEMPTED}
     text.append(running_label, LABEL)
     append_ids(text, queues["running"], kinds, jumped)
     text.append(newest_last if queues["running"] else "(empty)", DIM)
@@ -64,9 +65,9 @@ def append_ids(text: Text, seq_ids, kinds: set[tuple[str, int]], jumped: set[int
             text.append(" ")
         if seq_id in jumped:
             text.append("↩", "bold #ffd23f")
-        if ("preempted", seq_id) in kinds:
+        if (EventKind.PREEMPTED, seq_id) in kinds:
             text.append("✗", "bold #ff6b6b")
-        elif ("admitted", seq_id) in kinds:
+        elif (EventKind.ADMITTED, seq_id) in kinds:
             text.append("+", "bold #90be6d")
         text.append(seq_tag(seq_id), seq_style(seq_id))
 

@@ -22,6 +22,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import CHANGED, STATE_COLORS, seq_letter, seq_style, state_label
 from tracer.replay.messages import SeqSelected
 
@@ -78,13 +79,18 @@ def is_prefilling(seq: dict) -> bool:
 
 def moves_of(step: dict) -> list[Move]:
     """The edges each sequence took this step, from the step's events."""
-    edge_of = {"admitted": "admit", "prefill_done": "done", "preempted": "preempt", "finished": "finish"}
-    done = {e["seq_id"] for e in step.get("events", []) if e["kind"] == "prefill_done"}
+    edge_of = {
+        EventKind.ADMITTED: "admit",
+        EventKind.PREFILL_DONE: "done",
+        EventKind.PREEMPTED: "preempt",
+        EventKind.FINISHED: "finish",
+    }
+    done = {e["seq_id"] for e in step.get("events", []) if e["kind"] == EventKind.PREFILL_DONE}
     moves: dict[int, Move] = {}
     for event in step.get("events", []):
         kind, seq_id = event["kind"], event["seq_id"]
         edge = edge_of.get(kind)
-        if kind == "prefill_chunk" and seq_id not in done:
+        if kind == EventKind.PREFILL_CHUNK and seq_id not in done:
             edge = "chunk"
         if edge:
             moves.setdefault(seq_id, Move(seq_id, [])).edges.append(edge)

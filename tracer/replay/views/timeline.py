@@ -9,9 +9,10 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import EVENT_MARKS
 
-MARK_ORDER = ("violation", "preempted", "prefix_hit", "finished")  # most important first
+MARK_ORDER = ("violation", EventKind.PREEMPTED, EventKind.PREFIX_HIT, EventKind.FINISHED)  # most important first
 PLAYED = Style(color="#2ec4b6")
 AHEAD = Style(color="#6c6c6c")
 CURSOR = Style(color="black", bgcolor="#ffd23f", bold=True)
@@ -85,9 +86,9 @@ class TimelineView(Widget):
         segments = [Segment(f"step {number} of {first}–{last}", BOLD), Segment(f"  {self.status}  ")]
         used = sum(len(s.text) for s in segments)
         for kind, label in (
-            ("preempted", "preempt"),
-            ("prefix_hit", "prefix hit"),
-            ("finished", "finish"),
+            (EventKind.PREEMPTED, "preempt"),
+            (EventKind.PREFIX_HIT, "prefix hit"),
+            (EventKind.FINISHED, "finish"),
             ("violation", "violation"),
         ):
             if used + len(label) + 2 > width:  # a whole legend entry or none
