@@ -19,7 +19,7 @@ from tracer.teach.scenarios import load_scenario, run_scenario
 from tracer.trace.invariants import INVARIANTS, check_trace
 from tracer.trace.trace_file import load_trace
 
-BUG_HUNTS = [lesson for lesson in all_lessons() if lesson.number > 10]
+BUG_HUNTS = [lesson for lesson in all_lessons() if "_bughunt_" in lesson.name]
 # lesson -> the invariant its planted bug breaks first, and at which step of its scenario
 FIRES = {
     "11_bughunt_zero_query": ("batch_membership", 4),

@@ -32,10 +32,10 @@ def names(violations: list[Violation]) -> set[str]:
     return {v.invariant for v in violations}
 
 
-def test_the_18_scenarios_and_issue_26s_two_are_committed():
+def test_the_lessons_demos_and_issue_26s_two_workloads_are_committed():
     lessons = [n for n in NAMES if n[:2].isdigit()]
     demos = [n for n in NAMES if n.startswith("demo-")]
-    assert len(lessons) == 14 and len(demos) == 4, NAMES
+    assert len(lessons) == 15 and len(demos) == 4, NAMES
     assert {"shared-prefix-six", "shared-prefix-staggered"} <= set(NAMES)
     for name in NAMES:
         assert (TRACES / f"{name}.workload.json").exists(), f"{name} has no workload to re-record it from"
