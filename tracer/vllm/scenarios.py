@@ -49,7 +49,7 @@ def shared_prefix_staggered() -> Scenario:
 
 
 def all_scenarios() -> dict[str, Scenario]:
-    """name -> scenario: 14 lessons, 4 demos (their tiny-model form), issue 26's 2 workloads."""
+    """name -> scenario: every lesson (15), 4 demos (their tiny-model form), issue 26's 2 workloads."""
     from tracer.teach.demos import DEMOS
 
     found = {p.parent.name: load_scenario(p) for p in sorted(lessons_root().glob("[0-9][0-9]_*/scenario.json"))}
