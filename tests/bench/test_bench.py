@@ -70,7 +70,7 @@ def test_report_has_every_run_and_measure(report):
         "total / model-only time",
         "tracer overhead",
         "start-up to first token",
-        "decode efficiency at batch >= 16 (of GEMM peak)",
+        "decode at batch >= 16: share of its roofline bound",
     ]
     assert all(isinstance(t["met"], bool) for t in report["targets"][:-1])
     assert report["targets"][-1]["met"] is None  # the quick workload never runs 16 requests at once
@@ -92,6 +92,13 @@ def test_efficiency_is_reported_per_system_and_phase(report):
         assert phases["prefill-heavy"]["gflop"] + phases["decode-heavy"]["gflop"] == pytest.approx(
             whole["gflop"], abs=0.02
         )
+        # the roofline: every phase has a bound no longer than the phase itself took
+        for phase in phases.values():
+            if phase["seconds"] > 0:
+                assert phase["bound_by"] in ("compute", "memory") and 0 < phase["of_roofline"] <= 1
+    bandwidth = report["memory_bandwidth"]
+    assert bandwidth["gb_s"] == max(bandwidth["by_kernel"].values()) > 0
+    assert bandwidth["weight_mb_per_step"] > 0 and bandwidth["kv_kb_per_key"] > 0
     # the same useful work, whoever does it
     gflops = {phases["whole run"]["gflop"] for phases in report["efficiency"].values()}
     assert max(gflops) - min(gflops) <= 0.01
@@ -131,6 +138,7 @@ def test_tables_show_every_system_and_target(report, capsys):
         "tracer overhead",
         "start-up to first token",
         "GEMM peak",
+        "Roofline",
         "decode-heavy",
         "Where nanoengine's time goes",
     ):

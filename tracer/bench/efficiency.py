@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tracer.bench.roofline import ByteModel, bound_seconds
 from tracer.bench.workload import BenchRequest
 
 FULL_BATCH = 16  # "decode at batch >= 16": while at least this many requests still run
@@ -108,6 +109,8 @@ class Phase:
     start_s: float
     end_s: float
     flops: float = 0.0
+    kv_bytes: float = 0.0
+    min_steps: int = 0  # at least the most tokens one request produced in the phase
 
     @property
     def seconds(self) -> float:
@@ -117,15 +120,30 @@ class Phase:
         """(start, end]; a phase starting at t0 also holds a token at t0."""
         return (t > self.start_s or self.start_s == 0.0) and t <= self.end_s
 
-    def to_dict(self, peak_flops: float) -> dict:
+    def to_dict(self, peak_flops: float, roofline: Roofline | None = None) -> dict:
         rate = self.flops / self.seconds if self.seconds > 0 else None
-        return {
+        result: dict[str, object] = {
             "start_s": round(self.start_s, 3),
             "seconds": round(self.seconds, 3),
             "gflop": round(self.flops / 1e9, 2),
             "gflop_s": None if rate is None else round(rate / 1e9, 2),
             "efficiency": None if rate is None else round(rate / peak_flops, 4),
         }
+        if roofline is not None:
+            nbytes = self.kv_bytes + self.min_steps * roofline.bytes.weight_bytes
+            bound, limit = bound_seconds(self.flops, nbytes, peak_flops, roofline.bandwidth)
+            result["gbytes"] = round(nbytes / 1e9, 3)
+            result["min_steps"] = self.min_steps
+            result["bound_s"] = round(bound, 3)
+            result["bound_by"] = limit
+            result["of_roofline"] = round(bound / self.seconds, 4) if self.seconds > 0 else None
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Roofline:
+    bandwidth: float  # bytes/s, measured
+    bytes: ByteModel
 
 
 def split_phases(token_times: list[list[float]], elapsed: float) -> list[Phase]:
@@ -152,17 +170,20 @@ def run_efficiency(
     peak: float,
     cpu_time: float | None = None,
     threads: int = 1,
+    roofline: Roofline | None = None,
 ) -> dict:
     """Useful FLOP/s and its fraction of the peak, per phase; a token's FLOPs count where it appears.
     With the run's CPU time, the whole run also per CPU second: on a shared machine the wall clock
     includes time the process waited for a core, the CPU time does not."""
     phases = split_phases(token_times, elapsed)
     for request, times in zip(requests, token_times):
-        for flops, t in zip(request_token_flops(shape, request), times):
-            for phase in phases:
-                if phase.holds(t):
-                    phase.flops += flops
-    result = {phase.name: phase.to_dict(peak) for phase in phases}
+        kv = roofline.bytes.token_kv_bytes(request) if roofline else [0] * len(times)
+        for phase in phases:
+            in_phase = [(f, b) for f, b, t in zip(request_token_flops(shape, request), kv, times) if phase.holds(t)]
+            phase.flops += sum(f for f, _ in in_phase)
+            phase.kv_bytes += sum(b for _, b in in_phase)
+            phase.min_steps = max(phase.min_steps, len(in_phase))
+    result = {phase.name: phase.to_dict(peak, roofline) for phase in phases}
     if cpu_time:
         # the peak is for `threads` threads: one CPU second is worth peak / threads
         result["whole run"]["cpu_share"] = round(cpu_time / elapsed / threads, 4)

@@ -42,9 +42,9 @@ def evaluate_targets(report: dict) -> list[dict]:
         Target("tracer overhead", tracer.get("recording_share"), 0.03, False, "%"),
         Target("start-up to first token", startup.get("total_s"), 3.0, False, "s"),
         Target(
-            f"decode efficiency at batch >= {FULL_BATCH} (of GEMM peak)",
-            full_decode.get("efficiency"),
-            0.6,
+            f"decode at batch >= {FULL_BATCH}: share of its roofline bound",
+            full_decode.get("of_roofline"),
+            0.7,
             True,
             "share",
         ),
@@ -188,21 +188,28 @@ def efficiency_table(report: dict):
         f"({library}{peak['shape']} at batch {peak['batch']}, {peak['threads']} threads; at batch 32: "
         + ", ".join(f"{name} {v:.1f}" for name, v in peak["at_batch_32"].items())
         + ")",
-        caption=ceiling_caption(peak),
+        caption="\n".join(c for c in (ceiling_caption(peak), roofline_caption(report)) if c),
     )
     table.add_column("system")
     table.add_column("phase")
-    for name in ("s", "GFLOP", "GFLOP/s", "of peak", "CPU share", "of peak per CPU s"):
+    columns = ("s", "GFLOP", "GFLOP/s", "of peak", "GB moved", "bound s", "of roofline", "CPU share")
+    for name in (*columns, "of peak per CPU s"):
         table.add_column(name, justify="right")
     for key, phases in report["efficiency"].items():
         for phase, e in phases.items():
-            share = "-" if e["efficiency"] is None else f"{e['efficiency'] * 100:.1f} %"
-            rate = "-" if e["gflop_s"] is None else f"{e['gflop_s']:.1f}"
-            cpu = [f"{e[k] * 100:.1f} %" if k in e else "" for k in ("cpu_share", "efficiency_per_cpu_s")]
-            table.add_row(
-                RUN_LABELS.get(key, key), phase, f"{e['seconds']:.2f}", f"{e['gflop']:.1f}", rate, share, *cpu
-            )
+            table.add_row(RUN_LABELS.get(key, key), phase, *efficiency_cells(e))
     return table
+
+
+def efficiency_cells(e: dict) -> list[str]:
+    share = "-" if e["efficiency"] is None else f"{e['efficiency'] * 100:.1f} %"
+    rate = "-" if e["gflop_s"] is None else f"{e['gflop_s']:.1f}"
+    if e.get("bound_s") is not None:
+        roof = [f"{e['gbytes']:.2f}", f"{e['bound_s']:.2f} ({e['bound_by']})", fmt_value(e["of_roofline"], "share")]
+    else:
+        roof = ["", "", ""]
+    cpu = [f"{e[k] * 100:.1f} %" if k in e else "" for k in ("cpu_share", "efficiency_per_cpu_s")]
+    return [f"{e['seconds']:.2f}", f"{e['gflop']:.1f}", rate, share, *roof, *cpu]
 
 
 def ceiling_caption(peak: dict) -> str | None:
@@ -215,6 +222,18 @@ def ceiling_caption(peak: dict) -> str | None:
         for rows, rate in ceiling.items()
     )
     return f"Decode ceiling: the model's linear layers alone, weights read from memory as a decode step reads them: {rates}"
+
+
+def roofline_caption(report: dict) -> str | None:
+    bw = report.get("memory_bandwidth")
+    if not bw:
+        return None
+    kernels = ", ".join(f"{k} {v:.1f}" for k, v in bw["by_kernel"].items())
+    return (
+        f"Roofline: bound = max(GFLOP / GEMM peak, GB moved / {bw['gb_s']:.1f} GB/s memory bandwidth "
+        f"({kernels} GB/s on {bw['buffer_mib']} MiB buffers)); a step moves {bw['weight_mb_per_step']:.0f} MB "
+        f"of weights, each key {bw['kv_kb_per_key']:.1f} kB of K/V"
+    )
 
 
 def profile_table(report: dict):

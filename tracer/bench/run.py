@@ -86,9 +86,10 @@ def run_benchmark(settings: BenchSettings) -> dict:
 
     import nanoengine
     from nanoengine.config import idle_cores
-    from tracer.bench.efficiency import measure_gemm_peak, model_flops_summary, run_efficiency
+    from tracer.bench.efficiency import Roofline, measure_gemm_peak, model_flops_summary, run_efficiency
     from tracer.bench.engine import measure_startup
     from tracer.bench.report import evaluate_targets
+    from tracer.bench.roofline import ByteModel, measure_memory_bandwidth
 
     # one thread count for every system measured (unset: what the engine would choose, once, up front)
     threads = settings.threads or idle_cores()
@@ -112,6 +113,8 @@ def run_benchmark(settings: BenchSettings) -> dict:
     assert engine_run.shape is not None
     log("GEMM peak ...")
     peaks = [measure_gemm_peak(engine_run.shape, device, getattr(torch, dtype))]
+    log("memory bandwidth ...")
+    bandwidths = [measure_memory_bandwidth(device)]
     if not settings.skip_hf:
         kv_tokens = engine_run.extra["num_kv_blocks"] * engine_run.extra["block_size"]
         for key, result in run_hf_baselines(settings, requests, warmup, device, dtype, kv_tokens).items():
@@ -123,7 +126,11 @@ def run_benchmark(settings: BenchSettings) -> dict:
             }
         log("GEMM peak again ...")
         peaks.append(measure_gemm_peak(engine_run.shape, device, getattr(torch, dtype)))
+        bandwidths.append(measure_memory_bandwidth(device))
     peak = max(peaks, key=lambda p: p["gflop_s"])
+    bandwidth = max(bandwidths, key=lambda b: b["gb_s"])
+    itemsize = getattr(torch, dtype).itemsize
+    roofline = Roofline(bandwidth["gb_s"] * 1e9, ByteModel.of(engine_run.shape, itemsize))
     efficiency = {
         key: run_efficiency(
             engine_run.shape,
@@ -133,6 +140,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
             peak["gflop_s"] * 1e9,
             result.cpu_time,
             torch.get_num_threads(),
+            roofline,
         )
         for key, result in results.items()
     }
@@ -172,6 +180,12 @@ def run_benchmark(settings: BenchSettings) -> dict:
             **peak,
             "measured_gflop_s": [p["gflop_s"] for p in peaks],
             "model_linears_gflop_s": engine_run.linear_ceiling,
+        },
+        "memory_bandwidth": {
+            **bandwidth,
+            "measured_gb_s": [b["gb_s"] for b in bandwidths],
+            "weight_mb_per_step": round(roofline.bytes.weight_bytes / 1e6, 1),
+            "kv_kb_per_key": round(roofline.bytes.kv_bytes_per_key / 1e3, 2),
         },
         "efficiency": efficiency,
         "profile": profile,
