@@ -1,5 +1,6 @@
-"""The package layout's rules: imports point one way (engine <- trace <- replay <- teach/bench/export
-<- vllm <- cli), the engine is a library (no tracer, textual or argparse), and it stays within its size budget."""
+"""The package layout's rules: imports point one way (engine <- trace <- loop <- replay, serve <-
+teach/bench/export <- vllm <- cli), the engine is a library (no tracer, textual or argparse), and it stays within its
+size budget."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 LEVELS = {
     "nanoengine": 0,
     "tracer.trace": 1,
-    "tracer.replay": 2,
-    "tracer.teach": 3,
-    "tracer.bench": 3,
-    "tracer.export": 3,
-    "tracer.vllm": 4,  # runs nanoengine's scenarios (teach) and diffs traces for the cli
-    "tracer.cli": 5,
+    "tracer.loop": 2,  # the live engine loop: a thread, a command queue, per-request callbacks
+    "tracer.replay": 3,
+    "tracer.serve": 3,  # the OpenAI-compatible HTTP server on the loop
+    "tracer.teach": 4,
+    "tracer.bench": 4,
+    "tracer.export": 4,
+    "tracer.vllm": 5,  # runs nanoengine's scenarios (teach) and diffs traces for the cli
+    "tracer.cli": 6,
 }
 ENGINE_BUDGET = 1500
 
@@ -94,7 +97,7 @@ def test_engine_stays_within_its_line_budget():
 
 
 def test_tests_mirror_the_packages():
-    for package in ("engine", "trace", "replay", "teach", "bench", "cli", "vllm"):
+    for package in ("engine", "trace", "loop", "replay", "teach", "bench", "cli", "vllm"):
         assert list((ROOT / "tests" / package).glob("test_*.py")), f"tests/{package}/ has no tests"
 
 

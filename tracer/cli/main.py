@@ -12,6 +12,7 @@ from tracer.trace.readable import printable
 
 SUBCOMMANDS = {  # name -> (module, function taking argv)
     "trace": ("tracer.cli.trace", "trace_main"),
+    "run": ("tracer.cli.run", "run_main"),
     "replay": ("tracer.cli.trace", "replay_main"),
     "check": ("tracer.cli.trace", "check_main"),
     "diff": ("tracer.cli.diff", "diff_main"),
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"usage: nanoengine [--version] {{{','.join(commands)}}} ...\n\n"
             "  generate  generate text, streaming tokens\n"
-            "  trace     generate with the step recorder and open the replay TUI\n"
+            "  trace     generate with the step recorder and open the replay TUI (--arrive: late joiners)\n"
+            "  run       record a scenario file (requests arriving at given steps) and replay it\n"
             "  replay    open a saved trace in the TUI\n"
             "  check     run the invariant checker on a trace\n"
             "  diff      where two traces of the same workload differ (e.g. nanoengine vs vLLM v1)\n"

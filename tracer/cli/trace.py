@@ -1,6 +1,8 @@
 """`nanoengine trace`, `nanoengine replay` and `nanoengine check` (dispatched from tracer.cli.main).
 
-    nanoengine trace "prompt" ["prompt" ...] [engine flags] [--out FILE] [--title T] [--no-tui] [--predict]
+    nanoengine trace "prompt" ["prompt" ...] [engine flags] [--arrive 0,0,4,9] [--out FILE] [--title T]
+                     [--no-tui] [--predict]
+    nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict]
     nanoengine replay FILE [--step N] [--predict] [--web [--port 8000]]
     nanoengine check FILE [--full]
     nanoengine check --list
@@ -20,6 +22,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from tracer.cli.main import add_engine_args, engine_options, read_prompts, sampling_params
+from tracer.loop.arrivals import Arrival, add_due, parse_arrive, sorted_arrivals
 from tracer.trace.readable import printable
 from tracer.trace.trace_file import Trace, TraceError, load_trace
 
@@ -40,32 +43,48 @@ def trace_main(argv: list[str]) -> int:
     p.add_argument("--title", default=None, help="a title shown by the viewer")
     p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
     p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+    p.add_argument(
+        "--arrive",
+        default=None,
+        help="the engine step each prompt joins at, e.g. 0,0,4,9 (default: all at step 0); an idle engine "
+        "takes no empty steps, so a prompt due later joins as soon as the others have finished",
+    )
     # A pool of 128 blocks (2,048 tokens at block size 16) fits a few requests and keeps the KV-page
     # view readable; the engine's own default (sized by memory, ~1,456 blocks) would be mostly empty.
     p.set_defaults(num_kv_blocks=TRACE_NUM_KV_BLOCKS)
     args = p.parse_args(argv)
     args.prompts = read_prompts(args.prompts)
     from nanoengine.engine import LLMEngine
-    from tracer.trace.recorder import default_trace_path
 
     console = Console(stderr=True)
     params = sampling_params(args)
+    steps = parse_arrive(args.arrive, len(args.prompts)) if args.arrive else [0] * len(args.prompts)
     with console.status(f"Loading model {escape(args.model)} ..."):
         engine = LLMEngine(args.model, **engine_options(args))
-    ids = [engine.add_request(prompt, params) for prompt in args.prompts]  # bad prompts fail before any file
+    arrivals = [Arrival(prompt, params, step, i) for i, (prompt, step) in enumerate(zip(args.prompts, steps))]
+    return record_and_show(engine, arrivals, args, console)
+
+
+def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, console: Console) -> int:
+    """Record the arrivals' run into args.out (or a default path), then summarise or open the replay."""
+    from tracer.trace.recorder import default_trace_path
+
+    for arrival in arrivals:  # bad prompts fail before any file
+        check_request(engine, arrival)
     path = Path(args.out) if args.out else default_trace_path()
     partial = partial_path(path)
+    ids: dict[int, int] = {}  # arrival index -> seq_id
     try:
-        finished = record(engine, partial, args.title, console)
+        finished = record(engine, partial, args.title, console, arrivals, ids)
     except OSError as e:  # e.g. the disk is full: say where, and still give the text
         err(f"could not write the trace to {path}: {e.strerror or e}; the generated text follows on standard output")
         discard(partial)
-        finish_without_recorder(engine, ids)
+        finish_without_recorder(engine, arrivals, ids)
         return 2
     if not finished:
         return keep_interrupted(partial, path, console)
     partial.replace(path)  # only a complete trace replaces an existing --out file
-    for seq_id in ids:
+    for seq_id in ids.values():
         engine.collect(seq_id)
     print(f"Trace written to {printable(str(path))}")
     if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -74,6 +93,15 @@ def trace_main(argv: list[str]) -> int:
     if args.no_tui:
         return summarize_file(path)
     return open_replay(path, 0, args.predict)
+
+
+def check_request(engine, arrival: Arrival) -> None:
+    """The checks add_request makes on the prompt, made before the run (a late arrival joins mid-run)."""
+    arrival.params.validate()
+    num_tokens = len(engine.encode_prompt(arrival.prompt))
+    limit = engine.scheduler.max_model_len
+    if num_tokens >= limit:
+        raise ValueError(f"a prompt is {num_tokens} tokens, but max_model_len is {limit}: shorten it or raise it")
 
 
 def partial_path(path: Path) -> Path:
@@ -88,12 +116,16 @@ def discard(path: Path) -> None:
         pass
 
 
-def record(engine, path: Path, title: str | None, console: Console) -> bool:
-    """Step the engine to the end with a recorder; False if Ctrl-C cut it short."""
+def record(
+    engine, path: Path, title: str | None, console: Console, arrivals: list[Arrival], ids: dict[int, int]
+) -> bool:
+    """Step the engine to the end with a recorder, adding each arrival at its step (ids: its seq_id);
+    False if Ctrl-C cut it short."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from tracer.trace.recorder import TraceRecorder
 
+    pending = sorted_arrivals(arrivals)
     with (
         TraceRecorder(engine, path, title=title) as recorder,
         Progress(
@@ -103,7 +135,8 @@ def record(engine, path: Path, title: str | None, console: Console) -> bool:
         task = progress.add_task("Recording")
         num_generated = 0
         try:
-            while engine.has_unfinished():
+            while pending or engine.has_unfinished():
+                ids.update((a.index, seq_id) for a, seq_id in add_due(engine, pending, recorder))
                 num_generated += len(engine.step())
                 progress.update(
                     task, description=f"Recording step {recorder.num_steps}, {num_generated} tokens generated"
@@ -141,13 +174,15 @@ def keep_interrupted(partial: Path, path: Path, console: Console) -> int:
     return 130
 
 
-def finish_without_recorder(engine, ids: list[int]) -> None:
-    """Run the requests to the end without a trace and print their text."""
-    while engine.has_unfinished():
+def finish_without_recorder(engine, arrivals: list[Arrival], ids: dict[int, int]) -> None:
+    """Run the requests to the end without a trace (the late ones join as they would have) and print their text."""
+    pending = sorted_arrivals([a for a in arrivals if a.index not in ids])
+    while pending or engine.has_unfinished():
+        ids.update((a.index, seq_id) for a, seq_id in add_due(engine, pending))
         engine.step()
-    for i, seq_id in enumerate(ids):
-        out = engine.collect(seq_id)
-        header = f"--- [{i}] {printable(out.prompt)}\n" if len(ids) > 1 else ""
+    for i in range(len(arrivals)):
+        out = engine.collect(ids[i])
+        header = f"--- [{i}] {printable(out.prompt)}\n" if len(arrivals) > 1 else ""
         print(f"{header}{out.text}")
 
 

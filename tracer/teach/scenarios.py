@@ -25,6 +25,7 @@ from nanoengine.engine import LLMEngine, RequestOutput
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
+from tracer.loop.arrivals import Arrival, add_due, sorted_arrivals
 
 DEFAULT_MAX_STEPS = 2000
 FOCUS_EVENTS = tuple(EventKind)
@@ -176,7 +177,7 @@ def run_scenario(
     with tempfile.TemporaryDirectory(prefix="nanoengine-scenario-") as tmp:
         path = Path(trace_path) if trace_path is not None else Path(tmp) / "trace.jsonl"
         with TraceRecorder(engine, path, title=title or scenario.title) as recorder:
-            ids = drive(engine, scenario, collector)
+            ids = drive(engine, scenario, collector, recorder)
         violations = list(recorder.violations)
         focus = find_focus(scenario.focus, collector.steps)
         if trace_path is not None:
@@ -193,17 +194,15 @@ def run_scenario(
     )
 
 
-def drive(engine: LLMEngine, scenario: Scenario, collector: StepCollector) -> list[int]:
+def drive(engine: LLMEngine, scenario: Scenario, collector: StepCollector, recorder=None) -> list[int]:
     """Add each request at its arrival step and step until all are done; returns seq_ids in order."""
-    order = sorted(range(len(scenario.requests)), key=lambda i: scenario.requests[i].arrive)
+    arrivals = [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]
+    pending = sorted_arrivals(arrivals)
     ids: dict[int, int] = {}
-    while order or engine.has_unfinished():
-        # An idle engine jumps straight to the next arrival rather than spinning empty steps.
-        while order and (scenario.requests[order[0]].arrive <= engine.num_steps or not engine.has_unfinished()):
-            i = order.pop(0)
-            r = scenario.requests[i]
-            ids[i] = engine.add_request(r.prompt, SamplingParams(**r.params))
-            collector.index[ids[i]] = i
+    while pending or engine.has_unfinished():
+        for arrival, seq_id in add_due(engine, pending, recorder):
+            ids[arrival.index] = seq_id
+            collector.index[seq_id] = arrival.index
         if engine.num_steps >= scenario.max_steps:
             raise ScenarioError(
                 f"the engine did not finish within {scenario.max_steps} steps "

@@ -14,6 +14,8 @@ Stable API (the TUI, the demos and the lessons build on these):
         writes one line per step, flushed at once. Use it as a context manager, or call close():
         close() detaches it and makes sure the header is written even if no step ran.
         Attributes: path, num_steps, violations (list[Violation] found live so far).
+        annotate(seq_id, **notes): extra fields for a request's entry, written when it first appears
+        (a server's arrival_time and http_request_id, a scenario's requested `arrive` step).
 
     default_trace_path(folder="traces") -> Path
 
@@ -117,6 +119,7 @@ class TraceRecorder:
         self.config = engine_config(engine)
         self.checker = InvariantChecker(self.config, eos_token_ids=engine.eos_token_ids)
         self.requests: dict[int, dict] = {}
+        self.notes: dict[int, dict] = {}  # seq_id -> extra fields for its request entry
         self.rows: dict[int, SeqRow] = {}  # each sequence's latest row
         self.carried: dict[int, SeqRow] = {}  # finished sequences' row for later steps
         self.detokenizer = Detokenizer(engine.tokenizer)
@@ -245,6 +248,9 @@ class TraceRecorder:
         return text
 
     # ---- header and requests --------------------------------------------------------------
+    def annotate(self, seq_id: int, **notes: object) -> None:
+        self.notes.setdefault(seq_id, {}).update(notes)
+
     def request_entry(self, s: SeqStep, step: int) -> dict:
         seq_id = s.seq_id
         seq = self.engine.sequences.get(seq_id)  # gone only if collected while live: prompt unknown
@@ -259,6 +265,7 @@ class TraceRecorder:
             "prompt_token_texts": self.token_texts(ids),
             "params": params,
             "first_step": step,
+            **self.notes.pop(seq_id, {}),
         }
         self.requests[seq_id] = entry
         self.checker.add_requests([entry])

@@ -1,0 +1,49 @@
+"""`nanoengine run SCENARIO.json`: record a teacher's own scenario (the lessons' and demos' format,
+tracer/teach/scenarios.py: requests that may arrive at later steps), then summarise or replay it.
+
+    nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from nanoengine.sampling_params import SamplingParams
+from tracer.cli.demo import ENGINE_FLAGS, engine_overrides
+from tracer.cli.trace import record_and_show
+from tracer.loop.arrivals import Arrival
+from tracer.teach.scenarios import load_scenario
+
+
+def run_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="nanoengine run",
+        description="Record a scenario file (requests, their arrival steps, engine options), then replay it.",
+    )
+    p.add_argument("scenario", type=Path, help="a scenario .json file (see lessons/*/scenario.json)")
+    p.add_argument("--model", default=None, help="overrides the scenario's model ('default', 'tiny', a folder)")
+    for name in ENGINE_FLAGS:
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help="(default: the scenario's own)")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
+    p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
+    p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+    args = p.parse_args(argv)
+    scenario = load_scenario(args.scenario, name=args.scenario.stem)
+    args.title = scenario.title
+    arrivals = [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]
+    options = {**scenario.engine, **engine_overrides(args)}
+    if args.threads is not None:
+        options["num_threads"] = args.threads
+    from nanoengine.engine import LLMEngine
+
+    console = Console(stderr=True)
+    model = args.model or scenario.model
+    with console.status(f"Loading model {escape(model)} ..."):
+        engine = LLMEngine(model, **options)
+    return record_and_show(engine, arrivals, args, console)

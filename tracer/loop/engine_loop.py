@@ -1,0 +1,240 @@
+"""The engine loop: one thread owns an LLMEngine, steps it while it has work and sleeps when idle.
+
+Other threads never touch the engine. They put commands on a queue that the loop drains at the
+top of each step (as vLLM's engine core drains its input queue), and hear back through each
+request's callback, which the loop calls after every step in which the request gained tokens or
+finished.
+
+    loop = EngineLoop(engine).start()
+    request = loop.add(prompt, params, on_update)  # any thread; on_update(RequestUpdate) runs in the loop
+    loop.abort(request)                            # any thread: finished (reason 'abort') in the next step
+    loop.pause(); loop.step_once(); loop.resume()  # debugger-style control (the live TUI)
+    loop.call(fn) -> Future                        # fn(engine) in the loop thread, between two steps
+    loop.add_step_callback(fn)                     # fn(appended sequences) after every step, in the loop
+    loop.stop()                                    # aborts what is left (recorded), joins the thread
+
+A callback must be quick and must not raise (a server hands the update to its event loop).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanoengine.engine import LLMEngine
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.sequence import Sequence
+
+REJECTED = "rejected"  # an update's finish_reason when add_request refused the request
+
+
+@dataclass(slots=True)
+class RequestUpdate:
+    """What a request gained in one step. finish_reason is None while it runs; on the last update
+    `text` is the engine's final text (the same as LLM.generate's, cut at a stop string)."""
+
+    request: LoopRequest
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+    error: str = ""  # why, for finish_reason 'error' or 'rejected'
+    text: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(slots=True, eq=False)
+class LoopRequest:
+    """A request as the loop tracks it. seq_id is set when the loop adds it to the engine."""
+
+    prompt: str | list[int]
+    params: SamplingParams
+    on_update: Callable[[RequestUpdate], None]
+    notes: dict[str, Any] = field(default_factory=dict)  # written into the trace's request entry
+    arrival_time: float = field(default_factory=time.time)
+    seq_id: int | None = None
+    num_prompt_tokens: int = 0
+    num_delivered: int = 0  # completion tokens handed to on_update so far
+    aborted: bool = False
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine, recorder: Any = None) -> None:
+        """recorder: a tracer.trace.recorder.TraceRecorder on this engine, told each request's notes."""
+        self.engine = engine
+        self.recorder = recorder
+        self.commands: deque[Callable[[], None]] = deque()
+        self.wake = threading.Condition()
+        self.live: dict[int, LoopRequest] = {}  # seq_id -> request, until its last update
+        self.step_callbacks: list[Callable[[list[Sequence]], None]] = []
+        self.paused = False
+        self.steps_allowed = 0  # step_once() while paused
+        self.stopping = False
+        self.error = ""  # the last step failure, in one line
+        self.thread = threading.Thread(target=self.run, name="nanoengine-loop", daemon=True)
+
+    # ---- any thread ---------------------------------------------------------------------------
+    def start(self) -> EngineLoop:
+        self.thread.start()
+        return self
+
+    def add(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        on_update: Callable[[RequestUpdate], None],
+        notes: dict[str, Any] | None = None,
+    ) -> LoopRequest:
+        request = LoopRequest(prompt, params, on_update, dict(notes or {}))
+        self.submit(lambda: self.admit(request))
+        return request
+
+    def abort(self, request: LoopRequest) -> None:
+        self.submit(lambda: self.abort_now(request))
+
+    def call(self, fn: Callable[[LLMEngine], Any]) -> Future:
+        """Run fn(engine) in the loop thread between two steps; its result comes in the Future."""
+        future: Future = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn(self.engine))
+            except Exception as e:
+                future.set_exception(e)
+
+        self.submit(run)
+        return future
+
+    def pause(self) -> None:
+        with self.wake:
+            self.paused, self.steps_allowed = True, 0
+
+    def resume(self) -> None:
+        with self.wake:
+            self.paused, self.steps_allowed = False, 0
+            self.wake.notify()
+
+    def step_once(self) -> None:
+        """While paused: run exactly one more step (if there is work)."""
+        with self.wake:
+            self.steps_allowed += 1
+            self.wake.notify()
+
+    def add_step_callback(self, fn: Callable[[list[Sequence]], None]) -> None:
+        self.submit(lambda: self.step_callbacks.append(fn))
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Abort every request left (each gets its last update) and end the thread."""
+        with self.wake:
+            self.stopping = True
+            self.wake.notify()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+
+    def submit(self, command: Callable[[], None]) -> None:
+        with self.wake:
+            self.commands.append(command)
+            self.wake.notify()
+
+    # ---- the loop thread ------------------------------------------------------------------------
+    def run(self) -> None:
+        while True:
+            commands, stopping = self.wait_for_work()
+            for command in commands:
+                command()
+            if stopping:
+                self.finish_all()
+                return
+            if self.may_step():
+                self.step()
+
+    def wait_for_work(self) -> tuple[list[Callable[[], None]], bool]:
+        with self.wake:
+            while not (self.commands or self.stopping or self.may_step()):
+                self.wake.wait()
+            commands = list(self.commands)
+            self.commands.clear()
+            return commands, self.stopping
+
+    def may_step(self) -> bool:
+        if not self.engine.has_unfinished():
+            return False
+        return not self.paused or self.steps_allowed > 0
+
+    def step(self) -> None:
+        if self.paused:
+            self.steps_allowed -= 1
+        try:
+            appended = self.engine.step()
+        except Exception as e:  # the engine isolates one request's failure; this is the whole step's
+            self.error = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            self.fail_all(self.error)
+            return
+        self.deliver()
+        for fn in self.step_callbacks:
+            try:
+                fn(appended)
+            except Exception as e:  # a viewer's bug must not stop the engine
+                self.error = f"step callback {type(e).__name__}: {e}".splitlines()[0][:200]
+
+    def admit(self, request: LoopRequest) -> None:
+        try:
+            seq_id = self.engine.add_request(request.prompt, request.params)
+        except ValueError as e:
+            notify(request, RequestUpdate(request, [], REJECTED, str(e)))
+            return
+        request.seq_id = seq_id
+        request.num_prompt_tokens = self.engine.sequences[seq_id].num_prompt_tokens
+        self.live[seq_id] = request
+        if self.recorder is not None:
+            self.recorder.annotate(seq_id, arrival_time=round(request.arrival_time, 6), **request.notes)
+
+    def abort_now(self, request: LoopRequest) -> None:
+        if request.seq_id in self.live and not request.aborted:
+            request.aborted = True
+            self.engine.abort(request.seq_id)
+
+    def deliver(self) -> None:
+        """Each live request's new tokens; its last update (and collect) once it finished."""
+        for seq_id, request in list(self.live.items()):
+            seq = self.engine.sequences[seq_id]
+            start = seq.num_prompt_tokens + request.num_delivered
+            new = seq.token_ids[start:]
+            if not new and not seq.is_finished:
+                continue
+            request.num_delivered += len(new)
+            if seq.is_finished:
+                del self.live[seq_id]
+                out = self.engine.collect(seq_id)
+                notify(request, RequestUpdate(request, new, out.finish_reason, out.error, out.text))
+            elif not notify(request, RequestUpdate(request, new)):
+                self.abort_now(request)
+
+    def fail_all(self, error: str) -> None:
+        for seq_id, request in list(self.live.items()):
+            del self.live[seq_id]
+            self.engine.drop(seq_id)
+            notify(request, RequestUpdate(request, [], "error", error))
+
+    def finish_all(self) -> None:
+        """On stop: abort what is left in one recorded step, so a trace shows how each request ended."""
+        for request in self.live.values():
+            self.abort_now(request)
+        if self.live:
+            self.step()
+        self.fail_all("the engine loop stopped")
+
+
+def notify(request: LoopRequest, update: RequestUpdate) -> bool:
+    """Hand the update to the request's callback; False if the callback failed (nobody is listening)."""
+    try:
+        request.on_update(update)
+    except Exception:
+        return False
+    return True
