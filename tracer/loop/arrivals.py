@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nanoengine.engine import LLMEngine
-from nanoengine.sampling_params import SamplingParams
+if TYPE_CHECKING:  # the command line's --help must not import torch
+    from nanoengine.engine import LLMEngine
+    from nanoengine.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)
