@@ -20,19 +20,21 @@ SUBCOMMANDS = {  # name -> (module, function taking argv)
     "demo": ("tracer.cli.demo", "demo_main"),
     "lesson": ("tracer.cli.lesson", "lesson_main"),
     "bench": ("tracer.cli.bench", "bench_main"),
+    "serve": ("tracer.cli.serve", "serve_main"),
 }
 
 
-def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """Engine and sampling flags shared by generate, trace and demo."""
+def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
+    """Engine and sampling flags shared by generate, trace and demo (serve: the engine's only)."""
     p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny', a folder or .gguf")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--raw", action="store_true", help="do not wrap prompts in the chat template")
+    if sampling:
+        p.add_argument("--max-tokens", type=int, default=64)
+        p.add_argument("--temperature", type=float, default=0.0)
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--top-k", type=int, default=0)
+        p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--ignore-eos", action="store_true")
+        p.add_argument("--raw", action="store_true", help="do not wrap prompts in the chat template")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-kv-blocks", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             "  export    a trace as a Perfetto timeline or a one-file HTML replay\n"
             "  demo      classroom demos\n"
             "  lesson    lessons and exercises\n"
-            "  bench     benchmarks against Hugging Face transformers\n\n"
+            "  bench     benchmarks against Hugging Face transformers (--serving: through the HTTP API)\n"
+            "  serve     an OpenAI-compatible HTTP server (completions, chat, streaming)\n\n"
             "`nanoengine COMMAND --help` for a command's options; `-` as a prompt reads it from standard input."
         )
         return 0

@@ -55,11 +55,12 @@ class LoopRequest:
 
     prompt: str | list[int]
     params: SamplingParams
-    on_update: Callable[[RequestUpdate], None]
+    on_update: Callable[[RequestUpdate], object]
     notes: dict[str, Any] = field(default_factory=dict)  # written into the trace's request entry
     arrival_time: float = field(default_factory=time.time)
     seq_id: int | None = None
     num_prompt_tokens: int = 0
+    prompt_token_ids: list[int] = field(default_factory=list)  # what the model saw, once added
     num_delivered: int = 0  # completion tokens handed to on_update so far
     aborted: bool = False
 
@@ -88,7 +89,7 @@ class EngineLoop:
         self,
         prompt: str | list[int],
         params: SamplingParams,
-        on_update: Callable[[RequestUpdate], None],
+        on_update: Callable[[RequestUpdate], object],
         notes: dict[str, Any] | None = None,
     ) -> LoopRequest:
         request = LoopRequest(prompt, params, on_update, dict(notes or {}))
@@ -190,7 +191,9 @@ class EngineLoop:
             notify(request, RequestUpdate(request, [], REJECTED, str(e)))
             return
         request.seq_id = seq_id
-        request.num_prompt_tokens = self.engine.sequences[seq_id].num_prompt_tokens
+        seq = self.engine.sequences[seq_id]
+        request.num_prompt_tokens = seq.num_prompt_tokens
+        request.prompt_token_ids = seq.token_ids[: seq.num_prompt_tokens]
         self.live[seq_id] = request
         if self.recorder is not None:
             self.recorder.annotate(seq_id, arrival_time=round(request.arrival_time, 6), **request.notes)

@@ -1,0 +1,51 @@
+"""A real nanoengine server in this process (uvicorn in a thread, the engine loop in another), on
+a free port, for tests that also look at the engine (its block pool) through the loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from nanoengine.engine import LLMEngine
+from tests.conftest import torch_threads
+from tracer.serve.server import Server, bind
+
+WAIT = 120  # seconds: a bound on waits for the server, never a guess at when it is ready
+SERVE_OPTIONS = dict(
+    block_size=4, num_kv_blocks=512, max_num_batched_tokens=64, max_num_seqs=64, use_chat_template=False
+)
+
+
+def wait_healthy(url: str, timeout: float = WAIT) -> None:
+    """GET /health until it answers 200 (the socket listens before uvicorn starts: usually at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=timeout).status_code == 200:
+                return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}/health did not answer 200 within {timeout} s")
+
+
+@contextmanager
+def running_server(engine: LLMEngine | None = None, recorder=None) -> Iterator[Server]:
+    with torch_threads(1):
+        engine = engine or LLMEngine("tiny", **SERVE_OPTIONS)
+        server = Server(engine, bind("127.0.0.1", 0), recorder).start_in_thread()
+        try:
+            wait_healthy(server.url)
+            yield server
+        finally:
+            server.stop(timeout=WAIT)
+
+
+def pool_state(engine) -> tuple[int, int]:
+    """(free blocks, blocks in use), read in the loop thread between two steps."""
+    bm = engine.block_manager
+    return bm.num_free_blocks, sum(1 for r in bm.ref_counts if r)

@@ -1,0 +1,94 @@
+"""Running the app: a socket bound before anything else (a port in use is a one-line error before
+the model loads), the engine loop, and uvicorn serving on that socket.
+
+    sock = bind("127.0.0.1", 0)                      # OSError / ValueError: say it in one line
+    server = Server(engine, sock, recorder=None)     # the loop starts; nothing is served yet
+    server.run()                                     # blocks (Ctrl-C stops it), or:
+    server.start_in_thread(); ...; server.stop()     # tests, and a TUI in the main thread
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+
+from nanoengine.engine import LLMEngine
+from tracer.loop.engine_loop import EngineLoop
+from tracer.serve.app import ServedModel, build_app
+
+GRACEFUL_SHUTDOWN_S = 3  # open streams get this long to end on Ctrl-C; then they are cut (and aborted)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: any free port); ValueError in one line if it cannot."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range: choose 1-65535 (or 0 for any free port)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"cannot listen on host {host!r}: {e.strerror}; use an address such as 127.0.0.1") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        if e.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
+            raise ValueError(f"port {port} on {host} is already in use: pick another with --port (or 0)") from None
+        raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(128)
+    return sock
+
+
+class Server:
+    def __init__(
+        self,
+        engine: LLMEngine,
+        sock: socket.socket,
+        recorder: Any = None,
+        aliases: tuple[str, ...] = (),
+        name: str | None = None,
+    ) -> None:
+        """name: the model id clients send (default: the engine's model name); aliases: also accepted."""
+        engine.config.use_chat_template = False  # the server templates chat requests itself, completions never
+        self.sock = sock
+        self.model_name = name or engine.model_name
+        self.loop = EngineLoop(engine, recorder).start()
+        served = ServedModel(self.model_name, engine.tokenizer, engine.scheduler.max_model_len, aliases)
+        config = uvicorn.Config(
+            build_app(self.loop, served),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
+        self.uvicorn = uvicorn.Server(config)
+        self.thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}"
+
+    def run(self) -> None:
+        """Serve until Ctrl-C (or stop()), then stop the engine loop: what is left is aborted."""
+        try:
+            self.uvicorn.run(sockets=[self.sock])
+        finally:
+            self.loop.stop()
+            self.sock.close()
+
+    def start_in_thread(self) -> Server:
+        self.thread = threading.Thread(target=self.run, name="nanoengine-http", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        self.uvicorn.should_exit = True
+        if self.thread is not None:
+            self.thread.join(timeout)
