@@ -97,7 +97,7 @@ def test_engine_stays_within_its_line_budget():
 
 
 def test_tests_mirror_the_packages():
-    for package in ("engine", "trace", "loop", "replay", "teach", "bench", "cli", "vllm"):
+    for package in ("engine", "trace", "loop", "replay", "serve", "teach", "bench", "cli", "vllm"):
         assert list((ROOT / "tests" / package).glob("test_*.py")), f"tests/{package}/ has no tests"
 
 
