@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,6 +56,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--profile", action="store_true", help="one more nanoengine run under torch.profiler: where the time goes"
     )
     p.add_argument("--trace-out", type=Path, help="keep the tracer run's JSONL trace here")
+    p.add_argument(
+        "--serving",
+        action="store_true",
+        help="through the HTTP API: Poisson arrivals, TTFT / TPOT / ITL and goodput (nanoengine serve, "
+        "and transformers serve as the anchor unless --skip-hf)",
+    )
+    p.add_argument(
+        "--rate", default="1,inf", help="--serving: request rates in req/s, comma-separated (inf: all at once)"
+    )
+    p.add_argument("--slo-ttft-ms", type=float, default=2000.0, help="--serving: goodput's TTFT limit")
+    p.add_argument("--slo-tpot-ms", type=float, default=200.0, help="--serving: goodput's TPOT limit")
     return p.parse_args(argv)
 
 
@@ -107,8 +119,64 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
     )
 
 
+def parse_rates(text: str) -> list[float]:
+    try:
+        rates = [float(r) for r in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--rate takes request rates separated by commas, e.g. 0.5,1,inf; got {text!r}") from None
+    if any(not r > 0 for r in rates):
+        raise ValueError(f"--rate values must be > 0 (inf: all at once), got {text!r}")
+    return rates
+
+
+def serving_main(args: argparse.Namespace) -> dict:
+    from nanoengine.loader import ensure_default_model, load_model
+    from tracer.bench.serving import ServingSettings, run_serving_bench
+    from tracer.bench.workload import build_workload
+
+    spec = settings_from_args(args).workload
+    rates = parse_rates(args.rate)
+    if args.slo_ttft_ms <= 0 or args.slo_tpot_ms <= 0:
+        raise ValueError("--slo-ttft-ms and --slo-tpot-ms must be > 0")
+    folder = ensure_default_model() if args.model == "default" else Path(args.model)
+    tokenizer = load_model(args.model).tokenizer
+    vocab_size = len(tokenizer) if hasattr(tokenizer, "__len__") else tokenizer.vocab_size
+    requests = build_workload(spec, vocab_size)
+    prompts = [tokenizer.decode(list(r.prompt_token_ids), skip_special_tokens=True) for r in requests]
+    engine_args = [
+        f"--{name.replace('_', '-')}={value}" for name, value in settings_from_args(args).engine_options.items()
+    ]
+    settings = ServingSettings(
+        model=args.model,
+        requests=requests,
+        prompts=prompts,
+        rates=rates,
+        threads=args.threads,
+        slo_ttft_s=args.slo_ttft_ms / 1000,
+        slo_tpot_s=args.slo_tpot_ms / 1000,
+        seed=spec.seed,
+        model_dir=None if args.skip_hf or not folder.is_dir() else folder,
+        engine_args=[a for a in engine_args if not a.startswith(("--kv-cache-memory-gb", "--attention-backend"))],
+    )
+    report = run_serving_bench(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
+    report["workload"] = spec.to_dict()
+    return report
+
+
 def bench_main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.serving:
+        report = serving_main(args)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=2) + "\n")
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            from tracer.bench.serving import print_serving_report
+
+            print_serving_report(report)
+        return 0
     report = run_benchmark(settings_from_args(args))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
