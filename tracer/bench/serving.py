@@ -33,6 +33,7 @@ from tracer.bench.workload import BenchRequest
 
 START_TIMEOUT_S = 600  # a server must answer /health within this (the model loads first)
 REQUEST_TIMEOUT_S = 3600
+WARM_UP_TOKENS = 4
 
 
 @dataclass(slots=True)
@@ -114,12 +115,13 @@ async def run_load(backend: Backend, prompts: list[str], requests: list[BenchReq
         return list(results), time.perf_counter() - start
 
 
-async def warm_up(backend: Backend, prompt: str) -> RequestResult:
-    """One short request before the timed runs (the first one pays for lazy set-up in either server)."""
+async def warm_up(backend: Backend, prompts: list[str]) -> None:
+    """Every prompt at once, a few tokens each, before the timed runs: either server pays for lazy
+    set-up on first use (CPU GEMM libraries build a kernel for each new batch shape)."""
     import httpx
 
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
-        return await send(client, backend.url, backend.body(prompt, 4))
+        await asyncio.gather(*(send(client, backend.url, backend.body(p, WARM_UP_TOKENS)) for p in prompts))
 
 
 def summarize(results: list[RequestResult], duration: float, slo_ttft_s: float, slo_tpot_s: float) -> dict:
@@ -255,7 +257,7 @@ def run_serving_bench(settings: ServingSettings, log: Callable[[str], None] = pr
             backend = start()
             try:
                 wait_healthy(backend)
-                asyncio.run(warm_up(backend, settings.prompts[0]))
+                asyncio.run(warm_up(backend, settings.prompts))
                 for rate in settings.rates:
                     log(f"{backend.name}: rate {rate} req/s, {len(settings.requests)} requests ...")
                     out, duration = asyncio.run(
