@@ -7,16 +7,16 @@ import queue
 import threading
 
 import pytest
+from conftest import HANG_S, TINY_OPTIONS, make_tiny_engine
 
 from nanoengine.engine import LLM
 from nanoengine.sampling_params import SamplingParams
-from tests.conftest import TINY_OPTIONS, make_tiny_engine
 from tracer.loop.engine_loop import REJECTED, EngineLoop, RequestUpdate
 from tracer.trace.invariants import check_trace
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.trace_file import load_trace
 
-WAIT = 120  # seconds: a bound on a wait for the loop, never a guess at when it is done
+WAIT = HANG_S  # a bound on a wait for the loop, never a guess at when it is done
 PARAMS = SamplingParams(max_tokens=8, ignore_eos=True)
 PROMPTS = ["hello world", "hello there", "abc", "the quick brown fox"]
 

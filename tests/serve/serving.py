@@ -1,19 +1,25 @@
 """A real nanoengine server in this process (uvicorn in a thread, the engine loop in another), on
-a free port, for tests that also look at the engine (its block pool) through the loop."""
+a free port, for tests that also look at the engine (its block pool) through the loop; and
+`nanoengine serve` as a process, its stdout read line by line."""
 
 from __future__ import annotations
 
+import queue
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+from conftest import HANG_S, torch_threads
 
 from nanoengine.engine import LLMEngine
-from tests.conftest import torch_threads
 from tracer.serve.server import Server, bind
 
-WAIT = 120  # seconds: a bound on waits for the server, never a guess at when it is ready
+WAIT = HANG_S  # a bound on waits for the server, never a guess at when it is ready
+CLI = [sys.executable, "-m", "tracer.cli.main", "serve", "--threads", "1"]
 SERVE_OPTIONS = dict(
     block_size=4, num_kv_blocks=512, max_num_batched_tokens=64, max_num_seqs=64, use_chat_template=False
 )
@@ -49,3 +55,25 @@ def pool_state(engine) -> tuple[int, int]:
     """(free blocks, blocks in use), read in the loop thread between two steps."""
     bm = engine.block_manager
     return bm.num_free_blocks, sum(1 for r in bm.ref_counts if r)
+
+
+class ServeProcess:
+    """The server process, its stdout read line by line in a thread (waits are bounded)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, text: str) -> str:
+        while True:
+            line = self.lines.get(timeout=WAIT)
+            assert line is not None, f"the server exited: {self.proc.stderr.read() if self.proc.stderr else ''}"
+            if text in line:
+                return line

@@ -8,10 +8,10 @@ import json
 import time
 
 import httpx
+from serving import SERVE_OPTIONS, WAIT, pool_state, running_server
 
 from nanoengine.engine import LLM
 from nanoengine.sampling_params import SamplingParams
-from tests.serve.serving import SERVE_OPTIONS, WAIT, pool_state, running_server
 from tracer.trace.invariants import check_trace
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.trace_file import load_trace

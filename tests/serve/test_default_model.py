@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from openai import OpenAI
+from serving import WAIT, ServeProcess
 
 from nanoengine.engine import LLM
 from nanoengine.sampling_params import SamplingParams
-from tests.serve.test_serve_cli import WAIT, ServeProcess
 
 pytestmark = pytest.mark.real_model
 README = Path(__file__).resolve().parents[2] / "README.md"

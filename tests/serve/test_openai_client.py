@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from openai import OpenAI
+from serving import SERVE_OPTIONS, running_server
 
 from nanoengine.engine import LLM
 from nanoengine.sampling_params import SamplingParams
-from tests.serve.serving import SERVE_OPTIONS, running_server
 
 PROMPT = "The cat sat on the"
 

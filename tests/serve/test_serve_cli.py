@@ -4,42 +4,15 @@ trace it leaves; a port in use or out of range is one line and exit 2 with no ba
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import socket
 import subprocess
-import sys
-import threading
 
 import pytest
+from serving import CLI, WAIT, ServeProcess
 
 from tracer.cli.main import main
 from tracer.trace.trace_file import load_trace
-
-WAIT = 180
-CLI = [sys.executable, "-m", "tracer.cli.main", "serve", "--threads", "1"]
-
-
-class ServeProcess:
-    """The server process, its stdout read line by line in a thread (waits are bounded)."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self.read, daemon=True).start()
-
-    def read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str) -> str:
-        while True:
-            line = self.lines.get(timeout=WAIT)
-            assert line is not None, f"the server exited: {self.proc.stderr.read() if self.proc.stderr else ''}"
-            if text in line:
-                return line
 
 
 def curl(*args: str) -> str:

@@ -7,8 +7,7 @@ import json
 
 import httpx
 import pytest
-
-from tests.serve.serving import WAIT, running_server
+from serving import WAIT, running_server
 
 OK_BODY = {"model": "tiny", "prompt": "hello", "max_tokens": 3, "temperature": 0}
 
