@@ -12,6 +12,7 @@ from serving import SERVE_OPTIONS, WAIT, pool_state, running_server
 
 from nanoengine.engine import LLM
 from nanoengine.sampling_params import SamplingParams
+from nanoengine.sequence import EventKind
 from tracer.trace.invariants import check_trace
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.trace_file import load_trace
@@ -88,6 +89,8 @@ def test_a_client_dropped_mid_stream_is_aborted_and_frees_its_blocks(tmp_path):
     trace = load_trace(path, "all")
     assert check_trace(trace) == []
     dropped = next(r["seq_id"] for r in trace.requests.values() if r["prompt"] == PROMPTS[drop])
-    finished = [e for s in trace.steps for e in s["events"] if e["kind"] == "finished" and e["seq_id"] == dropped]
+    finished = [
+        e for s in trace.steps for e in s["events"] if e["kind"] == EventKind.FINISHED and e["seq_id"] == dropped
+    ]
     assert [e["detail"]["reason"] for e in finished] == ["abort"]
     assert all(r["http_request_id"].startswith("cmpl-") for r in trace.requests.values())

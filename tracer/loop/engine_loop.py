@@ -28,7 +28,7 @@ from typing import Any
 
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.sequence import Sequence
+from nanoengine.sequence import FinishReason, Sequence
 
 REJECTED = "rejected"  # an update's finish_reason when add_request refused the request
 
@@ -223,7 +223,7 @@ class EngineLoop:
         for seq_id, request in list(self.live.items()):
             del self.live[seq_id]
             self.engine.drop(seq_id)
-            notify(request, RequestUpdate(request, [], "error", error))
+            notify(request, RequestUpdate(request, [], FinishReason.ERROR.value, error))
 
     def finish_all(self) -> None:
         """On stop: abort what is left in one recorded step, so a trace shows how each request ended."""

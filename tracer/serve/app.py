@@ -22,13 +22,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from nanoengine.sequence import FinishReason
 from tracer.loop.engine_loop import REJECTED, EngineLoop, LoopRequest, RequestUpdate
 from tracer.serve.detokenize import IncrementalDetokenizer
 from tracer.serve.protocol import ChatCompletionRequest, CompletionRequest, RequestError, Sampling, parse_body
 
 DONE = "data: [DONE]\n\n"
 CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it
-FAILED = ("error", "ignored")  # finish reasons that become an error for the client
+FAILED = (FinishReason.ERROR.value, FinishReason.IGNORED.value)  # finish reasons the client gets as an error
 
 
 @dataclass(slots=True)
