@@ -102,16 +102,30 @@ class BlockManager:
         seq.block_hashes = []
 
     def register_full_blocks(self, seq: Sequence) -> None:
-        """Hash each block that became full and computed, so later requests can share it."""
+        """Hash each block that is full of computed or scheduled tokens, so other requests can share it.
+
+        Called when seq is scheduled, as vLLM v1 does: a request admitted later in the same step hits
+        blocks this step computes (every K/V of a layer is written before attention reads any)."""
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
-        for i in range(len(seq.block_hashes), seq.num_cached_tokens // bs):
+        for i in range(len(seq.block_hashes), (seq.num_cached_tokens + seq.num_scheduled_tokens) // bs):
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             block_hash = compute_block_hash(parent, seq.token_ids[i * bs : (i + 1) * bs])
             seq.block_hashes.append(block_hash)
             block_id = seq.block_table[i]
-            # No two live blocks share a hash: a duplicate computed in the same step stays unhashed.
+            # No two live blocks share a hash: a copy (the last block of a full hit) stays unhashed.
             if block_hash not in self.hash_to_block:
                 self.hash_to_block[block_hash] = block_id
                 self.hashes[block_id] = block_hash
+
+    def forget_uncomputed(self, seq: Sequence) -> list[int]:
+        """seq's step failed: its blocks hashed when scheduled hold no K/V, so drop their hashes.
+        Returns the blocks the step was to write."""
+        first = seq.num_cached_tokens // self.block_size
+        for block_id, block_hash in zip(seq.block_table[first:], seq.block_hashes[first:]):
+            if self.hashes[block_id] == block_hash:
+                del self.hash_to_block[block_hash]
+                self.hashes[block_id] = None
+        del seq.block_hashes[first:]
+        return seq.block_table[first:]

@@ -154,8 +154,7 @@ class LLMEngine:
             try:
                 token_ids = self.run_isolating_faults(out.seqs, inputs)
             except BaseException:  # e.g. Ctrl-C mid-forward: the step did not happen
-                for seq in out.seqs:
-                    seq.num_scheduled_tokens = 0
+                self.undo_step(out.seqs)
                 raise
             model_time = time.perf_counter() - t0
             for seq, token_id in zip(out.seqs, token_ids):
@@ -173,19 +172,35 @@ class LLMEngine:
         try:
             return list(self.runner.run(seqs, inputs))
         except Exception:  # find the culprit: run again one sequence at a time (same K/V, same slots)
-            return [self.run_alone(seq) for seq in seqs]
+            unwritten: set[int] = set()  # blocks a failed sequence was to write in this step
+            return [self.run_alone(seq, unwritten) for seq in seqs]
 
-    def run_alone(self, seq: Sequence) -> int | None:
+    def run_alone(self, seq: Sequence, unwritten: set[int]) -> int | None:
+        bs = self.config.block_size
         try:
-            return self.runner.run([seq], prepare_inputs([seq], self.config.block_size))[0]
+            if not unwritten.isdisjoint(seq.block_table[: seq.num_cached_tokens // bs]):
+                raise RuntimeError("its prefix hit is on blocks whose computation failed in this step")
+            return self.runner.run([seq], prepare_inputs([seq], bs))[0]
         except Exception as e:
             seq.error = first_line(e)
+            unwritten.update(seq.block_table[seq.num_cached_tokens // bs :])
             return None
+
+    def undo_step(self, seqs: list[Sequence]) -> None:
+        """Forget the blocks the step was to compute; whoever hit them in this step waits again."""
+        unwritten = set()
+        for seq in seqs:
+            seq.num_scheduled_tokens = 0
+            unwritten.update(self.block_manager.forget_uncomputed(seq))
+        for seq in reversed(seqs):
+            if not unwritten.isdisjoint(seq.block_table[: seq.num_cached_tokens // self.config.block_size]):
+                self.scheduler.preempt(seq, SchedulerOutput(), needed_by=seq)
 
     def fail(self, seq: Sequence, out: SchedulerOutput) -> None:
         """Finish a request whose step failed and free its blocks; the engine goes on without it."""
         seq.num_scheduled_tokens = 0
         seq.prefill_chunk = 0
+        self.block_manager.forget_uncomputed(seq)
         self.scheduler.finish(seq, FinishReason.ERROR)
         out.add_event(EventKind.FINISHED, seq, reason=FinishReason.ERROR.value, error=seq.error)
 

@@ -107,6 +107,7 @@ class Scheduler:
     def schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
         seq.num_scheduled_tokens = num_new
         out.seqs.append(seq)
+        self.block_manager.register_full_blocks(seq)  # findable now: later admissions may hit them
         if seq.prefill_chunk:
             out.add_event(EventKind.PREFILL_CHUNK, seq, **chunk_span(seq))
         return num_new
@@ -131,7 +132,6 @@ class Scheduler:
         for seq, token_id in zip(out.seqs, token_ids):
             seq.num_cached_tokens += seq.num_scheduled_tokens
             seq.num_scheduled_tokens = 0
-            self.block_manager.register_full_blocks(seq)
             if seq.num_cached_tokens < seq.num_tokens:  # mid-prefill: its logits were discarded
                 seq.prefill_chunk += 1
                 continue

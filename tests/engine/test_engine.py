@@ -83,6 +83,33 @@ def test_shared_prefix_in_one_step_keeps_hashes_unique():
     engine.step()
     hashes = [h for h in records[0].pool.hashes if h is not None]
     assert len(hashes) == 3 and len(set(hashes)) == 3  # three full blocks hashed once, not three times
+    assert [s.num_scheduled_tokens for s in records[0].seqs] == [13, 1, 1]  # B and C hit A's 3 blocks
+
+
+def test_a_request_admitted_later_in_a_step_hits_the_blocks_an_earlier_one_computes_in_it():
+    """vLLM v1's rule: a full block is findable from the step it is scheduled in (lesson 10's twins)."""
+    engine = LLMEngine("tiny", block_size=4, num_kv_blocks=24)
+    prompt = list(range(3, 3 + 16))  # exactly 4 full blocks
+    ids = [engine.add_request(prompt, SamplingParams(max_tokens=6, ignore_eos=True)) for _ in range(3)]
+    records = []
+    engine.add_step_hook(records.append)
+    engine.step()
+    step0 = records[0]
+    a, b, c = step0.seqs
+    assert [s.num_scheduled_tokens for s in (a, b, c)] == [16, 4, 4]
+    hits = [e for e in step0.events if e.kind == "prefix_hit"]
+    shared = list(a.block_table[:3])
+    assert [(e.seq_id, e.detail["blocks"]) for e in hits] == [(ids[1], shared), (ids[2], shared)]
+    # The last block of a full hit is computed again, into a block of the hitter's own, left unhashed.
+    assert b.block_table[3] != a.block_table[3] and step0.pool.hashes[b.block_table[3]] is None
+    while engine.has_unfinished():
+        engine.step()
+    outs = [engine.collect(i).token_ids for i in ids]
+    alone = LLMEngine("tiny", block_size=4, num_kv_blocks=24)
+    only = alone.add_request(prompt, SamplingParams(max_tokens=6, ignore_eos=True))
+    while alone.has_unfinished():
+        alone.step()
+    assert outs == [alone.collect(only).token_ids] * 3  # the hitters read the K/V A wrote in that step
 
 
 def test_preemption_victim_is_newest_and_recomputes():

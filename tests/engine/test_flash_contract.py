@@ -167,6 +167,29 @@ def test_flash_backend_matches_hf_greedy(family, monkeypatch, tmp_path, one_torc
     assert calls[num_calls]["q_lens"] == [301 - PAGE] and calls[num_calls]["k_lens"] == [301]  # the cache hit
 
 
+@pytest.mark.parametrize("backend", ["torch", "flash"])
+def test_every_kv_of_a_layer_is_written_before_attention_reads_it(backend, monkeypatch, one_torch_thread):
+    """A prefix hit on a block computed earlier in the same step (vLLM v1's rule) reads K/V that the
+    same forward writes: each layer must write the whole batch's K/V before any sequence attends."""
+    install(monkeypatch, allow_fp32=True)
+    page = PAGE if backend == "flash" else 4
+    prompt = torch.randint(3, 200, (page + 3,), generator=torch.Generator().manual_seed(3)).tolist()
+    llm = LLM("tiny", attention_backend=backend, block_size=page, max_num_batched_tokens=4 * page)
+    attend, log = llm.engine.runner.attend, []
+    write_kv, attend_call = attend.write_kv, type(attend).__call__
+    monkeypatch.setattr(attend, "write_kv", lambda *a: (log.append(("write", len(a[-1]))), write_kv(*a))[1])
+    monkeypatch.setattr(type(attend), "__call__", lambda self, *a: (log.append(("read", 0)), attend_call(self, *a))[1])
+    steps = []
+    llm.engine.add_step_hook(steps.append)
+    outs = llm.generate([prompt + [7], prompt + [7], prompt], SamplingParams(max_tokens=6, ignore_eos=True))
+    assert [s.num_scheduled_tokens for s in steps[0].seqs] == [page + 4, 4, 3]  # two hits on A's first page
+    num_layers = len(llm.engine.model.model.layers)
+    assert log[: 2 * num_layers] == [("write", page + 11), ("read", 0)] * num_layers  # per layer: all, then read
+    assert outs[0].token_ids == outs[1].token_ids  # B read the page A wrote in that step
+    alone = LLM("tiny", attention_backend=backend, block_size=page).generate([prompt], SamplingParams(max_tokens=6, ignore_eos=True))
+    assert outs[2].token_ids == alone[0].token_ids
+
+
 @pytest.mark.real_model
 def test_flash_backend_matches_hf_greedy_on_smollm2(monkeypatch, one_torch_thread):
     from test_golden import hf_greedy

@@ -80,3 +80,17 @@ def test_tiny_checkpoints_match_hf(family, tmp_path):
     outs = llm.generate(prompts, SamplingParams(max_tokens=NUM_NEW, ignore_eos=True))
     for prompt, out in zip(prompts, outs):
         assert out.token_ids == hf_greedy(hf, prompt), f"{family}, prompt of {len(prompt)} tokens"
+
+
+def test_a_prefix_hit_on_blocks_computed_in_the_same_step_matches_hf(tmp_path):
+    """B and C hit A's blocks in the step A computes them: their greedy tokens are still HF's."""
+    hf = save_tiny_checkpoint("llama", tmp_path)
+    shared = torch.randint(3, 300, (17,), generator=torch.Generator().manual_seed(2)).tolist()
+    prompts = [shared + [5], shared + [6, 7], shared]
+    llm = LLM(str(tmp_path), block_size=4, max_num_batched_tokens=64)
+    steps = []
+    llm.engine.add_step_hook(steps.append)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=NUM_NEW, ignore_eos=True))
+    assert [s.num_scheduled_tokens for s in steps[0].seqs] == [18, 3, 1]  # 16 tokens hit, twice
+    for prompt, out in zip(prompts, outs):
+        assert out.token_ids == hf_greedy(hf, prompt), f"prompt of {len(prompt)} tokens"

@@ -136,7 +136,7 @@ def test_params_changed_after_creation_are_checked_again_by_add_request():
     assert_empty(engine)
 
 
-def run_alone(prompt: str, params: SamplingParams) -> list[int]:
+def run_alone(prompt: str | list[int], params: SamplingParams) -> list[int]:
     return LLM("tiny", block_size=4, num_kv_blocks=32).generate([prompt], params)[0].token_ids
 
 
@@ -158,6 +158,43 @@ def test_a_request_that_fails_inside_step_is_finished_with_error_and_the_others_
     while engine.has_unfinished():
         engine.step()
     assert engine.collect(follow_up).token_ids == run_alone("again", greedy())
+
+
+def test_a_failed_request_leaves_no_hash_on_blocks_it_never_wrote_and_fails_who_hit_them():
+    """B hits blocks A computes in the same step (vLLM v1's rule); A's forward fails, so those blocks
+    hold no K/V: B cannot read them, and no later request may find them in the prefix cache."""
+    engine = LLMEngine("tiny", block_size=4, num_kv_blocks=32)
+    prompt = list(range(3, 3 + 12))
+    a = engine.add_request(prompt + [20], greedy())
+    b = engine.add_request(prompt + [21], greedy())
+    engine.sequences[a].token_ids[1] = 10**6  # fails in A's embedding; B does not compute that token
+    engine.sequences[b].token_ids[1] = 10**6  # B's first 3 blocks are A's: a hit on unwritten blocks
+    engine.step()
+    failed_a, failed_b = engine.collect(a), engine.collect(b)
+    assert failed_a.finish_reason == failed_b.finish_reason == "error"
+    assert failed_a.error.startswith("IndexError") and "failed in this step" in failed_b.error
+    assert not engine.block_manager.hash_to_block and not any(engine.block_manager.hashes)
+    assert_empty(engine)
+
+
+def test_an_interrupt_mid_forward_forgets_the_step_s_hashes_and_requeues_who_hit_them():
+    engine = LLMEngine("tiny", block_size=4, num_kv_blocks=32)
+    prompt = list(range(3, 3 + 12))
+    a = engine.add_request(prompt + [20], greedy())
+    b = engine.add_request(prompt + [21], greedy())
+    real_run = engine.runner.run
+    engine.runner.run = lambda seqs, inputs: (_ for _ in ()).throw(KeyboardInterrupt)  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        engine.step()
+    engine.runner.run = real_run  # type: ignore[method-assign]
+    assert not engine.block_manager.hash_to_block  # nothing was computed, so nothing can be hit
+    seq_b = engine.sequences[b]
+    assert seq_b.status == SequenceStatus.WAITING and seq_b.num_cached_tokens == 0 and not seq_b.block_table
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.collect(a).token_ids == run_alone(prompt + [20], greedy())
+    assert engine.collect(b).token_ids == run_alone(prompt + [21], greedy())
+    assert_empty(engine)
 
 
 def test_a_sampling_failure_finishes_only_that_request():

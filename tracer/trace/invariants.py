@@ -69,7 +69,8 @@ INVARIANTS: dict[str, str] = {
     "token_budget": "a step schedules at most max_num_batched_tokens tokens and max_num_seqs sequences",
     "kv_content": "every scheduled sequence reads, at each position 0 .. seq_len-1 through its block table, "
     "the KV computed for its own token prefix (a shadow of each slot, set by slot_mapping)",
-    "shared_block_write": "KV is written only into blocks no other sequence holds (shared prefix blocks are read-only)",
+    "shared_block_write": "KV is written only into blocks no other sequence holds (shared prefix blocks are read-only), "
+    "except a block others hit in this same step, written by its computing sequence at its own positions",
     "preempt_resets": "a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0",
     "victim_policy": "preemption takes the newest running sequence first (the end of the running list)",
     "preempted_to_head": "preempted sequences wait at the head of the waiting queue, the last preempted first",
@@ -395,10 +396,15 @@ def check_kv_content(ctx: Context) -> Iterator[Violation]:
 
 @check("shared_block_write")
 def check_shared_block_write(ctx: Context) -> Iterator[Violation]:
-    bs = ctx.block_size
+    bs, inp = ctx.block_size, ctx.step["inputs"]
     writers: dict[int, int] = {}
+    misplaced: set[int] = set()  # blocks written at a position that belongs to another of the writer's blocks
     for sid, i, _ in batch_tokens(ctx):
-        writers.setdefault(ctx.step["inputs"]["slot_mapping"][i] // bs, sid)
+        block, j = inp["slot_mapping"][i] // bs, inp["positions"][i] // bs
+        writers.setdefault(block, sid)
+        table = ctx.seqs[sid]["block_table"]
+        if not (0 <= j < len(table) and table[j] == block):
+            misplaced.add(block)
     if not writers:
         return
     holders: dict[int, list[int]] = {}
@@ -406,8 +412,15 @@ def check_shared_block_write(ctx: Context) -> Iterator[Violation]:
         for block in s["block_table"]:
             if block in writers:
                 holders.setdefault(block, []).append(sid)
+    # A request admitted after the writer in this step may hit the block it computes now (vLLM v1's rule).
+    hit_now: dict[int, set[int]] = {}
+    for e in ctx.step["events"]:
+        if e["kind"] == "prefix_hit":
+            for block in e["detail"]["blocks"]:
+                hit_now.setdefault(block, set()).add(e["seq_id"])
     for block, sids in holders.items():
-        if len(sids) > 1:
+        readers = set(sids) - {writers[block]}
+        if len(sids) > 1 and (block in misplaced or not readers <= hit_now.get(block, set())):
             yield ctx.violation(
                 "shared_block_write",
                 writers[block],
