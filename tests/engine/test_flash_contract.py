@@ -186,7 +186,9 @@ def test_every_kv_of_a_layer_is_written_before_attention_reads_it(backend, monke
     num_layers = len(llm.engine.model.model.layers)
     assert log[: 2 * num_layers] == [("write", page + 11), ("read", 0)] * num_layers  # per layer: all, then read
     assert outs[0].token_ids == outs[1].token_ids  # B read the page A wrote in that step
-    alone = LLM("tiny", attention_backend=backend, block_size=page).generate([prompt], SamplingParams(max_tokens=6, ignore_eos=True))
+    alone = LLM("tiny", attention_backend=backend, block_size=page).generate(
+        [prompt], SamplingParams(max_tokens=6, ignore_eos=True)
+    )
     assert outs[2].token_ids == alone[0].token_ids
 
 

@@ -436,3 +436,20 @@ async def test_byte_tokens_are_drawn_readably(trace):
         screen = app.export_screenshot()
         assert "\ufffd" not in screen and "\x03" not in screen
         assert "⟨id 133⟩" in str(app.query_one("#narration").render())
+
+
+def test_the_kv_pages_tell_a_block_hit_in_the_step_that_computes_it(tmp_path):
+    from nanoengine.sampling_params import SamplingParams
+    from tracer.trace.recorder import record_run
+
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    path, _ = record_run(["twins share this"] * 3, params, tmp_path / "t.jsonl", model="tiny", block_size=4)
+    trace = load_trace(path)
+    view = KVPagesView()
+    view.animations = False
+    view.show(trace.steps[0], None, trace.header)
+    a, b, c = (s["block_table"] for s in trace.steps[0]["seqs"])
+    assert view.block_details(a[0]).endswith("written this step and hit in it by B,C")
+    assert "hit in it" not in view.block_details(a[3])  # A's last block: B and C compute their own
+    view.show(trace.steps[1], trace.steps[0], trace.header)
+    assert "hit in it" not in view.block_details(a[0])

@@ -152,3 +152,22 @@ def test_fixture_chunks_match_the_recorded_events(trace):
     assert "seq 1 (B) prefilled 11 prompt tokens (chunk 2 of 3)" in texts[3]
     assert "seq 1 (B) prefilled 3 prompt tokens (chunk 3 of 3)" in texts[4]
     assert "seq 2 (C) was preempted back to WAITING" in texts[8]
+
+
+def test_a_hit_on_blocks_computed_in_the_same_step_names_who_computes_them():
+    a = seq(0, "WAITING", "RUNNING", num_cached_tokens=0, num_scheduled_tokens=16, block_table=[5, 6, 7, 8])
+    b = seq(1, "WAITING", "RUNNING", num_cached_tokens=12, num_scheduled_tokens=4, block_table=[5, 6, 7, 9])
+    s = step(
+        0,
+        [a, b],
+        [event("admitted", 0), event("admitted", 1), event("prefix_hit", 1, blocks=[5, 6, 7], tokens_saved=12)],
+        [0, 1],
+    )
+    s["inputs"].update(query_start_loc=[0, 16, 20], slot_mapping=list(range(20, 36)) + list(range(36, 40)))
+    s["pool"] = {"block_size": 4}
+    assert (
+        "seq 1 (B) was admitted to RUNNING and reused A's blocks 0-2 (12 tokens), which A computes in this same step"
+        in narrate(s, HEADER)
+    )
+    s["inputs"]["slot_mapping"] = list(range(60, 76)) + list(range(36, 40))  # A writes elsewhere: an old hit
+    assert "reused 12 cached tokens (3 blocks from the prefix cache)" in narrate(s, HEADER)

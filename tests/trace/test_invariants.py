@@ -445,3 +445,46 @@ def test_kv_content_on_an_engine_that_ran_before_the_trace(tmp_path):
     trace = load_trace(tmp_path / "warm.jsonl")
     assert trace.steps[0]["step"] > 0 and any(e["kind"] == "prefix_hit" for e in trace.steps[0]["events"])
     assert recorder.violations == [] and check_trace(trace) == []
+
+
+def twins_trace(tmp_path):
+    """Lesson 10's situation: three identical 16-token prompts in one step, block size 4."""
+    from tracer.trace.recorder import TraceRecorder
+    from tracer.trace.trace_file import load_trace
+
+    engine = make_tiny_engine(num_kv_blocks=24, max_num_batched_tokens=64)
+    with TraceRecorder(engine, tmp_path / "twins.jsonl") as recorder:
+        for _ in range(3):
+            engine.add_request("twins share this", SCENARIO_PARAMS)
+        while engine.has_unfinished():
+            engine.step()
+    assert recorder.violations == []
+    return load_trace(tmp_path / "twins.jsonl")
+
+
+def test_a_hit_on_blocks_computed_in_the_same_step_is_legal_and_its_bugs_are_still_named(tmp_path):
+    trace = twins_trace(tmp_path)
+    step0 = trace.steps[0]
+    a, b, c = step0["inputs"]["seq_ids"]
+    hits = events_of(step0, "prefix_hit")
+    written = {slot // 4 for slot in step0["inputs"]["slot_mapping"]}
+    assert [e["seq_id"] for e in hits] == [b, c] and set(hits[0]["detail"]["blocks"]) <= written
+    assert check_trace(trace) == []
+    config, requests = trace.header["config"], trace.header["requests"]
+    # The same step, broken three ways: the checker names each.
+    broken = {}
+    steps = copy.deepcopy(trace.steps)  # B writes its first token into a block it hit (A's)
+    start = steps[0]["inputs"]["query_start_loc"][1]
+    steps[0]["inputs"]["slot_mapping"][start] = hits[0]["detail"]["blocks"][0] * 4
+    broken["shared_block_write"] = steps
+    steps = copy.deepcopy(trace.steps)  # B's last block carries A's last block's hash too
+    pool = steps[0]["pool"]
+    pool["hashes"][seq(steps[0], b)["block_table"][3]] = pool["hashes"][seq(steps[0], a)["block_table"][3]]
+    broken["unique_prefix_hash"] = steps
+    steps = copy.deepcopy(trace.steps)  # C hits blocks nobody wrote: A's K/V went elsewhere
+    for k in range(steps[0]["inputs"]["query_start_loc"][1]):
+        steps[0]["inputs"]["slot_mapping"][k] = 23 * 4 + k % 4  # A's tokens all land in a spare block
+    broken["kv_content"] = steps
+    for name, steps in broken.items():
+        fired = [v for v in check_steps(steps, config, requests) if v.invariant == name]
+        assert fired and fired[0].step == 0, name

@@ -38,6 +38,7 @@ LEGEND = (
     ("○█", "free block that still holds cached (hashed) KV: reusable by a prefix hit"),
     ("·", "free block"),
     ("◆", "KV slots written in this block this step"),
+    ("A▅×2◆", "a prefix hit on a block A computes in this same step (vLLM v1's rule): shared and written"),
     ("underline", "changed since the previous step"),
     ("▲ / ✗", "logits kept / discarded (mid-prefill) in the batch's logits_indices row"),
     ("P H F !", "timeline: preemption, prefix-cache hit, finish, invariant violation"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_letter
@@ -16,13 +17,14 @@ def narrate(step: dict, header: dict) -> str:
     budget = int(header.get("config", {}).get("max_num_batched_tokens") or 0)
     seqs = {s["seq_id"]: s for s in step.get("seqs", [])}
     events = events_by_seq(step.get("events", []))
+    writers = block_writers(step, int(step.get("pool", {}).get("block_size") or 0))
     clauses, decoders = [], []
     for seq_id in involved_seqs(step, events):
         seq = seqs.get(seq_id, {"seq_id": seq_id})
         if is_plain_decode(seq, events.get(seq_id, [])):
             decoders.append(seq)
         else:
-            clauses.append(describe_seq(seq, events.get(seq_id, []), budget))
+            clauses.append(describe_seq(seq, events.get(seq_id, []), budget, SameStep(writers, seqs)))
     clauses.extend(describe_decodes(decoders))
     if not clauses:
         return f"Step {step.get('step', '?')}: nothing was scheduled."
@@ -59,27 +61,63 @@ def name(seq_id: int) -> str:
     return f"seq {seq_id} ({seq_letter(seq_id)})"
 
 
-def describe_seq(seq: dict, events: list[dict], budget: int) -> str:
+@dataclass(slots=True)
+class SameStep:
+    """Who writes which block in this step, to tell a hit on blocks computed in this very step."""
+
+    writers: dict[int, int]  # block -> the sequence whose K/V lands there this step
+    seqs: dict[int, dict]
+
+    def describe_hit(self, blocks: list[int], tokens: int) -> str | None:
+        """'reused A's blocks 0-2 (12 tokens), which A computes in this same step', or None."""
+        now = [b for b in blocks if b in self.writers]
+        if not now:
+            return None
+        owner = self.writers[now[0]]
+        table = list(self.seqs.get(owner, {}).get("block_table", []))
+        logical = [table.index(b) for b in now if b in table]
+        if len(now) != len(blocks) or len(logical) != len(now) or any(self.writers[b] != owner for b in now):
+            return f"reused {tokens} cached tokens, some of them from blocks computed in this same step"
+        span = f"blocks {logical[0]}-{logical[-1]}" if len(logical) > 1 else f"block {logical[0]}"
+        who = seq_letter(owner)
+        return f"reused {who}'s {span} ({tokens} tokens), which {who} computes in this same step"
+
+
+def block_writers(step: dict, block_size: int) -> dict[int, int]:
+    """block -> the first sequence whose new K/V the step writes into it."""
+    inputs = step.get("inputs", {})
+    slots, starts = inputs.get("slot_mapping", []), inputs.get("query_start_loc", [])
+    writers: dict[int, int] = {}
+    if block_size <= 0:
+        return writers
+    for i, seq_id in enumerate(inputs.get("seq_ids", [])[: max(len(starts) - 1, 0)]):
+        for slot in slots[starts[i] : starts[i + 1]]:
+            writers.setdefault(slot // block_size, seq_id)
+    return writers
+
+
+def describe_seq(seq: dict, events: list[dict], budget: int, same_step: SameStep | None = None) -> str:
     ending = [e for e in events if e["kind"] == EventKind.FINISHED]
-    parts = [describe_event(e, seq, budget) for e in events if e["kind"] != EventKind.FINISHED]
+    parts = [describe_event(e, seq, budget, same_step) for e in events if e["kind"] != EventKind.FINISHED]
     texts = seq.get("new_token_texts") or []
     if texts:
         parts.append("generated " + ", ".join(quoted_tokens(seq)))
     parts.append(status_change(seq, events))
-    parts += [describe_event(e, seq, budget) for e in ending]
+    parts += [describe_event(e, seq, budget, same_step) for e in ending]
     parts = [p for p in parts if p]
     if not parts:
         parts.append(f"computed {seq.get('num_scheduled_tokens', 0)} tokens")
     return f"{name(seq['seq_id'])} " + join_parts(parts)
 
 
-def describe_event(event: dict, seq: dict, budget: int) -> str:
+def describe_event(event: dict, seq: dict, budget: int, same_step: SameStep | None = None) -> str:
     kind, detail = event["kind"], event.get("detail") or {}
     if kind == EventKind.ADMITTED:
         return "was admitted to RUNNING"
     if kind == EventKind.PREFIX_HIT:
         blocks = detail.get("blocks", [])
-        return (
+        now = same_step.describe_hit(blocks, detail.get("tokens_saved", 0)) if same_step else None
+        return now or (
             f"reused {detail.get('tokens_saved', 0)} cached tokens "
             f"({len(blocks)} block{'s' if len(blocks) != 1 else ''} from the prefix cache)"
         )

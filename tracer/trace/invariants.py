@@ -415,7 +415,7 @@ def check_shared_block_write(ctx: Context) -> Iterator[Violation]:
     # A request admitted after the writer in this step may hit the block it computes now (vLLM v1's rule).
     hit_now: dict[int, set[int]] = {}
     for e in ctx.step["events"]:
-        if e["kind"] == "prefix_hit":
+        if e["kind"] == EventKind.PREFIX_HIT:
             for block in e["detail"]["blocks"]:
                 hit_now.setdefault(block, set()).add(e["seq_id"])
     for block, sids in holders.items():

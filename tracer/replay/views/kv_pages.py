@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from nanoengine.sequence import EventKind
 from tracer.replay.colors import CACHED_GLYPH, CHANGED, FREE_GLYPH, fill_glyph, seq_color, seq_letter, seq_style
 
 CELL = 6
@@ -159,9 +160,19 @@ class KVPagesView(ScrollView, can_focus=True):
             if block in self.table_index and self.selected_seq is not None
             else ""
         )
+        hit_now = [
+            e["seq_id"]
+            for e in self.step.get("events", [])
+            if e["kind"] == EventKind.PREFIX_HIT and block in e["detail"].get("blocks", [])
+        ]
+        same_step = (
+            f" · written this step and hit in it by {','.join(seq_letter(s) for s in hit_now)}"
+            if hit_now and block in self.written
+            else ""
+        )
         return (
             f"block {block}: {owners}{logical} · ref_count {pool['ref_counts'][block]} · "
-            f"filled {pool['filled'][block]}/{pool['block_size']} · {hashed}"
+            f"filled {pool['filled'][block]}/{pool['block_size']} · {hashed}{same_step}"
         )
 
     def cell(self, block: int) -> list[Segment]:
