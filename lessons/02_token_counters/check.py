@@ -171,20 +171,6 @@ def check_eos_finishes(fns):
     )
 
 
-def check_registers_full_blocks(fns):
-    """Blocks that became full of computed tokens are registered for the prefix cache."""
-    sched, seq = setup(9, budget=16, max_tokens=4)
-    run_step(fns, sched, [50])
-    hashed = [
-        b for b in seq.block_table if sched.block_manager.hashes[b] is not None
-    ]
-    expect(
-        len(hashed) == 2,
-        f"9 computed prompt tokens fill 2 blocks of 4, but {len(hashed)} block(s) were "
-        f"hashed; call self.block_manager.register_full_blocks(seq) after advancing the cache",
-    )
-
-
 def engine_lesson_scenario(fns):
     """The engine, running the lesson's scenario with your postprocess, matches the engine's own."""
     expect_engine_matches(lesson_scenario(__file__))

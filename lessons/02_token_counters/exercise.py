@@ -19,13 +19,11 @@ def postprocess(
     sequences that gained a token.
 
     self is the Scheduler. out.seqs[i] ran this step and token_ids[i] was
-    sampled for it. Helpers you need:
-    self.block_manager.register_full_blocks(seq), self.check_stop(seq,
-    token_id), self.finish(seq, reason, out). The README lists the six steps, in
-    order.
+    sampled for it. Helpers you need: self.check_stop(seq, token_id),
+    self.finish(seq, reason, out). The README lists the five steps, in order.
     """
     # TODO: for each (seq, token_id): num_cached_tokens += num_scheduled_tokens;
-    #       num_scheduled_tokens = 0; register full blocks; mid-prefill ->
+    #       num_scheduled_tokens = 0; mid-prefill ->
     #       prefill_chunk += 1 and skip; prefill just done -> PREFILL_DONE
     #       event and prefill_chunk = 0; append the token; finish it if
     #       check_stop says so.

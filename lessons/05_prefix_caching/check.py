@@ -2,11 +2,13 @@
 
 from nanoengine.block_manager import BlockManager
 from tracer.teach.kit import (
+    batch_of,
     cache_prefix,
     expect,
     expect_engine_matches,
     lesson_scenario,
     make_block_manager,
+    make_scheduler,
     make_sequence,
 )
 
@@ -143,6 +145,30 @@ def check_last_token_is_never_cached(fns):
     expect(
         blocks == seq_a.block_table[:4],
         f"with one more token all 4 blocks may be reused, got {blocks}",
+    )
+
+
+def check_hit_on_blocks_scheduled_in_the_same_step(fns):
+    """Twins in one step: the second hits the blocks the first computes in that very step."""
+    sched = make_scheduler(budget=64)
+    a = make_sequence(16, name="A", ignore_eos=True)  # exactly 4 full blocks
+    b = make_sequence(a.token_ids, name="B", ignore_eos=True)
+    sched.add(a)
+    sched.add(b)
+    out = (
+        sched.schedule()
+    )  # A is scheduled first: its full blocks enter the cache now, not after
+    expect(
+        batch_of(out) == [("A", 16), ("B", 4)],
+        f"A's 4 blocks are findable from the step that computes them, so B reuses 3 of them "
+        f"(never the last token) and computes 4 tokens: expected [('A', 16), ('B', 4)], got "
+        f"{batch_of(out)}",
+    )
+    expect(
+        b.block_table[:3] == a.block_table[:3]
+        and b.block_table[3] != a.block_table[3],
+        f"B's table must start with A's blocks {a.block_table[:3]} and end with a block of its "
+        f"own; it is {b.block_table}",
     )
 
 

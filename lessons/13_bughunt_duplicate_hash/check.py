@@ -11,19 +11,19 @@ from tracer.teach.kit import (
 TARGETS = {"register_full_blocks": "BlockManager.register_full_blocks"}
 
 
-def computed(bm, tokens):
-    """A request whose tokens were all computed this step, not yet registered."""
+def scheduled(bm, tokens):
+    """A request whose tokens are all scheduled in this step, not yet registered."""
     seq = make_sequence(tokens)
     bm.allocate(seq, len(tokens))
-    seq.num_cached_tokens = len(tokens)
+    seq.num_scheduled_tokens = len(tokens)
     return seq
 
 
 def check_twins_in_one_step_register_one_block(fns):
-    """Two requests that computed the same prefix in one step: one block keeps the hash."""
+    """Two requests that compute the same blocks in one step: one block keeps each hash."""
     bm = make_block_manager()
     tokens = list(range(10, 18))
-    a, b = computed(bm, tokens), computed(bm, tokens)
+    a, b = scheduled(bm, tokens), scheduled(bm, tokens)
     fns.register_full_blocks(bm, a)
     fns.register_full_blocks(bm, b)
     hashed = [block for block, h in enumerate(bm.hashes) if h is not None]

@@ -17,12 +17,14 @@ from nanoengine.sequence import Sequence
 
 
 def register_full_blocks(self, seq: Sequence) -> None:
-    """Hash each block that became full and computed, so later requests can
-    share it. self is the BlockManager."""
+    """Hash each block that is full of computed or scheduled tokens, so other
+    requests can share it (called when seq is scheduled). self is the
+    BlockManager."""
     if not self.enable_prefix_caching:
         return
     bs = self.block_size
-    for i in range(len(seq.block_hashes), seq.num_cached_tokens // bs):
+    num_known = seq.num_cached_tokens + seq.num_scheduled_tokens
+    for i in range(len(seq.block_hashes), num_known // bs):
         parent = seq.block_hashes[-1] if seq.block_hashes else None
         tokens = seq.token_ids[i * bs : (i + 1) * bs]
         block_hash = compute_block_hash(parent, tokens)

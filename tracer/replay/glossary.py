@@ -59,6 +59,15 @@ GLOSSARY: tuple[Term, ...] = (
         "compute_block_hash, hash_to_block",
         "hash_block_tokens (vllm/v1/core/kv_cache_utils.py); BlockPool.cached_block_hash_to_block",
         "BlockManager.compute_hash, hash_to_block_id",
+        "vLLM v1 maps a hash to several blocks (a duplicate, such as the last block of a full hit, is "
+        "tracked); ours keeps one block per hash and leaves the duplicate unhashed: one name, one block, "
+        "and the same hits",
+    ),
+    Term(
+        "BlockManager.register_full_blocks: when a sequence is scheduled, so a later admission in the same "
+        "step hits the blocks the step computes",
+        "KVCacheManager.allocate_slots → cache_blocks (vllm/v1/core/kv_cache_manager.py)",
+        "BlockManager.allocate (a prompt's full blocks, at admission) and may_append (a block filled by decoding)",
     ),
     Term(
         "BlockManager.find_cached_prefix",
