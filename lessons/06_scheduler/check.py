@@ -10,6 +10,7 @@ from tracer.teach.kit import (
     expect_engine_matches,
     lesson_scenario,
     make_scheduler,
+    make_sequence,
 )
 
 TARGETS = {"schedule": "Scheduler.schedule"}
@@ -166,6 +167,30 @@ def check_uses_make_room(fns):
     expect(
         event_kinds(out) == ["preempted"],
         f"expected one 'preempted' event, got {out.events}",
+    )
+
+
+def check_admits_nobody_in_a_step_that_preempted(fns):
+    """A step that had to preempt admits nobody, not even the victim (vLLM v1's rule)."""
+    sched = make(budget=64, num_blocks=5)
+    a = make_sequence(8, name="A", max_tokens=50, ignore_eos=True)
+    b = make_sequence(a.token_ids, name="B", max_tokens=50, ignore_eos=True)
+    sched.add(a)
+    sched.add(b)
+    for _ in range(8):
+        out = step(fns, sched)
+        kinds = event_kinds(out)
+        if "preempted" in kinds:
+            break
+    expect(
+        "preempted" in kinds,
+        "A and B fill the pool, so within 8 steps A needs a block and B is preempted; nothing was",
+    )
+    expect(
+        "admitted" not in kinds and sched.waiting and sched.waiting[0] is b,
+        "B was preempted, yet this same step admitted it again (most of its blocks are "
+        "shared, so it fit). A step that preempted must admit nobody: the pool is short, what "
+        "comes in would be pushed out again. Skip pass 2 after a 'preempted' event",
     )
 
 

@@ -17,7 +17,8 @@ def schedule(self) -> SchedulerOutput:
     skip any whose status is no longer RUNNING; num_new =
     min(seq.num_uncomputed_tokens, budget); if self.make_room(seq, num_new,
     out): self.block_manager.allocate(seq, num_new) and budget -=
-    self.schedule_tokens(seq, num_new, out). Pass 2, waiting sequences
+    self.schedule_tokens(seq, num_new, out). Pass 2, only if pass 1 preempted
+    nobody (no "preempted" event in out.events), waiting sequences
     (self.waiting[0] first) while budget > 0 and fewer than self.max_num_seqs
     are running: stop at the first one self.try_admit(seq, budget, out) rejects;
     otherwise budget -= self.schedule_tokens(seq, seq.num_scheduled_tokens,

@@ -440,6 +440,7 @@ async def test_byte_tokens_are_drawn_readably(trace):
 
 def test_the_kv_pages_tell_a_block_hit_in_the_step_that_computes_it(tmp_path):
     from nanoengine.sampling_params import SamplingParams
+    from tracer.replay.colors import seq_letter
     from tracer.trace.recorder import record_run
 
     params = SamplingParams(max_tokens=2, ignore_eos=True)
@@ -449,7 +450,8 @@ def test_the_kv_pages_tell_a_block_hit_in_the_step_that_computes_it(tmp_path):
     view.animations = False
     view.show(trace.steps[0], None, trace.header)
     a, b, c = (s["block_table"] for s in trace.steps[0]["seqs"])
-    assert view.block_details(a[0]).endswith("written this step and hit in it by B,C")
+    letters = ",".join(seq_letter(s["seq_id"]) for s in trace.steps[0]["seqs"][1:])
+    assert view.block_details(a[0]).endswith(f"written this step and hit in it by {letters}")
     assert "hit in it" not in view.block_details(a[3])  # A's last block: B and C compute their own
     view.show(trace.steps[1], trace.steps[0], trace.header)
     assert "hit in it" not in view.block_details(a[0])
