@@ -4,6 +4,7 @@ run of the workload (here vLLM v1's committed trace) beside the replay, differen
 from __future__ import annotations
 
 import asyncio
+import copy
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,20 @@ def lesson10(tmp_path_factory) -> Path:
     return path
 
 
+def old_rule(trace):
+    """Lesson 10 as nanoengine scheduled it before issue 26: B computes all 16 tokens in step 0."""
+    planted = copy.copy(trace)
+    planted.steps = copy.deepcopy(list(trace.steps))
+    b = planted.steps[0]["inputs"]["seq_ids"][1]
+    row = next(r for r in planted.steps[0]["seqs"] if r["seq_id"] == b)
+    row["num_cached_tokens"], row["num_scheduled_tokens"] = 0, 16
+    return planted
+
+
 def test_the_compare_panel_marks_the_differences_of_each_step(lesson10):
-    ours, theirs = load_trace(lesson10), load_trace(VLLM / "10_sampling.jsonl")
+    theirs = load_trace(VLLM / "10_sampling.jsonl")
+    assert app_diff(load_trace(lesson10), theirs) == []  # issue 26: the same decisions as vLLM v1
+    ours = old_rule(load_trace(lesson10))
 
     async def panels() -> list[str]:
         app = ReplayApp(ours, animations=False, compare=theirs)

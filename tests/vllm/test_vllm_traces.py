@@ -79,7 +79,7 @@ def test_same_step_prefix_hit_is_vllms_rule_and_a_write_into_a_block_nobody_hit_
     assert batch == {0: 16, 1: 4, 2: 4}
     hits = {e["seq_id"]: e["detail"]["blocks"] for e in step["events"] if e["kind"] == "prefix_hit"}
     assert hits == {1: [1, 2, 3], 2: [1, 2, 3]}
-    assert "shared_block_write" in names(check_with(trace, CHECKS, trace.steps[:1]))  # nanoengine's rule
+    assert "shared_block_write" not in names(check_with(trace, CHECKS, trace.steps[:1]))  # issue 26: ours too
     assert check_with(trace, VLLM.checks(), trace.steps[:1]) == []
     planted = copy.deepcopy(step)  # C holds A's block 2 without having hit it
     planted["events"] = [e for e in planted["events"] if not (e["kind"] == "prefix_hit" and e["seq_id"] == 2)]
