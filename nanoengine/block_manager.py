@@ -102,14 +102,16 @@ class BlockManager:
         seq.block_hashes = []
 
     def register_full_blocks(self, seq: Sequence) -> None:
-        """Hash each block that is full of computed or scheduled tokens, so other requests can share it.
+        """Hash each block full of computed or scheduled tokens, so other requests can share it.
 
-        Called when seq is scheduled, as vLLM v1 does: a request admitted later in the same step hits
-        blocks this step computes (every K/V of a layer is written before attention reads any)."""
+        Called when seq is scheduled, as vLLM v1 does: a request admitted later in the same step
+        hits blocks this step computes (every K/V of a layer is written before attention reads any).
+        """
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
-        for i in range(len(seq.block_hashes), (seq.num_cached_tokens + seq.num_scheduled_tokens) // bs):
+        num_known = seq.num_cached_tokens + seq.num_scheduled_tokens
+        for i in range(len(seq.block_hashes), num_known // bs):
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             block_hash = compute_block_hash(parent, seq.token_ids[i * bs : (i + 1) * bs])
             seq.block_hashes.append(block_hash)

@@ -179,7 +179,7 @@ class LLMEngine:
         bs = self.config.block_size
         try:
             if not unwritten.isdisjoint(seq.block_table[: seq.num_cached_tokens // bs]):
-                raise RuntimeError("its prefix hit is on blocks whose computation failed in this step")
+                raise RuntimeError("its prefix hit is on blocks that failed in this step")
             return self.runner.run([seq], prepare_inputs([seq], bs))[0]
         except Exception as e:
             seq.error = first_line(e)
@@ -192,8 +192,9 @@ class LLMEngine:
         for seq in seqs:
             seq.num_scheduled_tokens = 0
             unwritten.update(self.block_manager.forget_uncomputed(seq))
+        bs = self.config.block_size
         for seq in reversed(seqs):
-            if not unwritten.isdisjoint(seq.block_table[: seq.num_cached_tokens // self.config.block_size]):
+            if not unwritten.isdisjoint(seq.block_table[: seq.num_cached_tokens // bs]):
                 self.scheduler.preempt(seq, SchedulerOutput(), needed_by=seq)
 
     def fail(self, seq: Sequence, out: SchedulerOutput) -> None:

@@ -66,10 +66,10 @@ class Scheduler:
             if self.make_room(seq, num_new, out):
                 self.block_manager.allocate(seq, num_new)
                 budget -= self.schedule_tokens(seq, num_new, out)
-        # 2. Then admit waiting sequences (preempted ones are at the head) while budget and blocks last;
-        # none after a preemption (vLLM v1): the pool is short, what came in would go out again.
-        preempted = any(kind == EventKind.PREEMPTED for kind, _, _ in out.events)
-        while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        # 2. Then admit waiting sequences (preempted ones are at the head) while budget and blocks
+        # last; none after a preemption (vLLM v1): the pool is short, they would go out again.
+        admit = not any(kind == EventKind.PREEMPTED for kind, _, _ in out.events)
+        while admit and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if not self.try_admit(seq, budget, out):
                 break
