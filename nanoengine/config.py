@@ -23,7 +23,7 @@ class EngineConfig:
     device: str | None = None  # "cpu" / "cuda"; None = cuda when available
     dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA
     attention_backend: str = "auto"  # auto / torch / flash
-    num_threads: int | None = None  # None: idle_cores()
+    num_threads: int | None = None  # torch's (process-wide) thread count; None: idle_cores()
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
@@ -48,7 +48,8 @@ class EngineConfig:
 
 
 def idle_cores() -> int:
-    """torch threads when not given: the cores others leave idle (1 at least, torch's choice at most). Busy,
-    OpenMP threads wait for descheduled peers: 2 threads, 2 cores, load 10: decode 9x slower than 1 thread."""
+    """torch threads when not given: the cores others leave idle (1 at least, torch's choice at most).
+
+    On a busy machine OpenMP threads wait for descheduled peers (docs/benchmarks.md)."""
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))

@@ -21,6 +21,7 @@ from nanoengine.sampling_params import SamplingParams, is_int, short_repr
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import EventKind, FinishReason, Sequence
 from nanoengine.step_record import NO_WATCH, QueueOrder, StepHook, StepWatch
+from nanoengine.tiny import init_tiny_weights
 
 
 @dataclass(slots=True)
@@ -35,6 +36,12 @@ class RequestOutput:
 
 
 class LLMEngine:
+    """Add requests, then step() while has_unfinished(); collect() each finished request.
+
+    Sets torch's thread count, which is process-wide (torch has no per-engine setting), to
+    num_threads, or when that is None to the cores other processes leave idle: on a busy
+    machine more threads than idle cores make every step many times slower."""
+
     def __init__(self, model: str = "default", **options: Any):
         self.config = config = EngineConfig.from_kwargs(model=model, **options)
         torch.set_num_threads(config.num_threads or idle_cores())
@@ -311,12 +318,11 @@ def build_model(
     device: torch.device,
     dtype: torch.dtype,
 ) -> CausalLM:
-    if state_dict is None:
-        torch.manual_seed(0)  # the tiny model: the same random weights every time
+    with skip_random_init():
         model = CausalLM(hf_config, max_positions)
+    if state_dict is None:
+        init_tiny_weights(model)
     else:
-        with skip_random_init():
-            model = CausalLM(hf_config, max_positions)
         try:
             missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
         except RuntimeError as e:  # a weight whose shape config.json does not describe
@@ -332,8 +338,9 @@ def build_model(
 
 @contextmanager
 def skip_random_init() -> Iterator[None]:
-    """The checkpoint overwrites every weight, so skip the random init (and the meta device,
-    whose first use imports ~1.5 s of torch internals)."""
+    """Leave the weights uninitialised: a checkpoint or init_tiny_weights fills them.
+
+    Not the meta device: its first use is slow to import (docs/benchmarks.md)."""
     saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
     nn.Linear.reset_parameters = nn.Embedding.reset_parameters = lambda self: None  # type: ignore[method-assign,assignment]
     try:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
+
+import torch
+from torch import nn
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 
@@ -43,3 +47,18 @@ def tiny_config() -> Any:
         eos_token_id=2,
         pad_token_id=0,
     )
+
+
+def init_tiny_weights(model: nn.Module, seed: int = 0) -> None:
+    """Random weights from a generator of their own, so the caller's global RNG is left alone.
+
+    Draws as torch's default init does, module by module, so the weights are the same every time."""
+    generator = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            bound = 1 / math.sqrt(module.in_features)
+            nn.init.uniform_(module.weight, -bound, bound, generator=generator)
+            if module.bias is not None:
+                nn.init.uniform_(module.bias, -bound, bound, generator=generator)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, generator=generator)

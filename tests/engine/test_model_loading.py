@@ -124,3 +124,15 @@ def test_a_damaged_gguf_file_is_one_line(tmp_path):
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"not a gguf file at all")
     assert f"{gguf} is damaged or not a supported GGUF model" in load_error(str(gguf))
+
+
+def test_the_tiny_model_leaves_the_global_rng_alone_and_is_the_same_every_time():
+    torch.manual_seed(1234)
+    expected = torch.rand(4)
+    torch.manual_seed(1234)
+    first = build_model(tiny_config(), None, 64, torch.device("cpu"), torch.float32)
+    assert torch.equal(torch.rand(4), expected), "building the tiny model reset the caller's RNG"
+    second = build_model(tiny_config(), None, 64, torch.device("cpu"), torch.float32)
+    for (name, a), b in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.equal(a, b), f"{name} differs between two builds of the tiny model"
+    assert first.lm_head.weight.std() > 0, "the tiny model's weights are random, not left empty"
