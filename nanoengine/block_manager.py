@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections import OrderedDict
 
 from nanoengine.sequence import Sequence
@@ -17,10 +19,7 @@ def compute_block_hash(parent_hash: int | None, token_ids: list[int]) -> int:
 
     sha256, not Python's hash(): whoever picks the tokens cannot make two blocks collide and share
     the wrong KV (vLLM moved to sha256 for this). The first 8 bytes, as a non-negative int (63 bits),
-    keep the trace's `hashes` plain JSON numbers. (Imports inside: lesson 5 pastes this function alone.)"""
-    import hashlib
-    import struct
-
+    keep the trace's `hashes` plain JSON numbers."""
     data = struct.pack(f"<q{len(token_ids)}q", -1 if parent_hash is None else parent_hash, *token_ids)
     return int.from_bytes(hashlib.sha256(data).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 

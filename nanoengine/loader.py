@@ -111,7 +111,8 @@ def check_config(file: Path, raw: object) -> None:
 
 
 def read_config(path: Path) -> Any:
-    """config.json as attributes. Reading it ourselves skips ~2 s of transformers' AutoConfig start-up;
+    """config.json as attributes, read directly: AutoConfig's start-up is slow (docs/benchmarks.md).
+
     AutoConfig is still used for RoPE scaling variants, which need transformers' own config object."""
     file = path / "config.json"
     try:
@@ -141,7 +142,7 @@ def load_tokenizer(path: Path, **kwargs: Any) -> Any:
     if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         return ByteTokenizer()  # e.g. a tiny test checkpoint saved without a tokenizer
     if not kwargs and (path / "tokenizer.json").exists():
-        # Same tokenizer as AutoTokenizer gives, without AutoTokenizer's ~1.5 s detour through AutoConfig.
+        # The tokenizer AutoTokenizer gives, without its slow detour through AutoConfig.
         from transformers import PreTrainedTokenizerFast
 
         return PreTrainedTokenizerFast.from_pretrained(path)  # a class of its own: never runs the folder's code

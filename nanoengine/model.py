@@ -26,8 +26,10 @@ ONEDNN = platform.machine().lower() in ("x86_64", "amd64") and hasattr(torch.ops
 
 
 class Linear(nn.Linear):
-    """nn.Linear whose float32 CPU matmul runs on oneDNN (x86 builds of torch have it), not on torch's default BLAS,
-    MKL: the same sums, but on AMD CPUs MKL takes a slow path (2x slower here at every batch size: docs/benchmarks.md)."""
+    """nn.Linear whose float32 CPU matmul runs on oneDNN (x86 builds of torch have it).
+
+    torch's default BLAS, MKL, does the same sums but takes a slow path on AMD CPUs
+    (docs/benchmarks.md)."""
 
     def forward(self, x: Tensor) -> Tensor:
         if ONEDNN and x.is_cpu and x.dtype == torch.float32:

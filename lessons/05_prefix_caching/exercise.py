@@ -6,6 +6,9 @@ Watch it:  nanoengine lesson trace 5
 
 from __future__ import annotations
 
+import hashlib
+import struct
+
 from nanoengine.sequence import Sequence
 
 

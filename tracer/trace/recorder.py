@@ -23,8 +23,7 @@ The header is written lazily, on the first step, listing every request live then
 first appear in a later step (added with add_request after the run started) are listed in that
 step line's `new_requests`; the loader merges both into Trace.requests.
 
-Per-step cost is kept low (about 1.7 ms a step for 32 sequences with SmolLM2's 1,456-block pool, about
-3 % of a CPU decode step): token texts are decoded once per token id, new ids together; a sequence's
+Per-step cost is kept low (figures: docs/benchmarks.md): token texts are decoded once per token id, new ids together; a sequence's
 output text is decoded from a kept head (Detokenizer) only in steps where it gained a token; finished
 sequences are carried as one cached dict; the pool's big arrays are JSON-encoded again only when they
 changed.
