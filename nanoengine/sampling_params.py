@@ -5,7 +5,8 @@ import numbers
 from dataclasses import dataclass, field
 
 MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: use 0 (greedy)
-MAX_SEED = 2**32  # the sampler seeds each draw with seed * 1_000_003 + num_tokens, which must fit 64 bits
+# The sampler seeds each draw with seed * 1_000_003 + num_tokens, which must fit 64 bits.
+MAX_SEED = 2**32
 
 
 @dataclass(slots=True)
@@ -35,9 +36,11 @@ class SamplingParams:
     def validate(self) -> None:
         if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not is_real(self.temperature) or not (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE):
+        temperature = self.temperature
+        if not is_real(temperature) or not (temperature == 0 or temperature >= MIN_TEMPERATURE):
             raise ValueError(
-                f"temperature must be >= 0 (0 = greedy, else finite and >= {MIN_TEMPERATURE}), got {self.temperature!r}"
+                f"temperature must be >= 0 (0 = greedy, else finite and >= {MIN_TEMPERATURE}), "
+                f"got {temperature!r}"
             )
         if not is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
@@ -48,7 +51,8 @@ class SamplingParams:
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError(f"stop must be a list of non-empty strings, got {short_repr(self.stop)}")
+            shown = short_repr(self.stop)
+            raise ValueError(f"stop must be a list of non-empty strings, got {shown}")
 
     @property
     def greedy(self) -> bool:

@@ -23,29 +23,23 @@ def chunk_span(seq: Sequence) -> dict[str, int]:  # the tokens a prefill chunk c
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    seqs: list[Sequence] = field(default_factory=list)  # batch order; each has num_scheduled_tokens > 0
+    # batch order; each has num_scheduled_tokens > 0
+    seqs: list[Sequence] = field(default_factory=list)
     events: list[tuple[EventKind, int, dict[str, Any]]] = field(default_factory=list)
 
     def add_event(self, kind: EventKind, seq: Sequence, **detail: Any) -> None:
         self.events.append((kind, seq.seq_id, detail))
 
 
+@dataclass(slots=True, eq=False)
 class Scheduler:
-    def __init__(
-        self,
-        block_manager: BlockManager,
-        max_num_batched_tokens: int,
-        max_num_seqs: int,
-        max_model_len: int,
-        eos_token_ids: frozenset[int] = frozenset(),
-    ):
-        self.block_manager = block_manager
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.max_num_seqs = max_num_seqs
-        self.max_model_len = max_model_len
-        self.eos_token_ids = eos_token_ids
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # admission order: newest last
+    block_manager: BlockManager
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    eos_token_ids: frozenset[int] = frozenset()
+    waiting: deque[Sequence] = field(default_factory=deque)
+    running: list[Sequence] = field(default_factory=list)  # admission order: newest last
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -56,7 +50,8 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        # 1. Running sequences first, oldest first: one decode token each, or their next prefill chunk.
+        # 1. Running sequences first, oldest first: one decode token each, or their next
+        #    prefill chunk.
         for seq in list(self.running):
             if budget == 0:
                 break
@@ -116,7 +111,8 @@ class Scheduler:
 
     def preempt(self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
         """Preempt by recompute: drop its KV; it will prefill all its tokens again later."""
-        reason = f"KV cache full: seq {needed_by.seq_id} needed a block, {self.block_manager.num_free_blocks} free"
+        num_free = self.block_manager.num_free_blocks
+        reason = f"KV cache full: seq {needed_by.seq_id} needed a block, {num_free} free"
         self.block_manager.free(seq)
         seq.num_cached_tokens = 0
         seq.prefill_chunk = 0
@@ -150,11 +146,14 @@ class Scheduler:
     def check_stop(self, seq: Sequence, token_id: int) -> FinishReason | None:
         if token_id in self.eos_token_ids and not seq.params.ignore_eos:
             return FinishReason.STOP
-        if seq.num_completion_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
+        out_of_positions = seq.num_tokens >= self.max_model_len
+        if seq.num_completion_tokens >= seq.params.max_tokens or out_of_positions:
             return FinishReason.LENGTH
         return None
 
-    def finish(self, seq: Sequence, reason: FinishReason, out: SchedulerOutput | None = None) -> None:
+    def finish(
+        self, seq: Sequence, reason: FinishReason, out: SchedulerOutput | None = None
+    ) -> None:
         if seq.status == SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq in self.waiting:

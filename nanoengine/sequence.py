@@ -70,10 +70,6 @@ class Sequence:
         return self.token_ids[self.num_prompt_tokens :]
 
     @property
-    def num_blocks(self) -> int:
-        return len(self.block_table)
-
-    @property
     def num_uncomputed_tokens(self) -> int:
         return self.num_tokens - self.num_cached_tokens
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -80,7 +79,8 @@ class QueueOrder:
     """The scheduler's queues at the start of the step (before aborts), as the step found them."""
 
     running: tuple[int, ...]  # admission order: the victim policy preempts from the end
-    waiting: tuple[int, ...]  # head first (preempted sequences go back there), as much as one step can admit
+    # head first (preempted sequences go back there), as much as one step can admit
+    waiting: tuple[int, ...]
     num_waiting: int  # the whole waiting queue's length
 
 
@@ -97,9 +97,11 @@ class StepRecord:
 
 
 StepHook = Callable[[StepRecord], None]
-Scheduled = tuple[int, int, int, tuple[int, ...]]  # num_tokens, num_cached, num_scheduled, block_table
+# num_tokens, num_cached_tokens, num_scheduled_tokens, block_table
+Scheduled = tuple[int, int, int, tuple[int, ...]]
 
 
+@dataclass(slots=True)
 class StepWatch:
     """Takes the snapshots one step's record needs, then hands the record to the hooks.
 
@@ -107,84 +109,101 @@ class StepWatch:
     and those scheduled or named by an event this step. A waiting sequence that nothing touched
     is left out (a recorder carries its last row), so the cost follows the batch, not the queue."""
 
-    def __init__(
-        self, step: int, seqs: list[Sequence], sequences: dict[int, Sequence], hooks: Seq[StepHook], queues: QueueOrder
-    ):
-        self.step, self.sequences, self.hooks, self.queues = step, sequences, hooks, queues
-        self.start = time.perf_counter()
-        self.seqs = {s.seq_id: s for s in seqs}
-        self.status_before = {s.seq_id: s.status.value for s in seqs}  # any other was WAITING
-        self.scheduled: dict[int, Scheduled] = {}
+    step: int
+    sequences: dict[int, Sequence]  # the engine's: every request not yet collected, by seq_id
+    hooks: list[StepHook]
+    queues: QueueOrder
+    # Each sequence listed from the start, with its status then; any other was WAITING.
+    status_before: dict[int, str]
+    start: float = field(default_factory=time.perf_counter)
+    scheduled: dict[int, Scheduled] = field(default_factory=dict)
+    inputs: StepInputs | None = None
+    model_start: float = 0.0
+    model_time: float = 0.0
 
-    def saw_schedule(self, seqs: list[Sequence]) -> None:
-        """The values the step inputs are built from, taken between schedule() and postprocess()."""
-        self.scheduled = {
-            s.seq_id: (s.num_tokens, s.num_cached_tokens, s.num_scheduled_tokens, tuple(s.block_table)) for s in seqs
-        }
+    def saw_inputs(self, seqs: list[Sequence], inputs: StepInputs) -> None:
+        """The values the step inputs were built from, taken between schedule() and
+        postprocess(); the model's clock starts."""
+        self.scheduled = {s.seq_id: counters(s) for s in seqs}
+        self.inputs = inputs
+        self.model_start = time.perf_counter()
 
-    def publish(self, model_time: float, out: SchedulerOutput, inputs: StepInputs | None, bm: BlockManager) -> None:
-        record = build_record(self, model_time, out, inputs, bm)
+    def saw_tokens(self) -> None:
+        """The model ran and sampled: its clock stops."""
+        self.model_time = time.perf_counter() - self.model_start
+
+    def publish(self, out: SchedulerOutput, bm: BlockManager) -> None:
+        record = self.record(out, bm)
         for hook in self.hooks:
             hook(record)
+
+    def record(self, out: SchedulerOutput, bm: BlockManager) -> StepRecord:
+        # taken before the record is built: building it is the tracer's cost, not the step's
+        wall_time = time.perf_counter() - self.start
+        touched = [s.seq_id for s in out.seqs] + [seq_id for _, seq_id, _ in out.events]
+        listed = self.status_before.keys() | (set(touched) & self.sequences.keys())
+        return StepRecord(
+            step=self.step,
+            wall_time=wall_time,
+            model_time=self.model_time,
+            seqs=tuple(self.seq_step(self.sequences[seq_id]) for seq_id in sorted(listed)),
+            events=tuple(StepEvent(kind, seq_id, detail) for kind, seq_id, detail in out.events),
+            inputs=record_inputs(out.seqs, self.inputs, self.scheduled),
+            pool=record_pool(bm),
+            queues=self.queues,
+        )
+
+    def seq_step(self, s: Sequence) -> SeqStep:
+        after = (s.num_tokens, s.num_cached_tokens, 0, tuple(s.block_table))
+        num_tokens, num_cached, num_scheduled, table = self.scheduled.get(s.seq_id, after)
+        return SeqStep(
+            seq_id=s.seq_id,
+            num_prompt_tokens=s.num_prompt_tokens,
+            status_before=self.status_before.get(s.seq_id, "WAITING"),
+            status_after=s.status.value,
+            num_tokens=num_tokens,
+            num_cached_tokens=num_cached,
+            num_scheduled_tokens=num_scheduled,
+            block_table=table,
+            num_tokens_after=s.num_tokens,
+            num_cached_tokens_after=s.num_cached_tokens,
+            num_scheduled_tokens_after=s.num_scheduled_tokens,
+            block_table_after=tuple(s.block_table),
+            new_token_ids=tuple(s.token_ids[num_tokens:]),
+            finish_reason=s.finish_reason.value if s.finish_reason else None,
+        )
+
+
+def counters(s: Sequence) -> Scheduled:
+    return (s.num_tokens, s.num_cached_tokens, s.num_scheduled_tokens, tuple(s.block_table))
 
 
 class NoWatch(StepWatch):
     """The watch of an engine without hooks: records nothing."""
 
     def __init__(self) -> None:
-        pass
+        """Nothing to set up."""
 
-    def saw_schedule(self, seqs: list[Sequence]) -> None:
-        pass
+    def saw_inputs(self, seqs: list[Sequence], inputs: StepInputs) -> None:
+        """Nothing to snapshot."""
 
-    def publish(self, model_time: float, out: SchedulerOutput, inputs: StepInputs | None, bm: BlockManager) -> None:
-        pass
+    def saw_tokens(self) -> None:
+        """No clock to stop."""
+
+    def publish(self, out: SchedulerOutput, bm: BlockManager) -> None:
+        """No hook to call."""
 
 
 NO_WATCH = NoWatch()
 
 
-def build_record(
-    watch: StepWatch, model_time: float, out: SchedulerOutput, inputs: StepInputs | None, bm: BlockManager
-) -> StepRecord:
-    wall_time = time.perf_counter() - watch.start  # before the record is built: its cost is the tracer's
-    touched = [s.seq_id for s in out.seqs] + [seq_id for _, seq_id, _ in out.events]
-    watch.seqs.update((i, watch.sequences[i]) for i in touched if i not in watch.seqs and i in watch.sequences)
-    seqs = []
-    for s in sorted(watch.seqs.values(), key=lambda s: s.seq_id):
-        after = (s.num_tokens, s.num_cached_tokens, 0, tuple(s.block_table))
-        num_tokens, num_cached, num_scheduled, table = watch.scheduled.get(s.seq_id, after)
-        seqs.append(
-            SeqStep(
-                seq_id=s.seq_id,
-                num_prompt_tokens=s.num_prompt_tokens,
-                status_before=watch.status_before.get(s.seq_id, "WAITING"),
-                status_after=s.status.value,
-                num_tokens=num_tokens,
-                num_cached_tokens=num_cached,
-                num_scheduled_tokens=num_scheduled,
-                block_table=table,
-                num_tokens_after=s.num_tokens,
-                num_cached_tokens_after=s.num_cached_tokens,
-                num_scheduled_tokens_after=s.num_scheduled_tokens,
-                block_table_after=tuple(s.block_table),
-                new_token_ids=tuple(s.token_ids[num_tokens:]),
-                finish_reason=s.finish_reason.value if s.finish_reason else None,
-            )
-        )
-    return StepRecord(
-        step=watch.step,
-        wall_time=wall_time,
-        model_time=model_time,
-        seqs=tuple(seqs),
-        events=tuple(StepEvent(kind, seq_id, detail) for kind, seq_id, detail in out.events),
-        inputs=record_inputs(out.seqs, inputs, watch.scheduled),
-        pool=BlockPool(bm.block_size, tuple(bm.ref_counts), tuple(bm.hashes), tuple(bm.free_blocks)),
-        queues=watch.queues,
-    )
+def record_pool(bm: BlockManager) -> BlockPool:
+    return BlockPool(bm.block_size, tuple(bm.ref_counts), tuple(bm.hashes), tuple(bm.free_blocks))
 
 
-def record_inputs(seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, Scheduled]) -> InputsRecord:
+def record_inputs(
+    seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, Scheduled]
+) -> InputsRecord:
     if inputs is None:
         return InputsRecord((), (), (), (0,), (), (), (), (), ())
     return InputsRecord(
@@ -194,7 +213,8 @@ def record_inputs(seqs: list[Sequence], inputs: StepInputs | None, scheduled: di
         query_start_loc=tuple(inputs.query_start_loc.tolist()),
         seq_lens=tuple(inputs.seq_lens.tolist()),
         slot_mapping=tuple(inputs.slot_mapping.tolist()),
-        block_tables=tuple(scheduled[s.seq_id][3] for s in seqs),  # unpadded, as the step saw them
+        # unpadded, as the step saw them
+        block_tables=tuple(scheduled[s.seq_id][3] for s in seqs),
         logits_indices=tuple(inputs.logits_indices.tolist()),
         discard=tuple(inputs.discard.tolist()),
     )

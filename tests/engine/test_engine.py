@@ -167,3 +167,21 @@ def test_outputs_in_input_order_and_status_finished():
     assert [o.prompt for o in outs] == prompts
     assert all(len(o.token_ids) == 4 for o in outs)
     assert not llm.engine.sequences  # collected outputs are dropped from the engine
+
+
+def test_an_engine_without_hooks_builds_no_step_record(monkeypatch):
+    """The no-hook fast path: no StepWatch, so no snapshots and no record, until a hook is added."""
+    from nanoengine.step_record import StepWatch
+
+    def tripwire(self, *args, **kwargs):
+        raise AssertionError("a StepWatch was built")
+
+    monkeypatch.setattr(StepWatch, "__init__", tripwire)
+    engine = LLMEngine("tiny", block_size=4, num_kv_blocks=16)
+    engine.add_request("hello", SamplingParams(max_tokens=3, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    engine.add_step_hook(lambda record: None)
+    engine.add_request("again", SamplingParams(max_tokens=3, ignore_eos=True))
+    with pytest.raises(AssertionError, match="a StepWatch was built"):
+        engine.step()
