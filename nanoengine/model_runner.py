@@ -79,7 +79,7 @@ class ModelRunner:
     def __init__(
         self,
         model: CausalLM,
-        num_blocks: int,
+        num_kv_blocks: int,
         block_size: int,
         device: torch.device,
         dtype: torch.dtype,
@@ -90,7 +90,7 @@ class ModelRunner:
         self.device = device
         self.attend = pick_backend(attention_backend, device, block_size)
         shape = self.attend.cache_shape(
-            num_blocks, block_size, model.config.num_key_value_heads, head_dim_of(model.config)
+            num_kv_blocks, block_size, model.config.num_key_value_heads, head_dim_of(model.config)
         )
         zeros = functools.partial(torch.zeros, shape, dtype=dtype, device=device)
         self.kv_caches = [(zeros(), zeros()) for _ in model.model.layers]  # K and V per layer

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, field
+
+from nanoengine.validation import is_int, is_real, short_repr
 
 MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: use 0 (greedy)
 # The sampler seeds each draw with seed * 1_000_003 + num_tokens, which must fit 64 bits.
@@ -57,17 +57,3 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
-
-def is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_real(value: object) -> bool:
-    """A finite int or float (not a bool, not nan or inf)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def short_repr(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -29,9 +29,8 @@ class ByteTokenizer:
         return data.decode("utf-8", errors="replace")
 
     def convert_ids_to_tokens(self, token_ids: list[int]) -> list[str]:
-        return [
-            SPECIAL_TOKENS[t] if t < len(SPECIAL_TOKENS) else self.decode([t]) for t in token_ids
-        ]
+        special = len(SPECIAL_TOKENS)
+        return [SPECIAL_TOKENS[t] if t < special else self.decode([t]) for t in token_ids]
 
 
 def tiny_config() -> Any:

@@ -68,11 +68,11 @@ def check_hash_depends_on_tokens_and_parent(fns):
 def cached_manager(
     tokens: list[int],
     block_size: int = 4,
-    num_blocks: int = 16,
+    num_kv_blocks: int = 16,
     enable: bool = True,
 ):
     """A block manager that has computed `tokens` as one sequence and registered its full blocks."""
-    bm = make_block_manager(num_blocks, block_size, prefix_caching=enable)
+    bm = make_block_manager(num_kv_blocks, block_size, prefix_caching=enable)
     seq = cache_prefix(
         bm, tokens, keep=True
     )  # hashes with *your* compute_block_hash (it is plugged in)

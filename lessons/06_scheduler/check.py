@@ -17,9 +17,11 @@ TARGETS = {"schedule": "Scheduler.schedule"}
 
 
 def make(
-    budget: int = 16, max_num_seqs: int = 4, num_blocks: int = 32
+    budget: int = 16, max_num_seqs: int = 4, num_kv_blocks: int = 32
 ) -> Scheduler:
-    return make_scheduler(num_blocks, budget=budget, max_num_seqs=max_num_seqs)
+    return make_scheduler(
+        num_kv_blocks, budget=budget, max_num_seqs=max_num_seqs
+    )
 
 
 def step(fns, sched: Scheduler) -> SchedulerOutput:
@@ -109,7 +111,7 @@ def check_max_num_seqs(fns):
 
 def check_fifo_no_overtaking(fns):
     """If the head of the queue does not fit, nothing behind it is admitted either."""
-    sched = make(budget=64, num_blocks=4)  # 4 blocks of 4 = 16 tokens of KV
+    sched = make(budget=64, num_kv_blocks=4)  # 4 blocks of 4 = 16 tokens of KV
     add_sequences(sched, 12, names="A")
     step(fns, sched)  # A holds 3 blocks (4 after it grows)
     add_sequences(
@@ -137,7 +139,7 @@ def check_stops_when_budget_is_spent(fns):
 
 def check_uses_make_room(fns):
     """When a running sequence needs a block and none is free, the newest one is preempted (make_room)."""
-    sched = make(budget=64, num_blocks=4)
+    sched = make(budget=64, num_kv_blocks=4)
     add_sequences(sched, 8, 8)  # 2 blocks each: the pool is full
     step(fns, sched)
     out, got = batch_now(fns, sched)  # A's 9th token needs a 3rd block

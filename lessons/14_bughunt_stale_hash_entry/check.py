@@ -14,7 +14,7 @@ TARGETS = {"take_free_block": "BlockManager.take_free_block"}
 
 def check_an_evicted_block_is_not_found_again(fns):
     """Once a cached block is taken for new contents, the lookup no longer finds it."""
-    bm = make_block_manager(num_blocks=2)
+    bm = make_block_manager(num_kv_blocks=2)
     tokens = list(
         range(10, 15)
     )  # one full block of 4 (cached), one part-filled

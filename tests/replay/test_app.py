@@ -22,7 +22,7 @@ from tracer.replay.views.batch import LABEL_WIDTH, BatchView
 from tracer.replay.views.kv_pages import CELL, KVPagesView
 from tracer.replay.views.state_machine import StateMachineView
 from tracer.replay.views.timeline import TimelineView
-from tracer.trace.trace_file import TraceError, load_lazy, load_trace, summarize_step
+from tracer.trace.trace_file import TraceError, load_lazy, load_trace, marks_from_step
 
 TRACE = Path(__file__).parents[1] / "data" / "replay_small.jsonl"
 SIZE = (100, 30)
@@ -309,7 +309,7 @@ def test_lazy_opening_matches_the_full_loader(trace):
     lazy = load_lazy(TRACE)
     assert lazy.header == trace.header and lazy.requests == trace.requests
     assert list(lazy.steps) == trace.steps
-    assert lazy.summaries == [summarize_step(step) for step in trace.steps]
+    assert lazy.marks == [marks_from_step(step) for step in trace.steps]
 
 
 def damage(line: str) -> str:

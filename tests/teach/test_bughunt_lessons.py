@@ -14,8 +14,8 @@ from tracer.teach.lessons import (
     run_lesson_checks,
     student_functions,
 )
-from tracer.teach.plugins import TARGETS
 from tracer.teach.scenarios import load_scenario, run_scenario
+from tracer.teach.swap import SWAPPABLE
 from tracer.trace.invariants import INVARIANTS, check_trace
 from tracer.trace.trace_file import load_trace
 
@@ -35,7 +35,7 @@ def test_four_bug_hunts_after_the_ten_lessons():
     for lesson in BUG_HUNTS:
         for name in ("README.md", "exercise.py", "hint.md", "check.py", "scenario.json"):
             assert (lesson.path / name).is_file(), f"{lesson.name} lacks {name}"
-        assert set(lesson.targets.values()) <= set(TARGETS), lesson.name
+        assert set(lesson.targets.values()) <= set(SWAPPABLE), lesson.name
         text = lesson.readme.read_text(encoding="utf-8")
         story = lesson.solved.read_text(encoding="utf-8")  # told by `lesson check` once the fix passes
         assert story.startswith("## In real engines\n") and "In real engines" not in text
@@ -60,7 +60,7 @@ def test_the_engine_check_alone_names_the_invariant(lesson, tmp_path):
     engine_check = next(getattr(module, n) for n in dir(module) if n.startswith("engine_"))
     from types import SimpleNamespace
 
-    from tracer.teach.plugins import plugged, replacements_for
+    from tracer.teach.swap import plugged, replacements_for
 
     functions = student_functions(lesson, lesson.exercise)
     with plugged(replacements_for(lesson.targets, functions)):

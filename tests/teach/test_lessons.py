@@ -23,8 +23,8 @@ from tracer.teach.lessons import (
     run_lesson_checks,
     student_functions,
 )
-from tracer.teach.plugins import TARGETS, original, plugged, slots_for
 from tracer.teach.scenarios import load_scenario, run_scenario
+from tracer.teach.swap import SWAPPABLE, original, plugged, slots_for
 from tracer.trace.invariants import check_trace
 from tracer.trace.trace_file import load_trace
 
@@ -36,7 +36,7 @@ def test_ten_lessons_in_order():
     for lesson in LESSONS:
         for name in ("README.md", "exercise.py", "hint.md", "check.py", "scenario.json"):
             assert (lesson.path / name).is_file(), f"{lesson.name} lacks {name}"
-        assert set(lesson.targets.values()) <= set(TARGETS), lesson.name
+        assert set(lesson.targets.values()) <= set(SWAPPABLE), lesson.name
 
 
 # ---- plugging ------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def test_every_target_is_swappable_in_the_live_engine():
     """Each replacement is really called by the engine (prefix hits, chunks, preemption, sampling)."""
     counts: Counter = Counter()
     shared = list(range(3, 23))
-    with plugged({name: counting(name, counts) for name in TARGETS}):
+    with plugged({name: counting(name, counts) for name in SWAPPABLE}):
         engine = LLMEngine("tiny", block_size=4, num_kv_blocks=14, max_num_batched_tokens=8)
         for i in range(4):
             engine.add_request(
@@ -64,7 +64,7 @@ def test_every_target_is_swappable_in_the_live_engine():
             )
         while engine.has_unfinished():
             engine.step()
-    assert set(TARGETS) - set(counts) == set()
+    assert set(SWAPPABLE) - set(counts) == set()
 
 
 def test_by_value_imports_are_patched_and_restored():

@@ -1,6 +1,6 @@
 """Real engine bugs, each a small change to one engine function, for the mutation tests.
 
-Each BUG names the engine function it replaces (a tracer.teach.plugins target, or a module
+Each BUG names the engine function it replaces (a tracer.teach.swap target, or a module
 attribute), the broken function, and the invariant the checker must name when the bug bites.
 The broken functions are copies of the engine's own with one or two lines changed; the comment
 on the changed line says what is missing. Bugs that a bug-hunt lesson ships are taken from that
@@ -60,7 +60,7 @@ def decoding_into_the_shared_prefix(bm: BlockManager) -> Callable[[list[Sequence
 @dataclass(frozen=True, slots=True)
 class Bug:
     name: str
-    target: str  # the tracer.teach.plugins target the bug replaces
+    target: str  # the tracer.teach.swap target the bug replaces
     make: Callable[[LLMEngine], Callable]  # the broken function for this engine
     invariants: tuple[str, ...]  # the checker must name one of these
     upstream: str  # where this kind of bug was seen

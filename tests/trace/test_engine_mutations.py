@@ -1,7 +1,7 @@
 """Plant a real engine bug (one per test), run random tiny-model workloads, and see the checker name it.
 
 The trace mutations in test_invariants.py break a recorded step by hand; here the *engine* is
-broken (tests/trace/engine_bugs.py, plugged in with tracer.teach.plugins) and the recorder's live
+broken (tests/trace/engine_bugs.py, plugged in with tracer.teach.swap) and the recorder's live
 checker must notice from the step records alone. For each workload the test also watches the
 engine's own state for the moment the bug actually bites (not every workload exercises it: a
 preemption needs a full pool, a stale hash needs an eviction and a later prefix hit), and asserts
@@ -31,7 +31,7 @@ from nanoengine.engine import LLMEngine
 from nanoengine.model_runner import compute_slot_mapping
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
-from tracer.teach.plugins import original, plugged
+from tracer.teach.swap import original, plugged
 from tracer.trace.recorder import TraceRecorder
 
 NUM_EXAMPLES = int(os.environ.get("NANOENGINE_MUTATION_EXAMPLES", "12"))

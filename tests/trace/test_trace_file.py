@@ -131,7 +131,7 @@ def test_a_header_in_place_of_a_step_is_an_error(tiny_trace_path, tmp_path):
     assert "line 3 is not a step line" in load_error(write(tmp_path / "t.jsonl", lines))
 
 
-def test_ten_thousand_steps_load_with_their_summaries(tiny_trace_path, tmp_path):
+def test_ten_thousand_steps_load_with_their_marks(tiny_trace_path, tmp_path):
     lines = lines_of(tiny_trace_path)
     steps = [json.loads(line) for line in lines[1:]]
     out = [lines[0]]
@@ -142,8 +142,8 @@ def test_ten_thousand_steps_load_with_their_summaries(tiny_trace_path, tmp_path)
     path = write(tmp_path / "big.jsonl", out)
     trace = load_trace(path)  # its speed is measured by `python -m tracer.bench.tui` (first frame), not here
     assert trace.num_steps == 10_000
-    assert [s.step for s in trace.summaries] == list(range(10_000))
-    assert trace.summaries[5].kinds == frozenset(e["kind"] for e in steps[5]["events"])
+    assert [m.step for m in trace.marks] == list(range(10_000))
+    assert trace.marks[5].kinds == frozenset(e["kind"] for e in steps[5]["events"])
 
 
 V1_TRACE = Path(__file__).parents[1] / "data" / "trace_v1.jsonl"

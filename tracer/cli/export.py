@@ -74,7 +74,7 @@ def export_main(argv: list[str]) -> int:
 
 def select_steps(trace: Trace, spec: str | None) -> list[int]:
     """Indices of the steps whose numbers lie in spec ('A-B', 'A-', '-B', 'N'; None: all)."""
-    numbers = [summary.step for summary in trace.summaries]
+    numbers = [marks.step for marks in trace.marks]
     if not numbers:
         raise ValueError(f"{trace.path} has a header but no steps: nothing to export")
     if spec is None:

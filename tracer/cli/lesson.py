@@ -309,8 +309,8 @@ def cmd_check(args, console: Console) -> int:
 
 
 def cmd_trace(args, console: Console) -> int:
-    from tracer.teach.plugins import plugged, replacements_for
     from tracer.teach.scenarios import ScenarioError, load_scenario, run_scenario
+    from tracer.teach.swap import plugged, replacements_for
 
     lesson = find_lesson(args.lesson)
     scenario = load_scenario(lesson.scenario_file, name=lesson.name)

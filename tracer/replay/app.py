@@ -133,7 +133,7 @@ class ReplayApp(App[int]):
         self.compare = compare  # a second run of the same workload, shown step for step beside this one
         self.diff = diff_traces(trace, compare) if compare is not None else None
         self.steps = trace.steps  # a list, or a LazySteps parsing each step when first shown
-        summaries = trace.summaries
+        summaries = trace.marks
         self.step_numbers = [summary.step for summary in summaries]
         self.marks = [step_mark(summary.kinds, summary.has_violations) for summary in summaries]
         self.event_indices = [i for i, summary in enumerate(summaries) if is_event_step(summary)]
@@ -507,7 +507,7 @@ def run_replay(
         return 2
     focus = trace.header.get("focus_step")
     if start_step == 0 and isinstance(focus, int):
-        numbers = [summary.step for summary in trace.summaries]
+        numbers = [marks.step for marks in trace.marks]
         start_step = numbers.index(focus) if focus in numbers else 0
     try:
         app = ReplayApp(trace, start_step, predict, guide=guide, compare=other)

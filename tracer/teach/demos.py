@@ -21,8 +21,8 @@ from rich.table import Table
 
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_letter
-from tracer.teach.plugins import original, plugged
 from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario, set_header_fields
+from tracer.teach.swap import original, plugged
 
 DEFAULT_SIZE = (160, 48)
 

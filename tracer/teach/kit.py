@@ -3,7 +3,7 @@
 Every lesson's check.py imports from here, so the same situation is built the same way in
 every lesson:
 
-    make_scheduler(num_blocks=6)            a Scheduler over a fresh BlockManager (block size 4)
+    make_scheduler(num_kv_blocks=6)         a Scheduler over a fresh BlockManager (block size 4)
     make_block_manager(8)                   a BlockManager of 8 free blocks (block size 4)
     make_sequence(8, name="A")              a request with 8 distinct prompt tokens
     add_sequences(sched, 10, 10, 10)        three waiting requests A, B, C (no shared prefix)
@@ -27,8 +27,6 @@ from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence
-from tracer.teach.plugins import TARGETS as ENGINE_TARGETS
-from tracer.teach.plugins import original, plugged
 from tracer.teach.scenarios import (
     Request,
     Scenario,
@@ -38,6 +36,7 @@ from tracer.teach.scenarios import (
     load_scenario,
     run_scenario,
 )
+from tracer.teach.swap import SWAPPABLE, original, plugged
 
 BLOCK_SIZE = 4
 EOS = 2  # the end-of-sequence id of make_scheduler(eos=True)
@@ -46,13 +45,15 @@ TOKENS_PER_NAME = 40  # request "B" starts 40 ids after "A": no two named reques
 
 
 # ---- building engine parts -------------------------------------------------------------------
-def make_block_manager(num_blocks: int = 16, block_size: int = BLOCK_SIZE, prefix_caching: bool = True) -> BlockManager:
+def make_block_manager(
+    num_kv_blocks: int = 16, block_size: int = BLOCK_SIZE, prefix_caching: bool = True
+) -> BlockManager:
     """A fresh pool: every block free, ref count 0, nothing cached."""
-    return BlockManager(num_blocks, block_size, enable_prefix_caching=prefix_caching)
+    return BlockManager(num_kv_blocks, block_size, enable_prefix_caching=prefix_caching)
 
 
 def make_scheduler(
-    num_blocks: int = 16,
+    num_kv_blocks: int = 16,
     *,
     block_size: int = BLOCK_SIZE,
     budget: int = 64,
@@ -61,9 +62,9 @@ def make_scheduler(
     eos: bool = False,
     prefix_caching: bool = True,
 ) -> Scheduler:
-    """A Scheduler over a fresh pool of `num_blocks` blocks; `budget` is max_num_batched_tokens."""
+    """A Scheduler over a fresh pool of `num_kv_blocks` blocks; `budget` is max_num_batched_tokens."""
     return Scheduler(
-        make_block_manager(num_blocks, block_size, prefix_caching),
+        make_block_manager(num_kv_blocks, block_size, prefix_caching),
         max_num_batched_tokens=budget,
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,
@@ -191,7 +192,7 @@ def reference_run(scenario: Scenario) -> ScenarioRun:
     """The scenario run with the engine's own code everywhere (cached per process)."""
     key = repr(scenario)
     if key not in REFERENCE_RUNS:
-        with plugged({name: original(name) for name in ENGINE_TARGETS}):
+        with plugged({name: original(name) for name in SWAPPABLE}):
             REFERENCE_RUNS[key] = run_scenario(scenario)
     return REFERENCE_RUNS[key]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import tracer
-from tracer.teach.plugins import original, plugged, replacements_for
+from tracer.teach.swap import original, plugged, replacements_for
 
 DIRECT_TIME_LIMIT_S = 10.0  # a direct check calls the student's function on a tiny input
 ENGINE_TIME_LIMIT_S = 60.0  # an engine check runs a whole scenario (about a second when all is well)

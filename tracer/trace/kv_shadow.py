@@ -50,11 +50,11 @@ class KvShadow:
     # seq_id -> (its first full blocks, their versions) when their reads were last found good
     verified: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
 
-    def start(self, num_blocks: int, block_size: int, fresh_engine: bool) -> None:
+    def start(self, num_kv_blocks: int, block_size: int, fresh_engine: bool) -> None:
         """Size the shadow at the first step; an engine that ran before the trace has UNKNOWN slots."""
         self.block_size = block_size
-        self.blocks = [[None if fresh_engine else UNKNOWN] * block_size for _ in range(num_blocks)]
-        self.versions = [0] * num_blocks
+        self.blocks = [[None if fresh_engine else UNKNOWN] * block_size for _ in range(num_kv_blocks)]
+        self.versions = [0] * num_kv_blocks
 
     def chain(self, seq_id: int, tokens: list[int], upto: int) -> list[list[int]]:
         """seq's digest(0 .. upto-1), grouped by block, extended from its tokens as it grows."""

@@ -9,7 +9,7 @@ every step line carries every sequence's text) is memory-mapped and only its lin
 found; the header and the first and last steps are parsed and schema-checked at once, and every
 other step is parsed only when it is used (a damaged line then gives a TraceError for that step):
 Trace.steps is a LazySteps. What the timeline needs from every step (its number, its event kinds,
-whether it has violations) is Trace.summaries, read for a lazy trace from the raw line by a cheap
+whether it has violations) is Trace.marks, read for a lazy trace from the raw line by a cheap
 scan: keys such as `"kind":"preempted"` cannot occur inside a JSON string, where quotes are
 escaped, so finding them in the line is exact.
 
@@ -70,7 +70,7 @@ class Trace:
     path: Path
     header: dict
     steps: Sequence[dict]  # a list, or LazySteps for a big file
-    summaries: list[StepMarks]  # one per step, in order
+    marks: list[StepMarks]  # one per step, in order
     requests: dict[int, dict] = field(default_factory=dict)  # seq_id -> request (header + new_requests)
     warning: str | None = None
 
@@ -130,7 +130,7 @@ def load_trace(path: str | Path, validate: str = "sample", lazy: bool | None = N
             numbered = numbered[:SAMPLE_STEPS] + numbered[-SAMPLE_STEPS:]
         for n, step in numbered:
             validate_line(path, n, step, step_validator)
-    return Trace(path, header, steps, [summarize_step(s) for s in steps], merge_requests(header, steps), warning)
+    return Trace(path, header, steps, [marks_from_step(s) for s in steps], merge_requests(header, steps), warning)
 
 
 def read_lines(path: Path) -> tuple[list[str], bool]:
@@ -271,10 +271,10 @@ def check_step(trace: Trace, index: int) -> dict:
     indexes with): a TraceError names its line and field."""
     step, n = trace.steps[index], index + 2
     validate_line(trace.path, n, step, validators()[1])
-    num_blocks, pool = trace.config["num_kv_blocks"], step["pool"]
+    num_kv_blocks, pool = trace.config["num_kv_blocks"], step["pool"]
     for key in ("ref_counts", "hashes", "owners", "filled"):
-        if key in pool and len(pool[key]) != num_blocks:
-            raise schema_error(trace.path, n, f"pool/{key} has {len(pool[key])} entries for {num_blocks} KV blocks")
+        if key in pool and len(pool[key]) != num_kv_blocks:
+            raise schema_error(trace.path, n, f"pool/{key} has {len(pool[key])} entries for {num_kv_blocks} KV blocks")
     tables = [
         ("pool/free_block_ids", pool["free_block_ids"]),
         *(("inputs/block_tables", t) for t in step["inputs"]["block_tables"]),
@@ -285,8 +285,8 @@ def check_step(trace: Trace, index: int) -> dict:
             (f"seqs/{i}/block_table_after", seq["block_table_after"]),
         ]
     for where, blocks in tables:
-        if any(not 0 <= b < num_blocks for b in blocks):
-            raise schema_error(trace.path, n, f"{where} holds a block id outside 0 .. {num_blocks - 1}")
+        if any(not 0 <= b < num_kv_blocks for b in blocks):
+            raise schema_error(trace.path, n, f"{where} holds a block id outside 0 .. {num_kv_blocks - 1}")
     return step
 
 
@@ -346,12 +346,12 @@ def load_lazy(path: Path) -> Trace:
     steps = LazySteps(path, data, spans[1:])
     for index in {0, len(steps) - 1} if len(steps) else ():
         validate_line(path, index + 2, steps[index], step_validator)
-    summaries = [summarize_line(path, n, data, start, end) for n, (start, end) in enumerate(steps.spans, start=2)]
-    check_order(path, (summary.step for summary in summaries))
+    marks = [marks_from_line(path, n, data, start, end) for n, (start, end) in enumerate(steps.spans, start=2)]
+    check_order(path, (m.step for m in marks))
     requests = merge_requests(
         header, (steps[index] for index, (start, end) in enumerate(steps.spans) if has_new_requests(data, start, end))
     )
-    return Trace(path, header, steps, summaries, requests, warning)
+    return Trace(path, header, steps, marks, requests, warning)
 
 
 def map_file(path: Path):
@@ -385,7 +385,7 @@ def parse_step_line(path: Path, n: int, line: bytes) -> dict:
     return step
 
 
-def summarize_line(path: Path, n: int, data, start: int, end: int) -> StepMarks:
+def marks_from_line(path: Path, n: int, data, start: int, end: int) -> StepMarks:
     """Step number, event kinds and violations from the raw line; a full parse if the scan fails.
 
     The keys are searched from the line's end, where the recorder writes events, inputs, pool
@@ -398,10 +398,10 @@ def summarize_line(path: Path, n: int, data, start: int, end: int) -> StepMarks:
         kinds = frozenset(k.decode() for k in EVENT_KIND.findall(data, events, inputs if inputs >= 0 else end))
         colon = data.find(b":", violations, end) + 1
         return StepMarks(int(number.group(1)), kinds, not EMPTY_LIST_AFTER.match(data, colon, end))
-    return summarize_step(parse_step_line(path, n, data[start:end]))
+    return marks_from_step(parse_step_line(path, n, data[start:end]))
 
 
-def summarize_step(step: dict) -> StepMarks:
+def marks_from_step(step: dict) -> StepMarks:
     return StepMarks(
         step.get("step", -1), frozenset(e["kind"] for e in step.get("events", [])), bool(step.get("violations"))
     )

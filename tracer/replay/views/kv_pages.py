@@ -100,17 +100,17 @@ class KVPagesView(ScrollView, can_focus=True):
                 self.table_index = {block: i for i, block in enumerate(seq.get("block_table_after", []))}
 
     @property
-    def num_blocks(self) -> int:
+    def num_kv_blocks(self) -> int:
         return len(self.pool["ref_counts"])
 
     def columns(self) -> int:
         return max(1, (self.scrollable_content_region.width - self.label_width()) // CELL)
 
     def label_width(self) -> int:
-        return len(str(max(0, self.num_blocks - 1))) + 1
+        return len(str(max(0, self.num_kv_blocks - 1))) + 1
 
     def update_virtual_size(self) -> None:
-        rows = -(-self.num_blocks // self.columns())
+        rows = -(-self.num_kv_blocks // self.columns())
         self.virtual_size = Size(self.label_width() + self.columns() * CELL, rows + 1)
 
     def on_resize(self, event: events.Resize) -> None:
@@ -124,23 +124,23 @@ class KVPagesView(ScrollView, can_focus=True):
         row = y - 1 + self.scroll_offset.y
         cols = self.columns()
         first = row * cols
-        if first >= self.num_blocks:
+        if first >= self.num_kv_blocks:
             return Strip.blank(width)
         label = self.label_width()
         segments = [Segment(f"{first:>{label - 1}}│", LABEL_STYLE)]
-        for block in range(first, min(first + cols, self.num_blocks)):
+        for block in range(first, min(first + cols, self.num_kv_blocks)):
             segments.extend(self.cell(block))
         return Strip(segments).extend_cell_length(width).crop(0, width)
 
     def summary(self) -> str:
         pool = self.pool
-        if self.selected_block is not None and self.selected_block < self.num_blocks:
+        if self.selected_block is not None and self.selected_block < self.num_kv_blocks:
             return self.block_details(self.selected_block)
         free = len(pool["free_block_ids"])
         cached = sum(1 for b in pool["free_block_ids"] if pool["hashes"][b] is not None)
         shared = sum(1 for r in pool["ref_counts"] if r > 1)
         parts = [  # most important first: a narrow panel drops from the end
-            f"used {self.num_blocks - free}/{self.num_blocks}",
+            f"used {self.num_kv_blocks - free}/{self.num_kv_blocks}",
             f"free {free}",
             f"written ◆{len(self.written)}",
             f"cached ○{cached}",
@@ -219,7 +219,7 @@ class KVPagesView(ScrollView, can_focus=True):
         if col >= self.columns() or (x - self.label_width()) % CELL >= CELL - 2:
             return None
         block = (y - 1 + self.scroll_offset.y) * self.columns() + col
-        return block if block < self.num_blocks else None
+        return block if block < self.num_kv_blocks else None
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)

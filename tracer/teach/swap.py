@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-# name a lesson uses -> "module:qualified name" of the engine function it replaces
-TARGETS: dict[str, str] = {
+# The engine functions a lesson may swap: the name a lesson uses -> "module:qualified name".
+# (A lesson's own TARGETS maps its exercise functions to these names.)
+SWAPPABLE: dict[str, str] = {
     "blocks_needed": "nanoengine.block_manager:blocks_needed",
     "compute_block_hash": "nanoengine.block_manager:compute_block_hash",
     "BlockManager.can_allocate": "nanoengine.block_manager:BlockManager.can_allocate",
@@ -61,9 +62,9 @@ class Slot:
 
 
 def parse_target(name: str) -> tuple[str, str]:
-    if name not in TARGETS:
-        raise ValueError(f"{name!r} is not a swappable engine function; known: {', '.join(TARGETS)}")
-    module, qualname = TARGETS[name].split(":")
+    if name not in SWAPPABLE:
+        raise ValueError(f"{name!r} is not a swappable engine function; known: {', '.join(SWAPPABLE)}")
+    module, qualname = SWAPPABLE[name].split(":")
     return module, qualname
 
 
@@ -130,7 +131,7 @@ def plugged(replacements: dict[str, Callable]) -> Iterator[None]:
 for _module in ENGINE_MODULES:
     importlib.import_module(_module)
 # The engine's own functions, taken once at import, before any lesson swaps anything.
-ORIGINALS: dict[str, Callable] = {name: lookup(name) for name in TARGETS}
+ORIGINALS: dict[str, Callable] = {name: lookup(name) for name in SWAPPABLE}
 
 
 def replacements_for(targets: dict[str, str], functions: dict[str, Callable]) -> dict[str, Callable]:
