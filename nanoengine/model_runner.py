@@ -44,16 +44,13 @@ class StepInputs:
     discard: torch.Tensor  # [B] True: mid-prefill, its sampled token is thrown away
 
 
-def scheduled_token_ids(seq: Sequence) -> list[int]:
-    """The tokens seq computes this step: the scheduled ones after its cached ones."""
-    return seq.token_ids[seq.num_cached_tokens : seq.num_cached_tokens + seq.num_scheduled_tokens]
-
-
 def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
     num_scheduled = torch.tensor([s.num_scheduled_tokens for s in seqs])
     num_cached = torch.tensor([s.num_cached_tokens for s in seqs])
     num_tokens = torch.tensor([s.num_tokens for s in seqs])
-    input_ids = torch.tensor(list(itertools.chain.from_iterable(map(scheduled_token_ids, seqs))))
+    # each sequence's scheduled tokens (the first num_scheduled after its cached ones), back to back
+    chunks = [s.token_ids[s.num_cached_tokens :][: s.num_scheduled_tokens] for s in seqs]
+    input_ids = torch.tensor(list(itertools.chain.from_iterable(chunks)))
     query_start_loc = torch.zeros(len(seqs) + 1, dtype=torch.int64)
     torch.cumsum(num_scheduled, 0, out=query_start_loc[1:])
     seq_index = torch.repeat_interleave(torch.arange(len(seqs)), num_scheduled)

@@ -30,7 +30,6 @@ def sample_one(logits: torch.Tensor, p: SamplingParams, num_tokens: int) -> int:
         probs = probs.scatter(0, order, sorted_probs.masked_fill(drop, 0.0))
     generator = None
     if p.seed is not None:
-        generator = torch.Generator(device=logits.device).manual_seed(
-            p.seed * 1_000_003 + num_tokens
-        )
+        generator = torch.Generator(device=logits.device)
+        generator.manual_seed(p.seed * 1_000_003 + num_tokens)
     return int(torch.multinomial(probs, 1, generator=generator))
