@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tracer.teach.lessons import find_lesson, reference_solution, run_lesson_checks, student_functions
-from tracer.teach.plugins import plugged
+from tracer.teach.swap import plugged
 
 LESSON = find_lesson("15")
 
