@@ -174,7 +174,7 @@ def check_uses_make_room(fns):
 
 def check_admits_nobody_in_a_step_that_preempted(fns):
     """A step that had to preempt admits nobody, not even the victim (vLLM v1's rule)."""
-    sched = make(budget=64, num_blocks=5)
+    sched = make(budget=64, num_kv_blocks=5)
     a = make_sequence(8, name="A", max_tokens=50, ignore_eos=True)
     b = make_sequence(a.token_ids, name="B", max_tokens=50, ignore_eos=True)
     sched.add(a)
