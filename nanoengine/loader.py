@@ -118,9 +118,7 @@ def check_config(file: Path, raw: object) -> None:
     # type() is int: a bool is not a size
     bad = [k for k in CONFIG_INTS if type(raw.get(k)) is not int or raw[k] < 1]
     if bad:
-        raise ModelLoadError(
-            f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it"
-        )
+        raise ModelLoadError(f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it")
 
 
 def read_config(path: Path) -> Any:
@@ -175,9 +173,7 @@ def load_gguf(path: Path) -> LoadedModel:
             path.parent, gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
         )
     except Exception as e:  # transformers' own errors for a damaged or unsupported GGUF file
-        raise ModelLoadError(
-            f"{path} is damaged or not a supported GGUF model ({first_line(e)})"
-        ) from None
+        raise ModelLoadError(f"{path} is damaged or not a supported GGUF model ({first_line(e)})") from None
     config = hf_model.config
     check_config(path, config.to_dict())
     config.quantization_config = None

@@ -125,9 +125,7 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
-    def forward(
-        self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
-    ) -> Tensor:
+    def forward(self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend) -> Tensor:
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
@@ -160,9 +158,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(
-        self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
-    ) -> Tensor:
+    def forward(self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, kv, meta, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -181,8 +177,7 @@ class CausalLM(nn.Module):
         super().__init__()
         if config.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
-                f"model_type {config.model_type!r} is not supported; "
-                f"nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}"
+                f"model_type {config.model_type!r} is not supported; nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
         self.config = config
         self.model = DecoderModel(config, max_positions)

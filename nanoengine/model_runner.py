@@ -22,9 +22,7 @@ def compute_slot_mapping(
     return block_tables[seq_index, positions // block_size] * block_size + positions % block_size
 
 
-def group_by_length(
-    seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4
-) -> list[list[int]]:
+def group_by_length(seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4) -> list[list[int]]:
     """Split decode sequences, sorted by length, into a few groups: less K/V padding to gather."""
     seqs = sorted(seqs, key=seq_lens.__getitem__)
     num_groups = max(1, min(max_groups, len(seqs) // min_group))
