@@ -16,6 +16,7 @@ from tracer.trace.diff import Side, TraceDiff
 
 LABEL = "bold #c8d0da"
 DIFFERS = "bold #ffd23f"
+MAX_WHY = 3  # why-lines shown per step; `nanoengine diff` lists them all
 
 
 def row_text(side: Side, i: int) -> str:
@@ -47,11 +48,13 @@ def compare_text(diff: TraceDiff, a: Side, b: Side, index: int, step_number: int
         text.append(f"A: {row_text(a, i):<30} B: {row_text(b, i):<30}")
         if marked:
             text.append(" ≠ " + ", ".join(kinds[i]), DIFFERS)
-    for d in here[:4]:
-        text.append(f"\n  ≠ {d.kind} of request {d.request}: ", DIFFERS)
+    first = {d.request: d for d in reversed(here)}  # each request's first difference: its why
+    for n, (request, d) in enumerate(sorted(first.items(), key=lambda kv: kv[0] or 0)):
+        if n == MAX_WHY:
+            text.append(f"\n  … {len(first) - MAX_WHY} more requests differ (nanoengine diff A B)", DIM)
+            break
+        text.append(f"\n  ≠ request {request} ({', '.join(kinds[request])}): ", DIFFERS)
         text.append(f"A {d.a} │ B {d.b}", DIM)
-    if len(here) > 4:
-        text.append(f"\n  … and {len(here) - 4} more (nanoengine diff A B)", DIM)
     return text
 
 
