@@ -234,6 +234,14 @@ async def test_violations_show_on_their_step_only(trace):
         assert not bar.display
 
 
+async def answer(pilot, question, right: bool) -> None:
+    if question.choices:
+        choice = question.answer if right else next(c for c in question.choices if c != question.answer)
+        await pilot.press(*["down"] * question.choices.index(choice), "enter")
+    else:
+        await pilot.press(*(question.answer if right else str(int(question.answer) + 1)), "enter")
+
+
 @run_async
 async def test_predict_mode_asks_then_reveals_and_scores(trace):
     app = make_app(trace, predict=True)
@@ -241,18 +249,45 @@ async def test_predict_mode_asks_then_reveals_and_scores(trace):
         await pilot.press("right")
         assert isinstance(app.screen, PredictScreen)
         assert app.step_index == 0  # the next step stays hidden
-        question = app.screen.question
-        assert question.prompt == "Step 1 runs seq A#0 first. What is slot_mapping[0]?"
-        await pilot.press(*question.answer, "enter")
+        await answer(pilot, app.screen.question, right=True)
         assert app.step_index == 1 and (app.score_right, app.score_asked) == (1, 1)
-        await pilot.press("right")  # a multiple-choice question about step 2
-        question = app.screen.question
-        assert question.choices
-        wrong = next(c for c in question.choices if c != question.answer)
-        await pilot.press(*["down"] * question.choices.index(wrong), "enter")
+        await pilot.press("right")  # a question about step 2
+        await answer(pilot, app.screen.question, right=False)
         assert app.step_index == 2 and (app.score_right, app.score_asked) == (1, 2)
         await pilot.press("right", "escape")  # Esc reveals without scoring
         assert app.step_index == 3 and app.score_asked == 2
+
+
+@run_async
+async def test_predict_asks_only_what_the_screen_determines_and_varies(trace):
+    """Through the whole trace: the kind changes every question and all kinds come up; a slot
+    question's answer follows from the block table on screen; a status question is about a
+    sequence whose max_tokens the panel shows (gen/max) and whose EOS cannot surprise."""
+    app = make_app(trace, predict=True)
+    asked = []
+    async with app.run_test(size=SIZE) as pilot:
+        while app.step_index < len(trace.steps) - 1:
+            shown = app.current_step
+            cells = {app.seqs.row_ids[i]: row for i, row in enumerate(app.seqs.rows)}
+            await pilot.press("right")
+            if isinstance(app.screen, PredictScreen):
+                asked.append((shown, cells, app.screen.question))
+                await pilot.press("escape")
+    kinds = [q.kind for _, _, q in asked]
+    assert all(a != b for a, b in zip(kinds, kinds[1:])), kinds
+    assert set(kinds) == {"status", "slot", "block", "scheduled", "batch"}, kinds
+    params = {r["seq_id"]: r["params"] for r in trace.requests.values()}
+    for shown, cells, question in asked:
+        if question.kind == "slot":
+            seq_id = next(s for s in params if f"#{s}'s token" in question.prompt)
+            position = int(question.prompt.split("position ")[1].split(" ")[0])
+            table = next(q["block_table_after"] for q in shown["seqs"] if q["seq_id"] == seq_id)
+            assert int(question.answer) == table[position // 4] * 4 + position % 4
+        if question.kind == "status":
+            seq_id = next(s for s in params if f"#{s} have" in question.prompt)
+            assert params[seq_id]["ignore_eos"] and not params[seq_id]["stop"]
+            assert f"max_tokens {params[seq_id]['max_tokens']}" in question.prompt
+            assert cells[seq_id][6].endswith(f"/{params[seq_id]['max_tokens']}")  # gen/max, on screen
 
 
 @run_async

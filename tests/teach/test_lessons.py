@@ -433,3 +433,9 @@ def test_lesson_hint_more_walks_the_tiers_and_remembers(tmp_path, capsys):
     assert " ".join(capsys.readouterr().out.split()).startswith(f"Hint 1 of {len(tiers)}")
     assert lesson_main(["hint", "5", "--all", "--dir", str(tmp_path / "none")]) == 0
     assert "find_cached_prefix" in capsys.readouterr().out
+
+
+def test_lesson_1_explains_the_chat_template_where_students_first_meet_it():
+    text = find_lesson("1").readme.read_text(encoding="utf-8")
+    section = text.split("## What the model reads: the chat template")[1].split("\n## ")[0]
+    assert "<|im_start|>assistant" in section and "`--raw`" in section and "dimmed" in section

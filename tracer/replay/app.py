@@ -150,6 +150,7 @@ class ReplayApp(App[int]):
         self.score_asked = 0
         self.asking = False
         self.last_reveal = ""  # the previous predict answer, repeated above the next question
+        self.last_kind = ""  # the previous question's kind: the next asks something else
         self.last_screenshot: Path | None = None
         self.checked: set[int] = set()  # step indices validated against the schema
         self.failure: str | None = None  # why the app stopped, when a step could not be shown
@@ -427,11 +428,12 @@ class ReplayApp(App[int]):
         if self.step_index >= len(self.steps) - 1 or self.asking:
             return
         upcoming = self.steps[self.step_index + 1]
-        question = make_question(self.current_step, upcoming, self.header)
+        question = make_question(self.current_step, upcoming, self.header, avoid=self.last_kind)
         if question is None:
             self.go_to(self.step_index + 1)
             return
         self.asking = True
+        self.last_kind = question.kind
         score = f"{self.score_right}/{self.score_asked}"
         self.clear_notifications()  # the previous answer's toast would cover this question
         self.push_screen(PredictScreen(question, score, self.last_reveal), lambda answer: self.reveal(question, answer))

@@ -55,6 +55,9 @@ LEGEND = (
         "up to num_tokens, as many tokens as the budget allows",
     ),
     ("tokens cached sched", "num_tokens, num_cached_tokens, num_scheduled_tokens (a→b: before→after the step)"),
+    ("gen/max", "completion tokens so far / the request's max_tokens"),
+    ("dim italic text", "the chat template around your prompt (`--raw` sends the prompt without it)"),
+    ("⟨?⟩", "bytes of a character still incomplete (Chinese, emoji): it becomes the character with its last byte"),
 )
 
 

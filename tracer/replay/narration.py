@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_letter
-from tracer.trace.readable import token_label
+from tracer.trace.readable import completed_character, printable, token_label
 
 MAX_LISTED_DECODES = 3  # more decode-only sequences than this are summarised in one clause
 
@@ -50,11 +50,20 @@ def is_plain_decode(seq: dict, events: list[dict]) -> bool:
 
 
 def quoted_tokens(seq: dict) -> list[str]:
-    """This step's new tokens, each readable and quoted: 'Paris', '↵', ⟨id 160⟩."""
+    """This step's new tokens, each readable and quoted: 'Paris', '↵', ⟨id 160⟩. The byte token
+    that completes a multi-byte character names it: ⟨id 233⟩ completing '👏'."""
     texts = seq.get("new_token_texts") or []
     ids = seq.get("new_token_ids") or [None] * len(texts)
-    labels = [token_label(text, token_id) for text, token_id in zip(texts, ids)]
-    return [label if label.startswith("⟨id ") else f"'{label}'" for label in labels]
+    quoted = []
+    for text, token_id in zip(texts, ids):
+        label = token_label(text, token_id)
+        if not label.startswith("⟨id "):
+            quoted.append(f"'{label}'")
+        elif whole := completed_character(text, seq.get("output_text", "")):
+            quoted.append(f"{label} completing '{printable(whole)}'")
+        else:
+            quoted.append(label)
+    return quoted
 
 
 def name(seq_id: int) -> str:

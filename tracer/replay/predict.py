@@ -1,12 +1,16 @@
 """Predict mode: before the next step is revealed, ask the student one question about it.
 
-Questions are built from (the step on screen, the next step, header) and are answerable from what
-is on screen plus the engine's rules: a sequence's next status, slot_mapping[0], the block a
-sequence gets next, or how many tokens a sequence is scheduled.
+Questions are built from (the step on screen, the next step, header) and only ask what the screen
+and the engine's rules determine: a sequence's next status (only when no end-of-sequence token or
+stop string could change it: the sequences panel shows gen/max_tokens and whether EOS is ignored),
+the KV slot of a scheduled token whose block is already in its table, the block a sequence gets
+next (the free list's head), how many tokens a sequence or the whole step computes. The kind
+changes from one question to the next.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -30,51 +34,101 @@ class Question:
     answer: str
     choices: tuple[str, ...] = ()  # empty: a typed answer
     explanation: str = ""
+    kind: str = ""  # which maker asked it: the next question is of another kind
 
 
-def make_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
-    """One question about `upcoming`, rotating the kind by step number; None if nothing to ask."""
-    makers = (status_question, slot_question, block_question, scheduled_question)
-    candidates = [q for q in (maker(shown, upcoming, header) for maker in makers) if q is not None]
+def make_question(shown: dict, upcoming: dict, header: dict, avoid: str = "") -> Question | None:
+    """One question about `upcoming`: the kinds take turns (the first one that can be asked after
+    the kind asked last, `avoid`); None if nothing determinable can be asked."""
+    candidates = {q.kind: q for q in (maker(shown, upcoming, header) for maker in MAKERS) if q is not None}
     if not candidates:
         return None
-    return candidates[upcoming.get("step", 0) % len(candidates)]
+    start = KINDS.index(avoid) + 1 if avoid in KINDS else upcoming.get("step", 0)
+    turns = [KINDS[(start + i) % len(KINDS)] for i in range(len(KINDS))]
+    return next(candidates[kind] for kind in turns if kind in candidates)
 
 
 def is_correct(question: Question, answer: str) -> bool:
     return answer.strip().lower() == question.answer.strip().lower()
 
 
+def params_of(header: dict, seq_id: int) -> dict:
+    for request in header.get("requests", []):
+        if request.get("seq_id") == seq_id:
+            return request.get("params") or {}
+    return {}
+
+
+def outcome_is_determined(seq: dict, header: dict) -> bool:
+    """Whether the screen tells this sequence's next status: a sampled token could be an EOS or
+    complete a stop string unless EOS is ignored and there are no stop strings, or the token is
+    its last by max_tokens anyway."""
+    params = params_of(header, seq["seq_id"])
+    if seq.get("finish_reason") in ("abort", "error", "ignored"):
+        return False  # an abort comes from outside the engine; an error from a failing step
+    if params.get("ignore_eos") and not params.get("stop"):
+        return True
+    generated = seq.get("num_tokens_after", 0) - seq.get("num_prompt_tokens", 0)
+    last_by_length = bool(seq.get("new_token_ids")) and generated >= params.get("max_tokens", 1 << 30)
+    samples = seq.get("num_scheduled_tokens", 0) > 0 and bool(seq.get("new_token_ids"))
+    return last_by_length or not samples and seq.get("status_after") != "FINISHED"
+
+
 def status_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
-    live = [s for s in upcoming.get("seqs", []) if s.get("status_before") != "FINISHED"]
+    on_screen = {s["seq_id"] for s in (shown or {}).get("seqs", [])}  # a request arriving next is not
+    live = [
+        s
+        for s in upcoming.get("seqs", [])
+        if s["seq_id"] in on_screen and s.get("status_before") != "FINISHED" and outcome_is_determined(s, header)
+    ]
     if not live:
         return None
     changed = [s for s in live if s.get("status_before") != s.get("status_after")]
     seq = (changed or live)[upcoming.get("step", 0) % len(changed or live)]
+    params = params_of(header, seq["seq_id"])
     return Question(
-        f"Which status will seq {seq_tag(seq['seq_id'])} have after step {upcoming.get('step')}?",
+        f"Which status will seq {seq_tag(seq['seq_id'])} have after step {upcoming.get('step')}? "
+        f"(max_tokens {params.get('max_tokens', '?')}; the gen column counts what it has generated)",
         seq["status_after"],
         STATUSES,
         narrate(upcoming, header),
+        "status",
     )
+
+
+def table_before(shown: dict | None, seq_id: int) -> list[int]:
+    for seq in (shown or {}).get("seqs", []):
+        if seq["seq_id"] == seq_id:
+            return seq.get("block_table_after", [])
+    return []
 
 
 def slot_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
+    """The slot of one sequence's first scheduled token, rotating over the batch, asked only when
+    that token's block is already in the table on screen (a new block would be another question)."""
     inputs = upcoming.get("inputs", {})
-    if not inputs.get("slot_mapping"):
+    seq_ids, starts = inputs.get("seq_ids") or [], inputs.get("query_start_loc") or []
+    if not inputs.get("slot_mapping") or len(starts) < len(seq_ids) + 1 or not seq_ids:
         return None
     block_size = upcoming["pool"]["block_size"]
-    position, tables = inputs["positions"][0], inputs.get("block_tables") or [[]]
-    if position // block_size >= len(tables[0]):
-        return None  # a damaged trace: the explanation could not be given
-    block = tables[0][position // block_size]
-    return Question(
-        f"Step {upcoming.get('step')} runs seq {seq_tag(inputs['seq_ids'][0])} first. What is slot_mapping[0]?",
-        str(inputs["slot_mapping"][0]),
-        (),
-        f"position {position} → block_table[{position} // {block_size}] = block {block}; "
-        f"slot = {block} × {block_size} + {position % block_size} = {inputs['slot_mapping'][0]}",
-    )
+    for turn in range(len(seq_ids)):
+        row = (upcoming.get("step", 0) + turn) % len(seq_ids)
+        token = starts[row]
+        position, seq_id = inputs["positions"][token], seq_ids[row]
+        table = table_before(shown, seq_id)
+        if position // block_size >= len(table):
+            continue
+        block, slot = table[position // block_size], inputs["slot_mapping"][token]
+        return Question(
+            f"Step {upcoming.get('step')} computes seq {seq_tag(seq_id)}'s token at position {position} "
+            f"(its first this step). Which KV slot is it written to (slot_mapping)?",
+            str(slot),
+            (),
+            f"position {position} → block_table[{position} // {block_size}] = block {block}; "
+            f"slot = {block} × {block_size} + {position % block_size} = {slot}",
+            "slot",
+        )
+    return None
 
 
 def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
@@ -84,7 +138,7 @@ def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None
         if seq["seq_id"] in hits:  # blocks from the prefix cache are not 'the next free block'
             continue
         before, after = seq.get("block_table", []), seq.get("block_table_after", [])
-        old = previous_table(shown, seq["seq_id"])
+        old = table_before(shown, seq["seq_id"])
         new = [b for b in before if b not in old]
         if not new or after[: len(before)] != before:
             continue
@@ -97,15 +151,9 @@ def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None
             str(new[0]),
             tuple(map(str, choices)),
             "New blocks come from the front of the free list (the block freed longest ago).",
+            "block",
         )
     return None
-
-
-def previous_table(shown: dict | None, seq_id: int) -> list[int]:
-    for seq in (shown or {}).get("seqs", []):
-        if seq["seq_id"] == seq_id:
-            return seq.get("block_table_after", [])
-    return []
 
 
 def scheduled_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
@@ -120,7 +168,34 @@ def scheduled_question(shown: dict, upcoming: dict, header: dict) -> Question | 
         str(seq["num_scheduled_tokens"]),
         (),
         narrate(upcoming, header),
+        "scheduled",
     )
+
+
+def batch_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
+    """The step's whole batch: what the running sequences still need and the waiting head, under the budget."""
+    total = len(upcoming.get("inputs", {}).get("input_ids") or [])
+    if not total:
+        return None
+    budget = header.get("config", {}).get("max_num_batched_tokens")
+    return Question(
+        f"How many tokens will step {upcoming.get('step')} compute in all (the batch's length)? "
+        f"The token budget is {budget}.",
+        str(total),
+        (),
+        f"running sequences first, each what it still needs, then admissions, until the budget of {budget} "
+        f"is spent: {total}. " + narrate(upcoming, header),
+        "batch",
+    )
+
+
+MAKERS: tuple[Callable[[dict, dict, dict], Question | None], ...] = (
+    status_question,
+    slot_question,
+    block_question,
+    scheduled_question,
+    batch_question,
+)
 
 
 class PredictScreen(ModalScreen[str | None]):
@@ -155,3 +230,6 @@ class PredictScreen(ModalScreen[str | None]):
 
     def action_skip(self) -> None:
         self.dismiss(None)
+
+
+KINDS = ("status", "slot", "block", "scheduled", "batch")  # MAKERS' kinds, in turn order

@@ -39,6 +39,20 @@ def printable(text: str) -> str:
 def token_label(text: str, token_id: int | None = None) -> str:
     """One token's text, readable: a token that decodes to nothing or to undecodable bytes only
     (a byte token of a longer character) is shown by its id, ⟨id 160⟩."""
-    if token_id is not None and (not text or set(text) == {UNDECODABLE}):
+    if token_id is not None and is_byte_fragment(text):
         return f"⟨id {token_id}⟩"
     return printable(text)
+
+
+def is_byte_fragment(text: str) -> bool:
+    """A token that decodes, on its own, to nothing or to undecodable bytes only: a piece of a
+    multi-byte character (Chinese, emoji) whose other bytes come in other tokens."""
+    return not text or set(text) == {UNDECODABLE}
+
+
+def completed_character(token_text: str, output_text: str) -> str:
+    """The character a byte-fragment token completed, read off the decoded completion ('' when the
+    character is still incomplete, or the token was not a fragment)."""
+    if not is_byte_fragment(token_text) or not output_text or output_text.endswith(UNDECODABLE):
+        return ""
+    return output_text[-1]

@@ -10,6 +10,8 @@ every cell whenever anything changes, which costs tens of milliseconds per step.
 
 from __future__ import annotations
 
+import re
+
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
@@ -20,11 +22,11 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tracer.replay.colors import CHANGED, DIM, STATE_COLORS, STATE_SYMBOLS, seq_style, seq_tag, state_label
+from tracer.replay.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, seq_style, seq_tag, state_label
 from tracer.replay.messages import SeqSelected
-from tracer.trace.readable import printable, token_label
+from tracer.trace.readable import UNDECODABLE, is_byte_fragment, printable, token_label
 
-COLUMNS = ("seq", "status", "tokens", "cached", "sched", "prompt", "gen", "block_table", "text")
+COLUMNS = ("seq", "status", "tokens", "cached", "sched", "prompt", "gen/max", "block_table", "text")
 MAX_TABLE = 18  # characters of a block table before its middle is elided
 MIN_TEXT_TAIL = 6  # characters of prompt + completion shown (from the end) when space is short
 NEW_TOKEN_STYLE = Style(color="black", bgcolor="#ffd23f", bold=True)
@@ -33,16 +35,50 @@ SELECTED_STYLE = Style(bgcolor="#0b4f8a", bold=True)
 GAP = 2  # spaces between columns
 
 
-def prompt_texts(header: dict) -> dict[int, str]:
-    """seq_id -> the prompt as the model saw it (chat template included, when token texts exist)."""
-    texts = {}
+TEMPLATE_STYLE = Style(dim=True, italic=True)  # the chat template's tokens around the user's prompt
+PROMPT_STYLE = Style(color="#9fb4c8")  # the prompt as the user wrote it
+
+
+def prompt_parts(header: dict) -> dict[int, list[tuple[str, Style]]]:
+    """seq_id -> the prompt as the model saw it, in drawable pieces: the chat template's text before
+    and after the user's prompt dimmed, the prompt itself as written (whole characters, even where
+    its tokens split a Chinese character or an emoji into bytes)."""
+    parts = {}
     for request in header.get("requests", []):
         tokens = request.get("prompt_token_texts")
-        ids = request.get("prompt_token_ids") or [None] * len(tokens or [])
-        texts[request.get("seq_id")] = (
-            "".join(token_label(t, i) for t, i in zip(tokens, ids)) if tokens else printable(request.get("prompt", ""))
-        )
-    return texts
+        prompt = request.get("prompt", "")
+        if not tokens:
+            parts[request.get("seq_id")] = [(printable(prompt), PROMPT_STYLE)]
+            continue
+        ids = request.get("prompt_token_ids") or [None] * len(tokens)
+        found = find_prompt("".join(tokens), prompt)
+        if found is None:  # token ids given, or a template that rewrote the text: token by token
+            parts[request.get("seq_id")] = [("".join(token_label(t, i) for t, i in zip(tokens, ids)), PROMPT_STYLE)]
+            continue
+        before, after = found
+        pieces = [
+            (printable(before), TEMPLATE_STYLE),
+            (printable(prompt), PROMPT_STYLE),
+            (printable(after), TEMPLATE_STYLE),
+        ]
+        parts[request.get("seq_id")] = [piece for piece in pieces if piece[0]]
+    return parts
+
+
+def find_prompt(model_text: str, prompt: str) -> tuple[str, str] | None:
+    """(template text before, after) the prompt inside the model's text (its tokens' texts joined,
+    where a token holding only part of a character reads as \ufffd); None if it is not there."""
+    if not prompt:
+        return None
+    pattern = "".join(
+        re.escape(char) if len(char.encode("utf-8")) == 1 else f"(?:{re.escape(char)}|{UNDECODABLE}{{1,4}})"
+        for char in prompt
+    )
+    matches = list(re.finditer(pattern, model_text))
+    if not matches:
+        return None
+    last = matches[-1]  # the user's turn comes after any system prompt
+    return model_text[: last.start()], model_text[last.end() :]
 
 
 def arrow(before, after) -> str:
@@ -82,9 +118,11 @@ def block_table_cell(seq: dict) -> str:
     return table
 
 
-def row_cells(seq: dict) -> list:
-    """Every cell but the text: what 'changed since the previous step' compares."""
+def row_cells(seq: dict, max_tokens: dict[int, int] | None = None) -> list:
+    """Every cell but the text: what 'changed since the previous step' compares. gen/max: the
+    completion tokens so far and the request's max_tokens (a trace without params: gen alone)."""
     completion = seq.get("num_tokens_after", 0) - seq.get("num_prompt_tokens", 0)
+    limit = (max_tokens or {}).get(seq["seq_id"])
     return [
         Text(seq_tag(seq["seq_id"]), seq_style(seq["seq_id"])),
         status_cell(seq),
@@ -92,7 +130,7 @@ def row_cells(seq: dict) -> list:
         arrow(seq.get("num_cached_tokens"), seq.get("num_cached_tokens_after")),
         str(seq.get("num_scheduled_tokens", 0)),
         str(seq.get("num_prompt_tokens", 0)),
-        str(completion),
+        f"{completion}/{limit}" if limit is not None else str(completion),
         block_table_cell(seq),
     ]
 
@@ -101,21 +139,37 @@ def plain(cell) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-def text_cell(seq: dict, prompt: str, tail: int) -> Text:
-    """Prompt dimmed, completion plain, this step's new tokens highlighted; only the tail fits."""
+def new_text(seq: dict) -> tuple[str, str]:
+    """(the completion before this step's new token, the new token's part), both drawable. A byte
+    of a multi-byte character has no text of its own: its part is the decoded text's tail, one ⟨?⟩
+    while the character is incomplete, the character itself once its last byte arrived."""
     texts = seq.get("new_token_texts", [])
-    new = "".join(texts)
     output = seq.get("output_text", "")
+    new = "".join(texts)
+    if texts and all(is_byte_fragment(t) for t in texts) and output:
+        stable = output.rstrip(UNDECODABLE)
+        if len(stable) < len(output):  # still incomplete: one placeholder for its bytes so far
+            return printable(stable), printable(output[len(stable) :])
+        return printable(output[:-1]), printable(output[-1])
     if not (new and output.endswith(new)):
-        new, texts = "", []
-    new_shown = "".join(token_label(t, i) for t, i in zip(texts, seq.get("new_token_ids") or [None] * len(texts)))
-    parts = [(new_shown, NEW_TOKEN_STYLE), (printable(output[: len(output) - len(new)]), None), (prompt, DIM)]
+        return printable(output), ""
+    ids = seq.get("new_token_ids") or [None] * len(texts)
+    return printable(output[: len(output) - len(new)]), "".join(token_label(t, i) for t, i in zip(texts, ids))
+
+
+def text_cell(seq: dict, prompt: list[tuple[str, Style]], tail: int) -> Text:
+    """The prompt (its chat template dimmed), the completion plain, this step's new tokens
+    highlighted; only the tail fits."""
+    before, new_shown = new_text(seq)
+    parts: list[tuple[str, Style | None]] = [(new_shown, NEW_TOKEN_STYLE), (before, None), *reversed(prompt)]
     shown, room = [], tail
     for part, style in parts:  # from the end: only what fits
         if room <= 0:
             break
         piece = part[-room:] if len(part) > room else part
-        room -= len(piece)
+        while cell_len(piece) > room:  # wide characters (Chinese, emoji) take two cells
+            piece = piece[1:]
+        room -= max(1, cell_len(piece)) if piece else 0
         shown.append((piece, style))
     text = Text(no_wrap=True, overflow="ellipsis")
     if room <= 0:
@@ -169,7 +223,7 @@ class SequencesView(ScrollView, can_focus=True):
         self.changed: list[list[bool]] = []
         self.widths: list[int] = [len(name) for name in COLUMNS]
         self.selected: int | None = None
-        self.prompts: tuple[int, dict[int, str]] = (0, {})  # (id of the header, its prompt texts)
+        self.prompts: tuple[int, dict[int, list]] = (0, {})  # (id of the header, its prompt pieces)
         self.shown: tuple | None = None
 
     def on_resize(self, event: events.Resize) -> None:
@@ -178,20 +232,25 @@ class SequencesView(ScrollView, can_focus=True):
 
     def show(self, step: dict, prev: dict | None, header: dict) -> None:
         self.shown = (step, prev, header)
-        old_rows = {s["seq_id"]: row_cells(s) for s in prev.get("seqs", [])} if prev else {}
+        limits = {
+            r.get("seq_id"): r["params"]["max_tokens"]
+            for r in header.get("requests", [])
+            if isinstance(r.get("params"), dict) and "max_tokens" in r["params"]
+        }
+        old_rows = {s["seq_id"]: row_cells(s, limits) for s in prev.get("seqs", [])} if prev else {}
         seqs = step.get("seqs", [])
-        rows = [row_cells(seq) for seq in seqs]
+        rows = [row_cells(seq, limits) for seq in seqs]
         self.widths = [
             max([len(name)] + [cell_len(plain(row[i])) for row in rows]) for i, name in enumerate(COLUMNS[:-1])
         ]
         tail = max(MIN_TEXT_TAIL, self.scrollable_content_region.width - sum(w + GAP for w in self.widths))
         if self.prompts[0] != id(header):
-            self.prompts = (id(header), prompt_texts(header))
+            self.prompts = (id(header), prompt_parts(header))
         self.changed = []
         for seq, cells in zip(seqs, rows):
             old = old_rows.get(seq["seq_id"])
             self.changed.append([old is None or plain(cell) != plain(old[i]) for i, cell in enumerate(cells)])
-            cells.append(text_cell(seq, self.prompts[1].get(seq["seq_id"], ""), tail))
+            cells.append(text_cell(seq, self.prompts[1].get(seq["seq_id"], []), tail))
         self.widths.append(max([len(COLUMNS[-1])] + [cell_len(row[-1].plain) for row in rows]))
         self.rows = rows
         self.row_ids = [seq["seq_id"] for seq in seqs]
