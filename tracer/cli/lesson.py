@@ -164,7 +164,7 @@ def lesson_status(folder: Path, lesson: Lesson, progress: dict) -> str:
 # ---- commands ------------------------------------------------------------------------------
 def cmd_start(args, console: Console) -> int:
     folder = workdir(args)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_lessons_folder(folder, folder_source(args))
     copied, kept = [], []
     for lesson in all_lessons():
         target = folder / lesson.name / "exercise.py"
@@ -186,6 +186,29 @@ def cmd_start(args, console: Console) -> int:
         console.print("Run the lesson commands from this folder's parent, or set NANOENGINE_LESSONS_DIR.")
     console.print("Next: [bold]nanoengine lesson show 1[/]")
     return 0
+
+
+def folder_source(args) -> str:
+    """Where the lessons folder's path came from, as the student would change it."""
+    if args.dir is not None:
+        return "--dir"
+    return "NANOENGINE_LESSONS_DIR" if os.environ.get("NANOENGINE_LESSONS_DIR") else "--dir or NANOENGINE_LESSONS_DIR"
+
+
+def make_lessons_folder(folder: Path, given_by: str) -> None:
+    """The lessons folder, made if missing; a file or an unusable path there is one LessonError."""
+    if folder.exists() and not folder.is_dir():
+        raise LessonError(
+            f"{shorten(folder)} is a file, not a folder: point {given_by} at a folder for your "
+            f"lessons (it is made if missing), or move the file away"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LessonError(
+            f"cannot make the lessons folder {shorten(folder)} ({e.strerror}): point {given_by} at a "
+            f"folder you can write"
+        ) from None
 
 
 def cmd_list(args, console: Console) -> int:

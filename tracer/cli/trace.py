@@ -14,7 +14,10 @@ Exit codes: 0 fine; 1 `check` found an invariant violation; 2 bad input (one-lin
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -56,6 +59,8 @@ def trace_main(argv: list[str]) -> int:
     args.prompts = read_prompts(args.prompts)
     from nanoengine.engine import LLMEngine
 
+    if args.out:
+        out_target(Path(args.out))  # refused before the model loads
     console = Console(stderr=True)
     params = sampling_params(args)
     steps = parse_arrive(args.arrive, len(args.prompts)) if args.arrive else [0] * len(args.prompts)
@@ -72,18 +77,22 @@ def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, c
     for arrival in arrivals:  # bad prompts fail before any file
         check_request(engine, arrival)
     path = Path(args.out) if args.out else default_trace_path()
-    partial = partial_path(path)
+    target = out_target(path)
+    partial: Path | None = None
     ids: dict[int, int] = {}  # arrival index -> seq_id
     try:
+        partial = new_partial(target)
         finished = record(engine, partial, args.title, console, arrivals, ids)
     except OSError as e:  # e.g. the disk is full: say where, and still give the text
         err(f"could not write the trace to {path}: {e.strerror or e}; the generated text follows on standard output")
-        discard(partial)
+        if partial is not None:
+            discard(partial)
         finish_without_recorder(engine, arrivals, ids)
         return 2
     if not finished:
-        return keep_interrupted(partial, path, console)
-    partial.replace(path)  # only a complete trace replaces an existing --out file
+        assert partial is not None
+        return keep_interrupted(partial, target, console)
+    publish(partial, target)  # only a complete trace replaces an existing --out file
     for seq_id in ids.values():
         engine.collect(seq_id)
     print(f"Trace written to {printable(str(path))}")
@@ -104,9 +113,52 @@ def check_request(engine, arrival: Arrival) -> None:
         raise ValueError(f"a prompt is {num_tokens} tokens, but max_model_len is {limit}: shorten it or raise it")
 
 
-def partial_path(path: Path) -> Path:
-    """Where a trace is written while it is recorded; renamed to path when complete."""
-    return path.with_name(path.name + ".partial")
+FILE_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
+
+
+def out_target(path: Path) -> Path:
+    """The file a trace at path is written to: a symlink's target. Refused (ValueError, one line)
+    when what is there is not a regular file: a trace never replaces a pipe, a device or a folder."""
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as e:
+        raise ValueError(f"cannot write a trace to {path}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        kind = FILE_KINDS.get(stat.S_IFMT(mode), "a device")
+        raise ValueError(
+            f"{path} is {kind}, not a regular file: a trace never replaces it; give a file name such as run.jsonl"
+        )
+    return target
+
+
+def new_partial(target: Path) -> Path:
+    """A file of its own next to target to record into (two runs writing one --out never share
+    one); renamed to target when complete. Its mode is the one target has or would get."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.", suffix=".partial")
+    try:
+        os.fchmod(fd, stat.S_IMODE(target.stat().st_mode) if target.exists() else default_file_mode())
+    finally:
+        os.close(fd)
+    return Path(name)
+
+
+def default_file_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def publish(partial: Path, target: Path) -> None:
+    """Rename the complete trace onto target, checked again: something else may be there by now."""
+    try:
+        out_target(target)
+    except ValueError as e:
+        raise ValueError(f"{e}; the trace is kept in {partial}") from None
+    os.replace(partial, target)
 
 
 def discard(path: Path) -> None:
@@ -164,7 +216,7 @@ def close_quietly(recorder) -> None:
 
 def keep_interrupted(partial: Path, path: Path, console: Console) -> int:
     """Ctrl-C: keep the steps recorded so far, without replacing an existing trace."""
-    kept = partial if path.exists() else partial.replace(path)
+    kept = partial if os.path.lexists(path) else partial.replace(path)
     note = f" ({path} was left as it was)" if kept == partial else ""
     # print, not rich: a long path must not be folded across lines (it is meant to be copied)
     print(
@@ -214,9 +266,11 @@ def replay_main(argv: list[str]) -> int:
         err("--web and --compare cannot be combined yet: use `nanoengine diff A B` beside the web replay")
         return 2
     if args.web:
+        from tracer.cli.ports import check_port, listen_sockets
         from tracer.export.web import serve_replay
 
-        return serve_replay(Path(args.file), args.step, args.predict, args.port)
+        check_port(args.port)
+        return serve_replay(Path(args.file), args.step, args.predict, args.port, listen=listen_sockets)
     # run_replay opens the trace (lazily when it is big) and refuses a bad file or --step in one line.
     return open_replay(Path(args.file), args.step, args.predict, args.compare)
 
