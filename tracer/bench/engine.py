@@ -145,7 +145,7 @@ t2 = time.perf_counter()
 llm.generate("Hello", SamplingParams(max_tokens=1))
 t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1, "first_token_s": t3 - t2,
-                  "first_token_at": time.time()}))
+                  "first_token_at": time.time()}, allow_nan=False))
 """
 
 
@@ -153,7 +153,7 @@ def measure_startup(model: str, options: dict, timeout: float = 300) -> dict:
     """A fresh `python -c` that imports nanoengine, builds LLM() from cached weights and generates
     one token. total_s: from launching the process (interpreter start included) to the first token;
     process_s: the whole process, its exit (torch's slow teardown) included."""
-    cmd = [sys.executable, "-c", STARTUP_SCRIPT, model, json.dumps(options)]
+    cmd = [sys.executable, "-c", STARTUP_SCRIPT, model, json.dumps(options, allow_nan=False)]
     launched = time.time()
     start = time.perf_counter()
     try:

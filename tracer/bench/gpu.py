@@ -144,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         report["gpu"] = torch.cuda.get_device_name()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     try:
         from tracer.bench.report import print_report
 
         print_report(report)
     except ImportError:  # no rich on this machine: the JSON says it all
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2, allow_nan=False))
     print(f"[bench_gpu] results written to {args.out}", file=sys.stderr)
     return 0
 

@@ -102,7 +102,7 @@ def write_perfetto_file(trace: Trace, indices: list[int], out: Path, logical: bo
         data = perfetto_trace(trace, [trace.steps[i] for i in indices], logical)
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("w", encoding="utf-8") as file:
-            json.dump(data, file, separators=(",", ":"), ensure_ascii=False)
+            json.dump(data, file, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     console.print(
         f"Wrote [bold]{out}[/]: {len(data['traceEvents']):,} events over {len(indices)} steps, "
         f"{human_size(out.stat().st_size)} in {time.perf_counter() - start:.1f} s. "

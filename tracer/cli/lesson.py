@@ -143,7 +143,7 @@ def save_progress(folder: Path, lesson: Lesson, path: Path, results: list[CheckR
         "passed": sum(r.passed for r in results),
         "total": len(results),
     }
-    (folder / PROGRESS_FILE).write_text(json.dumps(progress, indent=2) + "\n", encoding="utf-8")
+    (folder / PROGRESS_FILE).write_text(json.dumps(progress, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
 def lesson_status(folder: Path, lesson: Lesson, progress: dict) -> str:

@@ -135,5 +135,5 @@ def expand_ops(ops: list[list[int]]) -> list[list[int]]:
 
 def compress(obj: object) -> str:
     """JSON, gzip (level 9), base64: the form the page's script reads back."""
-    data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
     return base64.b64encode(gzip.compress(data, 9, mtime=0)).decode("ascii")

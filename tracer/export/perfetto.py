@@ -28,11 +28,26 @@ from tracer.trace.trace_file import Trace
 ENGINE_PID, SEQS_PID = 1, 2
 STEP_TID = 1
 LOGICAL_STEP_US = 1000
+MAX_STEP_S = 86400.0  # the schema's bound on a step's times: no timestamp runs past what viewers hold
+MAX_TID = 2**31 - 1  # viewers keep thread ids in 32 bits
 
 
 def seq_tid(seq_id: int) -> int:
     """Thread ids start at 1 (some viewers treat tid 0 specially); tid = seq_id + 1."""
+    if not isinstance(seq_id, int) or not 0 <= seq_id < MAX_TID:
+        raise ValueError(f"seq_id {seq_id!r} cannot be a timeline thread (0 .. {MAX_TID - 1}): the trace is damaged")
     return seq_id + 1
+
+
+def step_seconds(step: dict, key: str) -> float:
+    """A step's wall_time or model_time, refused (ValueError) unless a number of seconds in 0 .. MAX_STEP_S."""
+    value = step.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_STEP_S:
+        raise ValueError(
+            f"step {step.get('step')!r} has {key} {value!r}: not a step's time in seconds (0 .. {MAX_STEP_S:g}); "
+            "the trace is damaged"
+        )
+    return float(value)
 
 
 @dataclass(slots=True)
@@ -52,7 +67,7 @@ class StepClock:
 def step_clock(steps: Sequence[dict], logical: bool) -> StepClock:
     starts, durations, models, now = [], [], [], 0
     for step in steps:
-        wall, model = float(step.get("wall_time", 0.0)), float(step.get("model_time", 0.0))
+        wall, model = step_seconds(step, "wall_time"), step_seconds(step, "model_time")
         duration = LOGICAL_STEP_US if logical else round(wall * 1e6)
         fraction = min(1.0, model / wall) if wall > 0 else 0.0
         starts.append(now)
@@ -145,8 +160,8 @@ def engine_step_events(step: dict, ts: int, dur: int, model_dur: int) -> list[di
     host = dur - model_dur
     args = {
         "step": step["step"],
-        "wall_time_ms": round(step.get("wall_time", 0.0) * 1e3, 3),
-        "model_time_ms": round(step.get("model_time", 0.0) * 1e3, 3),
+        "wall_time_ms": round(step_seconds(step, "wall_time") * 1e3, 3),
+        "model_time_ms": round(step_seconds(step, "model_time") * 1e3, 3),
         "num_seqs": len(inputs.get("seq_ids", [])),
         "batched_tokens": len(inputs.get("input_ids", [])),
         "events": [f"{e['kind']} seq {e['seq_id']}" for e in step.get("events", [])],

@@ -235,5 +235,6 @@ def set_header_fields(path: Path, **fields) -> None:
     if header.get("type") != "header":
         return
     header.update(fields)
-    lines[0] = json.dumps(header, ensure_ascii=False) + "\n"
+    lines[0] = json.dumps(header, ensure_ascii=False, allow_nan=False) + "
+"
     path.write_text("".join(lines), encoding="utf-8")

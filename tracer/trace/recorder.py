@@ -31,8 +31,10 @@ changed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -60,7 +62,7 @@ CONFIG_FIELDS = (
 HEAD_EVERY = 32  # Detokenizer.text decodes a sequence's whole completion once per this many tokens
 
 
-JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one encoder: json.dumps builds one a call
+JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)  # one encoder: json.dumps builds one a call
 
 
 class Detokenizer:
@@ -282,9 +284,9 @@ class TraceRecorder:
             "title": self.title,
             "focus_step": self.focus_step,
             "eos_token_ids": sorted(self.engine.eos_token_ids),
-            "tokenizer": tokenizer_identity(self.engine.tokenizer),
+            "tokenizer": tokenizer_identity(self.engine.tokenizer, self.engine.model_name),
         }
-        self.file.write(json.dumps(self.header, ensure_ascii=False) + "\n")
+        self.file.write(json.dumps(self.header, ensure_ascii=False, allow_nan=False) + "\n")
         self.file.flush()
 
     # ---- lifetime -------------------------------------------------------------------------
@@ -303,11 +305,34 @@ class TraceRecorder:
         self.close()
 
 
-def tokenizer_identity(tokenizer) -> dict:
-    """Which tokenizer made the token ids: its name (the path or hub id it came from) and vocab size."""
-    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its sha256, once per tokenizer
+
+
+def tokenizer_identity(tokenizer, model_name: str) -> dict:
+    """Which tokenizer made the token ids: the model's name, a sha256 of the tokenizer's content
+    (the same wherever it was loaded from) and the vocab size. Never the folder it was loaded
+    from: a shared trace (or its HTML export) would show the user's home folder."""
     size = len(tokenizer) if hasattr(tokenizer, "__len__") else getattr(tokenizer, "vocab_size", 0)
-    return {"name": str(name), "vocab_size": int(size)}
+    try:
+        digest = DIGESTS[tokenizer]
+    except (KeyError, TypeError):  # TypeError: an object that takes no weak reference
+        digest = tokenizer_digest(tokenizer, int(size))
+        try:
+            DIGESTS[tokenizer] = digest
+        except TypeError:
+            pass
+    return {"name": model_name, "sha256": digest, "vocab_size": int(size)}
+
+
+def tokenizer_digest(tokenizer, size: int) -> str:
+    """sha256 of a fast tokenizer's serialized form (vocab, merges, added tokens, normalizer, ...);
+    otherwise of every token's text, in id order."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        content = backend.to_str()
+    else:
+        content = json.dumps([type(tokenizer).__name__, tokenizer.convert_ids_to_tokens(list(range(size)))])
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
 def engine_config(engine: LLMEngine) -> dict:

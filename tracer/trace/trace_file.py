@@ -30,6 +30,7 @@ Trace.warning says so. Any other damage is an error.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import re
 from collections import OrderedDict
@@ -54,6 +55,30 @@ EMPTY_LIST_AFTER = re.compile(rb'\s*\[\s*\]')
 
 class TraceError(ValueError):
     """A trace file that cannot be loaded; the message is one line: what is wrong, what to do."""
+
+
+class NonFiniteNumber(ValueError):
+    """NaN, Infinity or a number too big for a float: JSON has none of them."""
+
+
+def finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NonFiniteNumber(text)
+    return value
+
+
+def non_finite(text: str) -> float:
+    raise NonFiniteNumber(text)
+
+
+def loads(line: str | bytes):
+    """json.loads, refusing what is not JSON although Python's json reads it: NaN, Infinity, 1e999."""
+    return json.loads(line, parse_float=finite_float, parse_constant=non_finite)
+
+
+def non_finite_error(path: Path, n: int, e: NonFiniteNumber) -> TraceError:
+    return TraceError(f"{path}: line {n} holds the number {e}, which JSON does not have: the file is damaged")
 
 
 @dataclass(slots=True)
@@ -166,7 +191,7 @@ def cut_short_warning(path: Path, num_complete_lines: int) -> str:
 
 def parses(line: str | bytes) -> bool:
     try:
-        json.loads(line)
+        loads(line)
         return True
     except (ValueError, RecursionError):
         return False
@@ -174,7 +199,9 @@ def parses(line: str | bytes) -> bool:
 
 def parse_header(path: Path, line: str) -> dict:
     try:
-        header = json.loads(line)
+        header = loads(line)
+    except NonFiniteNumber as e:
+        raise non_finite_error(path, 1, e) from None
     except (ValueError, RecursionError):  # RecursionError: nested too deeply to be a header
         raise TraceError(f"{path} is not a nanoengine trace (line 1 is not JSON)") from None
     if not isinstance(header, dict) or header.get("type") != "header":
@@ -192,7 +219,9 @@ def parse_header(path: Path, line: str) -> dict:
 
 def parse_step(path: Path, n: int, line: str) -> dict:
     try:
-        step = json.loads(line)
+        step = loads(line)
+    except NonFiniteNumber as e:
+        raise non_finite_error(path, n, e) from None
     except json.JSONDecodeError as e:
         raise TraceError(
             f"{path}: line {n} is not valid JSON ({e.msg}, column {e.colno}): the file is damaged"
