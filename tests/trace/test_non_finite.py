@@ -104,7 +104,11 @@ def json_writes_without_allow_nan_false(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             call = node.func
-            if isinstance(call.value, ast.Name) and call.value.id == "json" and call.attr in ("dump", "dumps", "JSONEncoder"):
+            if (
+                isinstance(call.value, ast.Name)
+                and call.value.id == "json"
+                and call.attr in ("dump", "dumps", "JSONEncoder")
+            ):
                 allow = [k for k in node.keywords if k.arg == "allow_nan"]
                 if not (allow and isinstance(allow[0].value, ast.Constant) and allow[0].value.value is False):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")

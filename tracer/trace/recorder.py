@@ -62,7 +62,9 @@ CONFIG_FIELDS = (
 HEAD_EVERY = 32  # Detokenizer.text decodes a sequence's whole completion once per this many tokens
 
 
-JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)  # one encoder: json.dumps builds one a call
+JSON = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)  # one encoder: json.dumps builds one a call
 
 
 class Detokenizer:

@@ -33,6 +33,7 @@ import json
 import math
 import mmap
 import re
+import stat
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,13 @@ SCHEMA_VERSION = 2  # 2 added eos_token_ids, tokenizer, queues, requested_step; 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 SAMPLE_STEPS = 3
 LAZY_BYTES = 32 * 2**20
+# What a trace may claim, checked before anything is sized by it (a crafted header must not make
+# the checker allocate gigabytes or run for minutes). Far above any real run: SmolLM2's CPU pool is
+# 23,296 slots; a step line with a thousand sequences' texts is a few MB.
+MAX_LINE_BYTES = 64 * 2**20
+MAX_BLOCK_SIZE = 2**16
+MAX_KV_SLOTS = 2**24  # num_kv_blocks * block_size: the checker's KV shadow holds one entry per slot
+MAX_REQUESTS_WITHOUT_STEPS = 10_000
 CACHE_STEPS = 64
 STEP_NUMBER = re.compile(rb'\{\s*"type"\s*:\s*"step"\s*,\s*"step"\s*:\s*(\d+)')
 EVENT_KIND = re.compile(rb'"kind"\s*:\s*"(\w+)"')
@@ -133,11 +141,9 @@ def load_trace(path: str | Path, validate: str = "sample", lazy: bool | None = N
     if validate not in ("sample", "all", "none"):
         raise ValueError(f"validate must be 'sample', 'all' or 'none', got {validate!r}")
     path = Path(path)
+    size = regular_file_size(path)
     if lazy is None:
-        try:
-            lazy = path.stat().st_size > LAZY_BYTES
-        except OSError:
-            lazy = False  # read_lines words the error
+        lazy = size > LAZY_BYTES
     if lazy:
         return load_lazy(path)
     lines, cut = read_lines(path)
@@ -147,6 +153,7 @@ def load_trace(path: str | Path, validate: str = "sample", lazy: bool | None = N
     check_order(path, (step.get("step") for step in steps))
     for n, step in enumerate(steps, start=2):
         check_required(path, n, step)
+    check_claims(path, header, steps[0] if steps else None)
     if validate != "none":
         header_validator, step_validator = validators()
         validate_line(path, 1, header, header_validator)
@@ -156,6 +163,53 @@ def load_trace(path: str | Path, validate: str = "sample", lazy: bool | None = N
         for n, step in numbered:
             validate_line(path, n, step, step_validator)
     return Trace(path, header, steps, [marks_from_step(s) for s in steps], merge_requests(header, steps), warning)
+
+
+NOT_REGULAR = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+
+
+def regular_file_size(path: Path) -> int:
+    """The size of the trace file at path; TraceError unless it is a regular file (a pipe with no
+    writer would be waited on forever, a device such as /dev/zero read without end)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such trace file") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read it ({e.strerror})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TraceError(f"{path} is a folder, not a trace file (*.jsonl)")
+    if not stat.S_ISREG(info.st_mode):
+        kind = NOT_REGULAR.get(stat.S_IFMT(info.st_mode), "a socket")
+        raise TraceError(f"{path} is {kind}, not a trace file: save the trace to a file first, then open that")
+    return info.st_size
+
+
+def check_claims(path: Path, header: dict, first_step: dict | None) -> None:
+    """What the header claims, bounded before the checker and the viewers size anything by it:
+    the pool (slots, as the KV shadow holds them) and the requests it lists (those live at the
+    first step: no more than that step's sequences)."""
+    config = header.get("config")
+    config = config if isinstance(config, dict) else {}
+    block_size, num_blocks = config.get("block_size"), config.get("num_kv_blocks")
+    if isinstance(block_size, int) and block_size > MAX_BLOCK_SIZE:
+        raise claim_error(path, f"block_size {block_size} (at most {MAX_BLOCK_SIZE:,})")
+    pool = first_step.get("pool") if first_step else None
+    in_step = len(pool.get("ref_counts", ())) if isinstance(pool, dict) else 0  # what the KV shadow is sized by
+    blocks = max(num_blocks if isinstance(num_blocks, int) else 0, in_step)
+    if isinstance(block_size, int) and blocks * block_size > MAX_KV_SLOTS:
+        raise claim_error(
+            path, f"a KV pool of {blocks:,} blocks of {block_size} slots (at most {MAX_KV_SLOTS:,} slots)"
+        )
+    requests = header.get("requests")
+    limit = len(first_step.get("seqs", ())) if first_step else MAX_REQUESTS_WITHOUT_STEPS
+    if isinstance(requests, list) and len(requests) > limit:
+        where = "its first step has" if first_step else "a trace without steps may list"
+        raise claim_error(path, f"{len(requests):,} requests in its header ({where} {limit:,})")
+
+
+def claim_error(path: Path, what: str) -> TraceError:
+    return TraceError(f"{path} claims {what}: not a trace nanoengine wrote; the file is damaged or crafted")
 
 
 def read_lines(path: Path) -> tuple[list[str], bool]:
@@ -363,6 +417,7 @@ def load_lazy(path: Path) -> Trace:
     data = map_file(path)
     spans = line_spans(data)
     warning = None
+    check_line_lengths(path, spans)
     if len(spans) > 1 and data[-1:] != b"\n" and not parses(data[spans[-1][0] : spans[-1][1]]):
         spans.pop()  # no newline and not JSON: the write was interrupted
         warning = cut_short_warning(path, len(spans))
@@ -370,9 +425,10 @@ def load_lazy(path: Path) -> Trace:
         header = parse_header(path, data[spans[0][0] : spans[0][1]].decode("utf-8"))
     except UnicodeDecodeError:
         raise TraceError(f"{path} is not a nanoengine trace (not UTF-8 text)") from None
+    steps = LazySteps(path, data, spans[1:])
+    check_claims(path, header, steps[0] if len(steps) else None)
     header_validator, step_validator = validators()
     validate_line(path, 1, header, header_validator)
-    steps = LazySteps(path, data, spans[1:])
     for index in {0, len(steps) - 1} if len(steps) else ():
         validate_line(path, index + 2, steps[index], step_validator)
     marks = [marks_from_line(path, n, data, start, end) for n, (start, end) in enumerate(steps.spans, start=2)]
@@ -391,6 +447,16 @@ def map_file(path: Path):
         raise TraceError(f"{path} is empty: not a trace (record one with `nanoengine trace`)") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read it ({e.strerror})") from None
+
+
+def check_line_lengths(path: Path, spans: list[tuple[int, int]]) -> None:
+    """No line longer than MAX_LINE_BYTES: one line is parsed whole, into many times its size."""
+    for n, (start, end) in enumerate(spans, start=1):
+        if end - start > MAX_LINE_BYTES:
+            raise TraceError(
+                f"{path}: line {n} is {(end - start) / 2**20:,.0f} MB long, more than a trace line may be "
+                f"({MAX_LINE_BYTES // 2**20} MB): not a trace nanoengine wrote, or a damaged one"
+            )
 
 
 def line_spans(data) -> list[tuple[int, int]]:
