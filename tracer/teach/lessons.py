@@ -11,6 +11,11 @@ Every check runs with the student's functions plugged into the engine. Direct ch
 first, in file order; the engine checks only when all direct checks pass (a broken function
 inside the engine gives confusing failures). A check fails by raising AssertionError with a
 message written for the student.
+
+The checks run in a child process (tracer.teach.sandbox), which also imports the student's file
+when it is given by path: a time limit per check, a memory limit, and a verdict for each check
+sent back over a pipe. Whatever the student's code does (exit the process, leave a thread running,
+allocate gigabytes, crash), every check gets a verdict and `lesson check` never hangs.
 """
 
 from __future__ import annotations
@@ -20,17 +25,19 @@ import contextlib
 import importlib.util
 import inspect
 import linecache
+import os
 import re
 import signal
 import textwrap
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import tracer
+from tracer.teach.sandbox import MEMORY_LIMIT_BYTES, Send, messages_from_child
 from tracer.teach.swap import original, plugged, replacements_for
 
 DIRECT_TIME_LIMIT_S = 10.0  # a direct check calls the student's function on a tiny input
@@ -129,14 +136,25 @@ def find_lesson(key: str, root: Path | None = None) -> Lesson:
 
 
 # ---- loading the student's file -------------------------------------------------------------
-def load_module(path: Path, module_name: str) -> ModuleType:
-    """Import a file by path; a syntax or import error becomes a one-line LessonError."""
+def check_python_file(path: Path) -> None:
+    """A LessonError unless path is a .py file that compiles, found without running any of it."""
     if path.is_dir():
         raise LessonError(f"{path} is a folder: pass the exercise.py file you wrote")
     if not path.is_file():
         raise LessonError(f"{path} does not exist")
     if path.suffix != ".py":
         raise LessonError(f"{path} is not a Python file: pass the exercise.py file you wrote (a .py file)")
+    try:
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except SyntaxError as e:
+        raise LessonError(f"{path} line {e.lineno}: syntax error: {e.msg}; fix it and run the check again") from None
+    except (OSError, ValueError) as e:  # unreadable, or NUL bytes
+        raise LessonError(f"{path} cannot be read as Python ({e}): pass the exercise.py file you wrote") from None
+
+
+def load_module(path: Path, module_name: str) -> ModuleType:
+    """Import a file by path; a syntax or import error becomes a one-line LessonError."""
+    check_python_file(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise LessonError(f"{path} cannot be imported as Python: pass the exercise.py file you wrote")
@@ -260,11 +278,100 @@ def list_checks(module: ModuleType) -> tuple[list[Callable], list[Callable]]:
 
 def run_lesson_checks(
     lesson: Lesson,
-    functions: dict[str, Callable],
+    functions: dict[str, Callable] | None,
     student_file: Path | None = None,
     time_limit: float | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
+    """Every check's result, in order, from a child process. functions None: the child imports
+    them from student_file (a LessonError there is raised here)."""
+    if not hasattr(os, "fork"):  # no fork (Windows): in this process, with its SIGALRM-less limits
+        fns = functions if functions is not None else student_functions(lesson, require(student_file))
+        return run_checks_here(lesson, fns, student_file, time_limit, on_result)
+    checks = [check for group in list_checks(lesson.checks_module()) for check in group]
+    docs = {check.__name__: first_line(check.__doc__) or check.__name__ for check in checks}
+    results: list[CheckResult] = []
+
+    def work(send: Send) -> None:
+        try:
+            fns = functions if functions is not None else student_functions(lesson, require(student_file))
+        except LessonError as e:
+            send({"lesson_error": str(e)})
+            return
+        run_checks_here(
+            lesson,
+            fns,
+            student_file,
+            time_limit,
+            on_result=lambda result: send({"result": asdict(result)}),
+            on_start=lambda name, limit: send({"start": name, "limit": limit}),
+        )
+
+    running = None
+    for message in messages_from_child(work, time_limit or DIRECT_TIME_LIMIT_S):
+        if "lesson_error" in message:
+            raise LessonError(message["lesson_error"])
+        if "start" in message:
+            running = message["start"]
+        elif "result" in message:
+            results.append(CheckResult(**message["result"]))
+            running = None
+            if on_result:
+                on_result(results[-1])
+        elif "ended" in message:
+            for result in ended_results(checks, docs, results, running, message, student_file):
+                results.append(result)
+                if on_result:
+                    on_result(result)
+    return results
+
+
+def require(student_file: Path | None) -> Path:
+    if student_file is None:
+        raise ValueError("run_lesson_checks needs the functions or the file that defines them")
+    return student_file
+
+
+def ended_results(
+    checks: list[Callable],
+    docs: dict[str, str],
+    results: list[CheckResult],
+    running: str | None,
+    message: dict,
+    student_file: Path | None,
+) -> list[CheckResult]:
+    """The child ended before every check had a verdict: the running check fails, naming what
+    happened; the checks after it are skipped."""
+    why = message["ended"]
+    if running is None and not results:  # it ended while importing the student's file
+        raise LessonError(f"{student_file or 'the exercise'} could not be checked: while importing it, {why}")
+    done = {r.name for r in results}
+    left = [check.__name__ for check in checks if check.__name__ not in done]
+    failed = running or left[0]
+    out = [
+        CheckResult(
+            failed,
+            docs[failed],
+            "failed",
+            f"{failed} gave no verdict: {why}",
+            timed_out=bool(message.get("timed_out")),
+        )
+    ]
+    out += [
+        CheckResult(name, docs[name], "skipped", f"the checks stopped at {failed}") for name in left if name != failed
+    ]
+    return out
+
+
+def run_checks_here(
+    lesson: Lesson,
+    functions: dict[str, Callable],
+    student_file: Path | None = None,
+    time_limit: float | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+    on_start: Callable[[str, float], None] | None = None,
+) -> list[CheckResult]:
+    """The checks in this process (the child's side of run_lesson_checks)."""
     module = lesson.checks_module()
     direct, engine = list_checks(module)
     fns = SimpleNamespace(**functions)
@@ -285,6 +392,8 @@ def run_lesson_checks(
                 add(CheckResult(check.__name__, doc, "skipped", blocked))
                 continue
             limit = time_limit or (ENGINE_TIME_LIMIT_S if check in engine else DIRECT_TIME_LIMIT_S)
+            if on_start:
+                on_start(check.__name__, limit)
             result = run_one(check, fns, doc, student_file, limit)
             if result.status == "stub":
                 blocked = "your function is still the stub"
@@ -315,6 +424,14 @@ def run_one(
         return CheckResult(check.__name__, doc, "failed", str(e) or "the check failed")
     except CheckTimeout as e:
         return CheckResult(check.__name__, doc, "failed", describe_timeout(check, e, student_file), timed_out=True)
+    except MemoryError as e:
+        return CheckResult(
+            check.__name__,
+            doc,
+            "failed",
+            f"your code ran out of memory ({describe_exception(e, student_file)}): a lesson check may use "
+            f"{MEMORY_LIMIT_BYTES / 2**30:g} GB more than the engine it runs in",
+        )
     except SystemExit as e:
         return CheckResult(
             check.__name__,
