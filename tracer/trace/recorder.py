@@ -333,7 +333,9 @@ def tokenizer_digest(tokenizer, size: int) -> str:
     if backend is not None:
         content = backend.to_str()
     else:
-        content = json.dumps([type(tokenizer).__name__, tokenizer.convert_ids_to_tokens(list(range(size)))])
+        content = json.dumps(
+            [type(tokenizer).__name__, tokenizer.convert_ids_to_tokens(list(range(size)))], allow_nan=False
+        )
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 

@@ -66,7 +66,7 @@ def check_version() -> None:
 
 def model_folder() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="nanoengine-vllm-config-"))
-    (folder / "config.json").write_text(json.dumps(MODEL_CONFIG), encoding="utf-8")
+    (folder / "config.json").write_text(json.dumps(MODEL_CONFIG, allow_nan=False), encoding="utf-8")
     return folder
 
 

@@ -363,9 +363,9 @@ def record(w: Workload, out_path: str | Path, max_steps: int = MAX_STEPS) -> int
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(header(w, header_requests, bridge), ensure_ascii=False) + "\n")
+        f.write(json.dumps(header(w, header_requests, bridge), ensure_ascii=False, allow_nan=False) + "\n")
         for line in lines:
-            f.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+            f.write(json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n")
     return len(lines)
 
 

@@ -63,7 +63,7 @@ class Workload:
     token_texts: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, indent=1) + "\n"
+        return json.dumps(asdict(self), ensure_ascii=False, indent=1, allow_nan=False) + "\n"
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
