@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 from tracer.cli.main import main
 from tracer.trace.invariants import check_trace
@@ -104,7 +105,7 @@ def test_two_writers_to_one_out_never_mix(tmp_path):
         env=ENV,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while a.poll() is None and recording_lines(tmp_path) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
         a.send_signal(signal.SIGSTOP)
@@ -113,7 +114,7 @@ def test_two_writers_to_one_out_never_mix(tmp_path):
         assert load_trace(out).title == "B"
     finally:
         a.send_signal(signal.SIGCONT)
-    _, stderr = a.communicate(timeout=600)
+    _, stderr = a.communicate(timeout=HANG_S)
     assert a.returncode == 0, stderr
     trace = load_trace(out, validate="all")
     assert trace.title == "A" and len(trace.requests) == 4 and check_trace(trace) == []

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from conftest import HANG_S
 
 pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install -e '.[test]')")
 CLI = [sys.executable, "-m", "tracer.cli.main"]
@@ -61,7 +62,7 @@ def served(tiny_trace_path, tmp_path) -> Iterator[int]:
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline:
             assert server.poll() is None, (tmp_path / "server.log").read_text()
             try:
@@ -101,7 +102,10 @@ def one_line_error(text: str) -> str:
 def test_a_port_outside_1_to_65535_is_refused(tiny_trace_path):
     for port in ("70000", "0", "-1"):
         result = subprocess.run(
-            [*CLI, "replay", str(tiny_trace_path), "--web", "--port", port], capture_output=True, text=True, timeout=300
+            [*CLI, "replay", str(tiny_trace_path), "--web", "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
         )
         assert result.returncode == 2 and "Serving" not in result.stdout, result.stdout
         assert "1 to 65535" in one_line_error(result.stderr)
@@ -116,7 +120,7 @@ def test_a_port_in_use_is_said_before_any_banner(tiny_trace_path):
             [*CLI, "replay", str(tiny_trace_path), "--web", "--port", str(port)],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_S,
         )
     assert result.returncode == 2 and "Serving" not in result.stdout, result.stdout
     assert f"port {port} on localhost is in use" in one_line_error(result.stderr)

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from conftest import HANG_S
+
 from tracer.cli.main import main
 from tracer.teach.lessons import find_lesson, reference_solution, run_lesson_checks, student_functions
 
@@ -50,7 +52,7 @@ def answer_that(tmp_path: Path, first: str, imports: str = "") -> Path:
 
 def lesson_check(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*CLI, "lesson", "check", "1", "--file", str(path)], capture_output=True, text=True, env=ENV, timeout=600
+        [*CLI, "lesson", "check", "1", "--file", str(path)], capture_output=True, text=True, env=ENV, timeout=HANG_S
     )
 
 

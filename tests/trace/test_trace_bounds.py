@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S
 
 MAX_LINE_BYTES = 64 * 2**20  # tracer.trace.trace_file.MAX_LINE_BYTES (spelled here so the test runs on older code too)
 
@@ -25,7 +26,7 @@ def limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
-def check(path: Path, timeout: float = 300) -> str:
+def check(path: Path, timeout: float = HANG_S) -> str:
     """`nanoengine check path` in a memory-limited child: its one-line error (exit 2 expected)."""
     result = subprocess.run(
         [*CLI, "check", str(path)], capture_output=True, text=True, timeout=timeout, preexec_fn=limit_memory
@@ -92,7 +93,7 @@ def test_real_traces_stay_within_the_bounds(name):
         [*CLI, "check", str(TRACE.with_name(name))],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         preexec_fn=limit_memory,
     )
     assert result.returncode == 0, result.stderr

@@ -270,7 +270,7 @@ def cmd_hint(args, console: Console) -> int:
 def remember_hint(folder: Path, lesson: Lesson, seen: int) -> None:
     progress = load_progress(folder)
     progress.setdefault("hints_seen", {})[lesson.name] = seen
-    (folder / PROGRESS_FILE).write_text(json.dumps(progress, indent=2) + "\n", encoding="utf-8")
+    (folder / PROGRESS_FILE).write_text(json.dumps(progress, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
 def show_markdown(path: Path, console: Console) -> None:

@@ -235,6 +235,5 @@ def set_header_fields(path: Path, **fields) -> None:
     if header.get("type") != "header":
         return
     header.update(fields)
-    lines[0] = json.dumps(header, ensure_ascii=False, allow_nan=False) + "
-"
+    lines[0] = json.dumps(header, ensure_ascii=False, allow_nan=False) + "\n"
     path.write_text("".join(lines), encoding="utf-8")
