@@ -201,7 +201,7 @@ def hf_model_folder(model_dir: Path, out: Path) -> Path:
             (out / f.name).symlink_to(f.resolve())
     config = json.loads((model_dir / "config.json").read_text())
     config.setdefault("architectures", ["LlamaForCausalLM"] if config.get("model_type") == "llama" else None)
-    (out / "config.json").write_text(json.dumps(config, indent=1))
+    (out / "config.json").write_text(json.dumps(config, indent=1, allow_nan=False))
     return out
 
 
@@ -216,7 +216,7 @@ def start_transformers(model_dir: Path, threads: int | None, work: Path) -> Back
     def body(prompt: str, max_tokens: int) -> dict:
         config = {"max_new_tokens": max_tokens, "min_new_tokens": max_tokens, "do_sample": False}
         return {"model": str(folder), "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                "generation_config": json.dumps(config)}  # fmt: skip
+                "generation_config": json.dumps(config, allow_nan=False)}  # fmt: skip
 
     return Backend("transformers serve (CB)", f"http://127.0.0.1:{port}", body, process)
 
@@ -265,7 +265,7 @@ def run_serving_bench(settings: ServingSettings, log: Callable[[str], None] = pr
                     )
                     summary = summarize(out, duration, settings.slo_ttft_s, settings.slo_tpot_s)
                     results.setdefault(backend.name, {})[str(rate)] = summary
-                    log(f"  {json.dumps(summary)}")
+                    log(f"  {json.dumps(summary, allow_nan=False)}")
             except RuntimeError as e:
                 results[backend.name] = {"error": str(e)}
                 log(f"{backend.name}: {e}")

@@ -169,9 +169,9 @@ def bench_main(argv: list[str]) -> int:
         report = serving_main(args)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=2) + "\n")
+            args.out.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         if args.json:
-            print(json.dumps(report, indent=2))
+            print(json.dumps(report, indent=2, allow_nan=False))
         else:
             from tracer.bench.serving import print_serving_report
 

@@ -227,7 +227,7 @@ class Reply:
 
 
 def sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+    return f"data: {json.dumps(payload, ensure_ascii=False, allow_nan=False)}\n\n"
 
 
 async def unless_disconnected(request: Request, waiting: Any, on_gone: Any) -> RequestUpdate | None:
