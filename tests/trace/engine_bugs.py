@@ -18,7 +18,7 @@ from nanoengine.block_manager import BlockManager
 from nanoengine.engine import LLMEngine
 from nanoengine.model_runner import StepInputs, prepare_inputs
 from nanoengine.scheduler import Scheduler, SchedulerOutput
-from nanoengine.sequence import Sequence, SequenceStatus
+from nanoengine.sequence import EventKind, Sequence, SequenceStatus
 from tracer.teach.lessons import find_lesson, student_functions
 
 
@@ -36,7 +36,7 @@ def preempt_to_the_tail(self: Scheduler, seq: Sequence, out: SchedulerOutput, ne
     seq.status = SequenceStatus.WAITING
     self.running.remove(seq)
     self.waiting.append(seq)  # BUG: behind every request that arrived after it
-    out.events.append(("preempted", seq.seq_id, {"reason": "KV cache full"}))
+    out.add_event(EventKind.PREEMPTED, seq, reason="KV cache full")
 
 
 def decoding_into_the_shared_prefix(bm: BlockManager) -> Callable[[list[Sequence], int], StepInputs]:

@@ -12,7 +12,15 @@ import dataclasses
 import pytest
 from conftest import SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
 
-from tracer.trace.invariants import INVARIANTS, InvariantChecker, Violation, check_record, check_steps, check_trace
+from tracer.trace.invariants import (
+    INVARIANTS,
+    PROFILES,
+    InvariantChecker,
+    Violation,
+    check_record,
+    check_steps,
+    check_trace,
+)
 
 MUTATIONS = {}
 
@@ -391,6 +399,19 @@ def test_invariant_fires_on_a_broken_step(tiny_trace, name):
     assert fired, f"{name} did not fire on step {number}; got {after}"
     for v in fired:
         assert v.message and "\n" not in v.message and "malformed" not in v.message
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_a_profile_names_exactly_its_own_invariants(tiny_trace, profile):
+    config, requests = tiny_trace.header["config"], tiny_trace.header["requests"]
+    eos = tiny_trace.header["eos_token_ids"]
+    names = {rule.name for rule in PROFILES[profile]}
+    for name, mutate in MUTATIONS.items():
+        steps, broken_config = copy.deepcopy(tiny_trace.steps), dict(config)
+        mutate(steps, broken_config)
+        fired = {v.invariant for v in check_steps(steps, broken_config, requests, eos, profile=profile)}
+        assert fired <= names, f"{profile} named {fired - names}"
+        assert (name in fired) == (name in names), f"{name} under the {profile} profile: {fired}"
 
 
 def test_violations_name_step_sequence_and_invariant(tiny_trace):

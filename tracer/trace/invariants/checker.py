@@ -1,0 +1,101 @@
+"""Runs a profile's rules on each step in order, keeping what carries over between steps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tracer.trace.invariants.profiles import DEFAULT_PROFILE, profile_for, rules_of
+from tracer.trace.invariants.reading import preempted
+from tracer.trace.invariants.rule import Context, Violation
+from tracer.trace.kv_shadow import KvShadow
+from tracer.trace.step_line import line_from_record
+
+
+class InvariantChecker:
+    """Checks steps in order; keeps what carries over between steps."""
+
+    def __init__(
+        self,
+        config: dict | None = None,
+        requests: Iterable[dict] = (),
+        eos_token_ids: Iterable[int] | None = None,
+        profile: str = DEFAULT_PROFILE,
+    ):
+        self.rules = rules_of(profile)
+        self.config = dict(config or {})
+        self.prev: dict[int, dict] | None = None
+        self.tokens: dict[int, list[int]] = {}
+        self.params: dict[int, dict] = {}
+        self.memo: dict = {}
+        self.kv = KvShadow()
+        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else None
+        self.preempted: list[int] | None = None
+        self.add_requests(requests)
+
+    def add_requests(self, requests: Iterable[dict]) -> None:
+        for r in requests:
+            ids = r.get("prompt_token_ids")
+            if ids is not None and len(ids) == r.get("num_prompt_tokens", len(ids)):  # else: prompt unknown
+                self.tokens.setdefault(r["seq_id"], list(r["prompt_token_ids"]))
+            if r.get("params"):
+                self.params.setdefault(r["seq_id"], r["params"])
+
+    def check(self, step: Mapping[str, Any]) -> list[Violation]:
+        self.add_requests(step.get("new_requests", ()))
+        ctx = Context(
+            step,
+            {s["seq_id"]: s for s in step["seqs"]},
+            list(step["inputs"]["seq_ids"]),
+            self.config.get("block_size") or step["pool"]["block_size"],
+            self.config,
+            self.prev,
+            self.tokens,
+            self.memo,
+            self.kv,
+            self.params,
+            self.eos_token_ids,
+            self.preempted,
+        )
+        number = step["step"]
+        found: list[Violation] = []
+        for rule in self.rules:
+            try:
+                found.extend(Violation(number, seq_id, rule.name, message) for seq_id, message in rule.find(ctx))
+            except (KeyError, IndexError, TypeError, ValueError) as e:
+                message = f"the step is malformed for this check ({type(e).__name__}: {e})"
+                found.append(Violation(number, None, rule.name, message))
+        self.remember(ctx)
+        return found
+
+    def remember(self, ctx: Context) -> None:
+        self.prev = ctx.seqs
+        self.preempted = [sid for sid in preempted(ctx.step) if ctx.seqs.get(sid, {}).get("status_after") == "WAITING"]
+        for sid, s in ctx.seqs.items():
+            if sid in self.tokens and s.get("new_token_ids"):
+                self.tokens[sid].extend(s["new_token_ids"])
+
+
+def check_steps(
+    steps: Iterable[dict],
+    config: dict | None = None,
+    requests: Iterable[dict] = (),
+    eos_token_ids: Iterable[int] | None = None,
+    profile: str = DEFAULT_PROFILE,
+) -> list[Violation]:
+    checker = InvariantChecker(config, requests, eos_token_ids, profile)
+    return [v for step in steps for v in checker.check(step)]
+
+
+def check_trace(trace, profile: str | None = None) -> list[Violation]:
+    """Every violation in a loaded trace (tracer.trace.trace_file.Trace), by the profile asked for
+    or else by that of the engine that wrote it (its header's `engine`)."""
+    header = trace.header
+    config, requests, eos = header.get("config"), header.get("requests", ()), header.get("eos_token_ids")
+    return check_steps(trace.steps, config, requests, eos, profile or profile_for(header))
+
+
+def check_record(record, block_size: int | None = None, profile: str = DEFAULT_PROFILE) -> list[Violation]:
+    """Check one bare nanoengine StepRecord (no history: cross-step checks are skipped)."""
+    config = {"block_size": block_size} if block_size else None
+    return InvariantChecker(config, profile=profile).check(line_from_record(record))

@@ -1,0 +1,99 @@
+"""nanoengine's chosen behaviour, not paged-KV correctness: which request is preempted, where it
+waits, who is admitted first, when EOS stops a request and when an abort lands. Another engine
+(vLLM) may choose differently and still be correct: the correctness profile leaves these out."""
+
+from __future__ import annotations
+
+from nanoengine.sequence import EventKind, FinishReason
+from tracer.trace.invariants.reading import events_of, finished_with, preempted, short
+from tracer.trace.invariants.rule import Context, Findings, invariant
+
+
+@invariant("preemption takes the newest running sequence first (the end of the running list)")
+def victim_policy(ctx: Context) -> Findings:
+    victims = preempted(ctx.step)
+    queues = ctx.step.get("queues")
+    if not victims or queues is None:
+        return
+    aborted = {e["seq_id"] for e in finished_with(ctx.step, FinishReason.ABORT)}
+    running = [sid for sid in queues["running"] if sid not in aborted]  # aborts take effect before scheduling
+    want = running[::-1][: len(victims)]
+    if victims != want:
+        yield (
+            victims[0],
+            f"the step preempted seqs {victims} from running list {list(queues['running'])}; the newest "
+            f"first would be {want}",
+        )
+
+
+@invariant("preempted sequences wait at the head of the waiting queue, the last preempted first")
+def preempted_to_head(ctx: Context) -> Findings:
+    queues = ctx.step.get("queues")
+    if not ctx.preempted_before or queues is None:
+        return
+    want = ctx.preempted_before[::-1]
+    head = list(queues["waiting"][: len(want)])
+    if head != want:
+        yield (
+            want[0],
+            f"the previous step preempted seqs {ctx.preempted_before}, so the waiting queue must start "
+            f"with {want}; it is {short(queues['waiting'])}",
+        )
+
+
+@invariant("a step admits from the head of the waiting queue, in order (its own preempted ones first)")
+def admission_order(ctx: Context) -> Findings:
+    queues = ctx.step.get("queues")
+    admitted = [e["seq_id"] for e in events_of(ctx.step, EventKind.ADMITTED)]
+    if not admitted or queues is None:
+        return
+    # The queue as the admission loop found it: this step's preempted sequences went to the head.
+    finished = {e["seq_id"] for e in events_of(ctx.step, EventKind.FINISHED)}
+    queue = [
+        sid for sid in preempted(ctx.step)[::-1] + list(queues["waiting"]) if sid in admitted or sid not in finished
+    ]
+    if admitted != queue[: len(admitted)]:
+        yield (
+            admitted[0],
+            f"the step admitted seqs {admitted}, but the waiting queue it admitted from was {short(queue)}: "
+            f"admission takes the head first",
+        )
+
+
+@invariant(
+    "sampling an EOS id finishes the sequence with 'stop' unless ignore_eos; "
+    "a 'stop' without an EOS id needs a stop string"
+)
+def eos_finish(ctx: Context) -> Findings:
+    eos = ctx.eos_token_ids
+    if eos is None:
+        return
+    stopped = {e["seq_id"] for e in finished_with(ctx.step, FinishReason.STOP)}
+    for sid, s in ctx.seqs.items():
+        if not s["new_token_ids"] and sid not in stopped:
+            continue
+        params = ctx.params.get(sid)
+        if params is None or "ignore_eos" not in params:
+            continue
+        sampled_eos = bool(s["new_token_ids"]) and s["new_token_ids"][-1] in eos and not params["ignore_eos"]
+        if sampled_eos and sid not in stopped:
+            yield (
+                sid,
+                f"seq {sid} sampled EOS id {s['new_token_ids'][-1]} without ignore_eos but did not finish "
+                f"with 'stop' (it is {s['status_after']}, reason {s['finish_reason']!r})",
+            )
+        elif sid in stopped and not sampled_eos and not params.get("stop"):
+            what = "ignores EOS" if params["ignore_eos"] and s["new_token_ids"] else "sampled no EOS id"
+            yield sid, f"seq {sid} finished with 'stop' but {what} and has no stop strings"
+
+
+@invariant("an abort takes effect in the step it was requested for")
+def abort_step(ctx: Context) -> Findings:
+    for e in finished_with(ctx.step, FinishReason.ABORT):
+        requested = e["detail"].get("requested_step", ctx.step["step"])  # absent: aborted outside a step
+        if requested != ctx.step["step"]:
+            yield (
+                e["seq_id"],
+                f"seq {e['seq_id']}'s abort was requested for step {requested} but took effect in step "
+                f"{ctx.step['step']}",
+            )

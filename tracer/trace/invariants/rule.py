@@ -1,0 +1,93 @@
+"""An invariant: a name, one English line, and a function that finds where a step breaks it.
+
+    @invariant("seq_lens == num_cached_tokens + num_scheduled_tokens")
+    def seq_lens(ctx: Context) -> Findings:
+        ...
+        yield seq_id, "seq 3 has seq_len 9 but ..."
+
+The function's name is the invariant's name: it is written once. An engine's own variant of a
+rule says the name it stands in for (`@invariant("...", name="free_blocks")`, see vllm.py). A
+rule yields (seq_id or None, message) pairs; the checker turns each into a Violation carrying the
+rule's name and the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from tracer.trace.kv_shadow import KvShadow
+
+Findings = Iterator[tuple[int | None, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    step: int
+    seq_id: int | None
+    invariant: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "seq_id": self.seq_id, "invariant": self.invariant, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Violation:
+        return cls(d["step"], d.get("seq_id"), d["invariant"], d["message"])
+
+
+@dataclass(slots=True)
+class Context:
+    """One step, with its sequences indexed, handed to every rule."""
+
+    step: Mapping[str, Any]
+    seqs: dict[int, dict]
+    batch: list[int]  # seq_ids in batch order
+    block_size: int
+    config: dict
+    prev: dict[int, dict] | None  # previous step's sequences by id
+    tokens: dict[int, list[int]]  # each sequence's tokens before this step
+    memo: dict  # results a rule may reuse while its inputs are unchanged
+    kv: KvShadow  # what each KV slot holds, across steps
+    params: dict[int, dict]  # each request's sampling params, where known
+    eos_token_ids: frozenset[int] | None  # None: unknown (a version-1 trace or a bare record)
+    preempted_before: list[int] | None  # sequences the previous step preempted, in order; None: no previous
+
+
+Find = Callable[[Context], Findings]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    text: str  # what must hold, one line: `nanoengine check --list` and the trace viewer show it
+    find: Find
+
+    @property
+    def concern(self) -> str:
+        """The file it is written in: counters ... lifecycle (correctness), policy, vllm."""
+        return self.find.__module__.rsplit(".", 1)[-1]
+
+
+REGISTRY: list[Rule] = []  # every rule defined, in definition order
+
+
+def invariant(text: str, name: str | None = None) -> Callable[[Find], Find]:
+    """Register the decorated function as the invariant named after it (or `name`, for an
+    engine's variant of a rule)."""
+
+    def register(find: Find) -> Find:
+        rule = Rule(name or find.__name__, text, find)
+        if any(r.name == rule.name and r.concern == rule.concern for r in REGISTRY):
+            raise ValueError(f"invariant {rule.name!r} is defined twice in {rule.concern}.py")
+        REGISTRY.append(rule)
+        return find
+
+    return register
+
+
+def rules_in(module: ModuleType) -> tuple[Rule, ...]:
+    """The rules a module defines, in the order it defines them."""
+    return tuple(rule for rule in REGISTRY if rule.find.__module__ == module.__name__)
