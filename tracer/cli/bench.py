@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -166,25 +167,22 @@ def serving_main(args: argparse.Namespace) -> dict:
 def bench_main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.serving:
-        report = serving_main(args)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-        if args.json:
-            print(json.dumps(report, indent=2, allow_nan=False))
-        else:
-            from tracer.bench.serving import print_serving_report
+        from tracer.bench.serving import print_serving_report
 
-            print_serving_report(report)
-        return 0
-    report = run_benchmark(settings_from_args(args))
+        emit_report(serving_main(args), args, print_serving_report)
+    else:
+        from tracer.bench.report import print_report
+
+        emit_report(run_benchmark(settings_from_args(args)), args, print_report)
+    return 0
+
+
+def emit_report(report: dict, args: argparse.Namespace, print_table: Callable[[dict], None]) -> None:
+    """Save the report's JSON with --out; print it as JSON with --json, else as tables."""
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     if args.json:
         print(json.dumps(report, indent=2, allow_nan=False))
     else:
-        from tracer.bench.report import print_report
-
-        print_report(report)
-    return 0
+        print_table(report)
