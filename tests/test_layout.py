@@ -19,6 +19,7 @@ LEVELS = {
     "tracer.loop": 2,  # the live engine loop: a thread, a command queue, per-request callbacks
     "tracer.replay": 3,
     "tracer.serve": 3,  # the OpenAI-compatible HTTP server on the loop
+    "tracer.live": 4,  # the replay on a running engine or a growing file: above loop and replay
     "tracer.teach": 4,
     "tracer.bench": 4,
     "tracer.export": 4,
@@ -141,7 +142,18 @@ def test_engine_stays_within_its_line_budget():
 
 
 def test_tests_mirror_the_packages():
-    for package in ("engine", "trace", "loop", "replay", "serve", "teach", "bench", "cli", "vllm"):
+    for package in (
+        "engine",
+        "trace",
+        "loop",
+        "replay",
+        "live",
+        "serve",
+        "teach",
+        "bench",
+        "cli",
+        "vllm",
+    ):
         assert list((ROOT / "tests" / package).glob("test_*.py")), f"tests/{package}/ has no tests"
 
 

@@ -3,7 +3,7 @@
     nanoengine trace "prompt" ["prompt" ...] [engine flags] [--arrive 0,0,4,9] [--out FILE] [--title T]
                      [--no-tui] [--predict]
     nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict]
-    nanoengine replay FILE [--step N] [--predict] [--web [--port 8000]]
+    nanoengine replay FILE [--step N] [--predict] [--web [--port 8000]] [--follow]
     nanoengine check FILE [--full]
     nanoengine check --list
 
@@ -261,7 +261,19 @@ def replay_main(argv: list[str]) -> int:
         help="a second trace of the same workload (e.g. tracer/vllm/traces/NAME.jsonl): its same step "
         "beside this one, differences marked",
     )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow a trace another process is still writing (a server's --trace file), like tail -f",
+    )
     args = p.parse_args(argv)
+    if args.follow:
+        if args.web or args.compare or args.predict:
+            err("--follow shows a trace as it is written: it cannot be combined with --web, --compare or --predict")
+            return 2
+        from tracer.live.follow import run_follow
+
+        return run_follow(args.file)
     if args.web and args.compare:
         err("--web and --compare cannot be combined yet: use `nanoengine diff A B` beside the web replay")
         return 2

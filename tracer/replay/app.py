@@ -304,7 +304,7 @@ class ReplayApp(App[int]):
         title = header.get("title") or Path(str(getattr(self.trace, "path", "trace"))).name
         config = header.get("config", {})
         bar = Text(no_wrap=True, overflow="ellipsis")
-        bar.append(" nanoengine replay ", "bold black on #2ec4b6")
+        bar.append_text(self.badge())
         if self.predict:
             bar.append(f" predict score {self.score_right}/{self.score_asked} ", "bold black on #ffd23f")
         bar.append(f" {title} ", "bold")
@@ -316,6 +316,10 @@ class ReplayApp(App[int]):
         if self.selected_seq is not None:
             bar.append(f" · selected {seq_tag(self.selected_seq)}", "bold")
         self.query_one("#topbar", Static).update(bar)
+
+    def badge(self) -> Text:
+        """The top bar's first mark: which app this is (a live or followed trace says so here)."""
+        return Text(" nanoengine replay ", "bold black on #2ec4b6")
 
     def go_to(self, index: int) -> None:
         index = max(0, min(index, len(self.steps) - 1))

@@ -46,6 +46,11 @@ class TimelineView(Widget):
         self.index, self.status = index, status
         self.refresh()
 
+    def grow(self) -> None:
+        """Steps were appended to marks and step_numbers (a trace still being written): redraw the bar."""
+        self.bar_cache = None
+        self.refresh()
+
     def column_marks(self, width: int) -> list[str]:
         """The marker kind of each scrubber column, cached per width (markers never change)."""
         if self.bar_cache and self.bar_cache[0] == width:
