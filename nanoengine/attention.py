@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+KVCache = tuple[Tensor, Tensor]  # one layer's K and V cache, in the backend's own layout
+
 
 @dataclass(slots=True)
 class DecodeGroup:
@@ -36,16 +38,20 @@ class TorchAttention:
     """Pure torch, CPU and CUDA. Cache [kv_heads, num_kv_blocks, block_size, dim]: gathering a
     sequence's blocks with index_select lands K laid out for a batched matmul (no transpose)."""
 
-    def cache_shape(self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
+    def cache_shape(
+        self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[int, ...]:
         return (num_kv_heads, num_kv_blocks, block_size, head_dim)
 
-    def write_kv(self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
+    def write_kv(self, kv: KVCache, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
+        k_cache, v_cache = kv
         heads, _, _, dim = k_cache.shape
         k_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, k.transpose(0, 1))
         v_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, v.transpose(0, 1))
 
-    def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
         """q: [T, heads, dim] -> [T, heads, dim]."""
+        k_cache, v_cache = kv
         out = torch.empty_like(q)
         num_kv_heads, _, block_size, dim = k_cache.shape
         group = q.shape[1] // num_kv_heads  # query heads per KV head
@@ -81,28 +87,23 @@ class FlashAttention:
 
     Cache [num_kv_blocks, block_size, kv_heads, dim]."""
 
-    def cache_shape(self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
+    def cache_shape(
+        self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[int, ...]:
         return (num_kv_blocks, block_size, num_kv_heads, head_dim)
 
-    def write_kv(self, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
+    def write_kv(self, kv: KVCache, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
+        k_cache, v_cache = kv
         k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
         v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
 
-    def __call__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
         from flash_attn import flash_attn_varlen_func
 
         cu_seqlens_k = F.pad(meta.seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
+        lens = (meta.query_start_loc, cu_seqlens_k, meta.max_query_len, meta.max_seq_len)
         return flash_attn_varlen_func(
-            q,
-            k_cache,
-            v_cache,
-            meta.query_start_loc,
-            cu_seqlens_k,
-            meta.max_query_len,
-            meta.max_seq_len,
-            softmax_scale=scale,
-            causal=True,
-            block_table=meta.block_tables,
+            q, *kv, *lens, softmax_scale=scale, causal=True, block_table=meta.block_tables
         )
 
 
@@ -116,10 +117,14 @@ def pick_backend(name: str, device: torch.device, block_size: int) -> AttentionB
         import flash_attn  # noqa: F401
     except ImportError:
         if name == "flash":
-            raise ValueError("attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'") from None
+            raise ValueError(
+                "attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'"
+            ) from None
         return TorchAttention()
     if block_size % 256:
         if name == "flash":
-            raise ValueError(f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}")
+            raise ValueError(
+                f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}"
+            )
         return TorchAttention()
     return FlashAttention()

@@ -30,7 +30,9 @@ class EngineConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise ValueError(f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         config = cls(**kwargs)
         config.validate()
         return config
@@ -44,7 +46,9 @@ class EngineConfig:
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
         if self.attention_backend not in ("auto", "torch", "flash"):
-            raise ValueError(f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}")
+            raise ValueError(
+                f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}"
+            )
 
 
 def idle_cores() -> int:

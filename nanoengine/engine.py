@@ -76,7 +76,7 @@ class LLMEngine:
             max_model_len,
             self.eos_token_ids,
         )
-        self.runner = ModelRunner(self.model, num_kv_blocks, block_size, self.device, dtype, config.attention_backend)
+        self.runner = ModelRunner(self.model, config, self.device, dtype)
         self.sequences: dict[int, Sequence] = {}  # every request not yet collected
         self.step_hooks: list[StepHook] = []
         self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
@@ -92,7 +92,9 @@ class LLMEngine:
                 raise ValueError("empty prompt: give at least one token of text")
             if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
                 chat = [{"role": "user", "content": prompt}]
-                prompt = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+                prompt = self.tokenizer.apply_chat_template(
+                    chat, tokenize=False, add_generation_prompt=True
+                )
             token_ids: list[Any] = list(self.tokenizer.encode(prompt, add_special_tokens=False))
         elif isinstance(prompt, (list, tuple, range)):
             token_ids = list(prompt)
@@ -104,7 +106,8 @@ class LLMEngine:
         for i, t in enumerate(token_ids):
             if not is_int(t) or not 0 <= t < self.vocab_size:
                 raise ValueError(
-                    f"prompt token {i} is {short_repr(t)}: token ids are integers in [0, {self.vocab_size})"
+                    f"prompt token {i} is {short_repr(t)}: "
+                    f"token ids are integers in [0, {self.vocab_size})"
                 )
         return [int(t) for t in token_ids]
 
@@ -117,7 +120,8 @@ class LLMEngine:
         limit = self.scheduler.max_model_len
         if len(token_ids) >= limit:
             raise ValueError(
-                f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: shorten it or raise max_model_len"
+                f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: "
+                "shorten it or raise max_model_len"
             )
         worst = min(len(token_ids) + params.max_tokens, limit)
         need = blocks_needed(worst, self.config.block_size)
@@ -175,7 +179,9 @@ class LLMEngine:
         aborted = self.apply_aborts()
         out = self.scheduler.schedule()
         for seq, requested in aborted:
-            out.add_event(EventKind.FINISHED, seq, reason=FinishReason.ABORT.value, requested_step=requested)
+            out.add_event(
+                EventKind.FINISHED, seq, reason=FinishReason.ABORT.value, requested_step=requested
+            )
         return out
 
     def run(self, out: SchedulerOutput, watch: StepWatch) -> list[int | None]:
@@ -297,16 +303,21 @@ class LLMEngine:
                 text = text[: text.index(s)]
         reason = seq.finish_reason.value if seq.finish_reason else None
         prompt_ids = seq.token_ids[: seq.num_prompt_tokens]
-        return RequestOutput(seq.seq_id, seq.prompt, prompt_ids, seq.completion_token_ids, text, reason, seq.error)
+        return RequestOutput(
+            seq.seq_id, seq.prompt, prompt_ids, seq.completion_token_ids, text, reason, seq.error
+        )
 
     def collect(self, seq_id: int) -> RequestOutput:
         """The finished request's output; it is then forgotten."""
         seq = self.sequences.get(seq_id)
         if seq is None:
-            raise ValueError(f"no request {seq_id!r} to collect: it was never added or was already collected")
+            raise ValueError(
+                f"no request {seq_id!r} to collect: it was never added or was already collected"
+            )
         if not seq.is_finished:
             raise ValueError(
-                f"request {seq_id} is still {seq.status.value}: step() until it finishes, or abort() it first"
+                f"request {seq_id} is still {seq.status.value}: "
+                "step() until it finishes, or abort() it first"
             )
         return self.output(self.sequences.pop(seq_id))
 
@@ -377,7 +388,9 @@ def load_weights(model: CausalLM, state_dict: dict[str, torch.Tensor]) -> None:
     except RuntimeError as e:  # a weight whose shape config.json does not describe
         lines = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
         mismatch = lines[0] if lines else str(e)
-        raise ValueError(f"the weights do not fit config.json: {mismatch[:200]}; re-download the model") from None
+        raise ValueError(
+            f"the weights do not fit config.json: {mismatch[:200]}; re-download the model"
+        ) from None
     if model.config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
         missing = [k for k in missing if k != "lm_head.weight"]

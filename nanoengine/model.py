@@ -13,11 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nanoengine.attention import AttentionBackend, AttentionMetadata
+from nanoengine.attention import AttentionBackend, AttentionMetadata, KVCache
 
 ModelConfig = Any  # a transformers PretrainedConfig of the Llama family
 Rope = tuple[Tensor, Tensor]  # cos, sin
-KVCache = tuple[Tensor, Tensor]  # one layer's K and V cache
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -125,7 +124,9 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
-    def forward(self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
+    ) -> Tensor:
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
@@ -133,9 +134,8 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, k, rope)
-        k_cache, v_cache = kv
-        attend.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
-        o = attend(q, k_cache, v_cache, meta, self.scale)
+        attend.write_kv(kv, k, v, meta.slot_mapping)
+        o = attend(q, kv, meta, self.scale)
         return self.o_proj(o.reshape(T, -1))
 
 
@@ -158,7 +158,9 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
+    ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, kv, meta, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -177,7 +179,8 @@ class CausalLM(nn.Module):
         super().__init__()
         if config.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
-                f"model_type {config.model_type!r} is not supported; nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}"
+                f"model_type {config.model_type!r} is not supported; "
+                f"nanoengine runs {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
         self.config = config
         self.model = DecoderModel(config, max_positions)

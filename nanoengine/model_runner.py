@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from nanoengine.attention import AttentionMetadata, DecodeGroup, pick_backend
+from nanoengine.config import EngineConfig
 from nanoengine.model import CausalLM, head_dim_of
 from nanoengine.sampler import sample
 from nanoengine.sequence import Sequence
@@ -22,7 +23,9 @@ def compute_slot_mapping(
     return block_tables[seq_index, positions // block_size] * block_size + positions % block_size
 
 
-def group_by_length(seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4) -> list[list[int]]:
+def group_by_length(
+    seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4
+) -> list[list[int]]:
     """Split decode sequences, sorted by length, into a few groups: less K/V padding to gather."""
     seqs = sorted(seqs, key=seq_lens.__getitem__)
     num_groups = max(1, min(max_groups, len(seqs) // min_group))
@@ -72,20 +75,17 @@ def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
 
 class ModelRunner:
     def __init__(
-        self,
-        model: CausalLM,
-        num_kv_blocks: int,
-        block_size: int,
-        device: torch.device,
-        dtype: torch.dtype,
-        attention_backend: str = "auto",
+        self, model: CausalLM, config: EngineConfig, device: torch.device, dtype: torch.dtype
     ):
+        assert config.num_kv_blocks is not None, "the engine sizes the pool before the runner"
         self.model = model
-        self.block_size = block_size
+        self.block_size = config.block_size
         self.device = device
-        self.attend = pick_backend(attention_backend, device, block_size)
+        self.attend = pick_backend(config.attention_backend, device, self.block_size)
+        num_kv_heads = model.config.num_key_value_heads
+        head_dim = head_dim_of(model.config)
         shape = self.attend.cache_shape(
-            num_kv_blocks, block_size, model.config.num_key_value_heads, head_dim_of(model.config)
+            config.num_kv_blocks, self.block_size, num_kv_heads, head_dim
         )
         zeros = functools.partial(torch.zeros, shape, dtype=dtype, device=device)
         self.kv_caches = [(zeros(), zeros()) for _ in model.model.layers]  # K and V per layer

@@ -39,7 +39,8 @@ class SamplingParams:
         temperature = self.temperature
         if not is_real(temperature) or not (temperature == 0 or temperature >= MIN_TEMPERATURE):
             raise ValueError(
-                f"temperature must be >= 0 (0 = greedy, else finite and >= {MIN_TEMPERATURE}), got {temperature!r}"
+                "temperature must be >= 0 (0 = greedy, else finite and "
+                f">= {MIN_TEMPERATURE}), got {temperature!r}"
             )
         if not is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")

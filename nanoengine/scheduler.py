@@ -151,7 +151,9 @@ class Scheduler:
             return FinishReason.LENGTH
         return None
 
-    def finish(self, seq: Sequence, reason: FinishReason, out: SchedulerOutput | None = None) -> None:
+    def finish(
+        self, seq: Sequence, reason: FinishReason, out: SchedulerOutput | None = None
+    ) -> None:
         if seq.status == SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq in self.waiting:

@@ -201,7 +201,9 @@ def record_pool(bm: BlockManager) -> BlockPool:
     return BlockPool(bm.block_size, tuple(bm.ref_counts), tuple(bm.hashes), tuple(bm.free_blocks))
 
 
-def record_inputs(seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, Scheduled]) -> InputsRecord:
+def record_inputs(
+    seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, Scheduled]
+) -> InputsRecord:
     if inputs is None:
         return InputsRecord((), (), (), (0,), (), (), (), (), ())
     return InputsRecord(

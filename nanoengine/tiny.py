@@ -23,7 +23,9 @@ class ByteTokenizer:
         return [b + len(SPECIAL_TOKENS) for b in text.encode("utf-8")]
 
     def decode(self, token_ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        data = bytes(t - len(SPECIAL_TOKENS) for t in token_ids if len(SPECIAL_TOKENS) <= t < self.vocab_size)
+        data = bytes(
+            t - len(SPECIAL_TOKENS) for t in token_ids if len(SPECIAL_TOKENS) <= t < self.vocab_size
+        )
         return data.decode("utf-8", errors="replace")
 
     def convert_ids_to_tokens(self, token_ids: list[int]) -> list[str]:

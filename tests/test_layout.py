@@ -1,6 +1,6 @@
 """The package layout's rules: imports point one way (engine <- trace <- loop <- replay, serve <-
 teach/bench/export <- vllm <- cli), the engine is a library (no tracer, textual or argparse), and it stays within its
-size budget (1,500 code lines)."""
+size budget (1,500 code lines, lines of at most 100 characters)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ LEVELS = {
     "tracer.cli": 6,
 }
 ENGINE_BUDGET = 1500  # code lines: not blank, not a comment, not part of a docstring
+ENGINE_LINE_LENGTH = 100  # as nanoengine/ruff.toml tells ruff
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
 
 
@@ -139,6 +140,16 @@ def f(a):  # a comment after code
 def test_engine_stays_within_its_line_budget():
     lines = sum(code_lines(p.read_text(encoding="utf-8")) for p in python_files("nanoengine"))
     assert lines <= ENGINE_BUDGET, f"nanoengine/ has {lines} code lines; the budget is {ENGINE_BUDGET}"
+
+
+def test_engine_lines_fit_in_100_characters():
+    long = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in python_files("nanoengine")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if len(line) > ENGINE_LINE_LENGTH
+    ]
+    assert not long, f"lines over {ENGINE_LINE_LENGTH} characters in nanoengine/: {long[:5]}"
 
 
 def test_tests_mirror_the_packages():

@@ -252,9 +252,9 @@ def attend_with(backend, q, keys, values, q_lens, k_lens, tables, num_blocks):
     shape = backend.cache_shape(num_blocks, PAGE, num_kv_heads, dim)
     k_cache, v_cache = torch.zeros(shape, dtype=q.dtype), torch.zeros(shape, dtype=q.dtype)
     whole = metadata_for(k_lens, k_lens, tables, PAGE)  # every key position, to fill the cache
-    backend.write_kv(k_cache, v_cache, torch.cat(keys), torch.cat(values), whole.slot_mapping)
+    backend.write_kv((k_cache, v_cache), torch.cat(keys), torch.cat(values), whole.slot_mapping)
     meta = metadata_for(q_lens, k_lens, tables, PAGE)
-    return backend(q, k_cache, v_cache, meta, dim**-0.5)
+    return backend(q, (k_cache, v_cache), meta, dim**-0.5)
 
 
 @st.composite
@@ -302,8 +302,10 @@ def planted(bug: str):
     """FlashAttention.__call__ with one integration bug planted."""
     import torch.nn.functional as F
 
-    def call(self, q, k_cache, v_cache, meta, scale):
+    def call(self, q, kv, meta, scale):
         from flash_attn import flash_attn_varlen_func as kernel
+
+        k_cache, v_cache = kv
 
         cu_seqlens_k = F.pad(meta.seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
         args = dict(
