@@ -44,7 +44,9 @@ import nanoengine
 from nanoengine.engine import LLMEngine, RequestOutput
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.step_record import BlockPool, SeqStep, StepRecord
+from tracer.trace import event_where
 from tracer.trace.invariants import InvariantChecker, Violation
+from tracer.trace.sources import SourceBook
 from tracer.trace.step_line import PoolLayout, SeqRow, StepLine, line_from_record
 from tracer.trace.trace_file import SCHEMA_VERSION
 
@@ -131,8 +133,10 @@ class TraceRecorder:
         self.encoded: dict[str, tuple] = {}  # pool field -> (value, its JSON) from the last step
         self.free_filled: tuple = (None, None, [])  # (hashes, ref_counts, filled of the free blocks)
         self.violations: list[Violation] = []
+        self.sources: SourceBook | None = None  # the engine's functions, read when the header is written
         self.num_steps = 0
         self.last_step = -1
+        event_where.listen()
         engine.add_step_hook(self)
 
     # ---- the hook -----------------------------------------------------------------------
@@ -177,6 +181,9 @@ class TraceRecorder:
         live = {s.seq_id for s in record.seqs}
         line["seqs"] = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
         line["new_requests"] = new_requests
+        if self.sources is not None:
+            for event, e in zip(line["events"], record.events):
+                event["where"] = self.sources.where(event_where.taken(e.detail))
         line["inputs"]["input_texts"] = self.token_texts(record.inputs.input_ids)
         line["pool"].update(self.pool_layout(line["seqs"], record.pool))
         return line
@@ -275,6 +282,7 @@ class TraceRecorder:
         return entry
 
     def write_header(self, requests: list[dict]) -> None:
+        self.sources = SourceBook()
         self.header = {
             "type": "header",
             "schema_version": SCHEMA_VERSION,
@@ -287,6 +295,7 @@ class TraceRecorder:
             "focus_step": self.focus_step,
             "eos_token_ids": sorted(self.engine.eos_token_ids),
             "tokenizer": tokenizer_identity(self.engine.tokenizer, self.engine.model_name),
+            "sources": self.sources.entries,
         }
         self.file.write(json.dumps(self.header, ensure_ascii=False, allow_nan=False) + "\n")
         self.file.flush()
@@ -298,6 +307,7 @@ class TraceRecorder:
         if self.header is None:
             self.write_header([])
         self.file.close()
+        event_where.stop_listening()
         self.engine.step_hooks[:] = [h for h in self.engine.step_hooks if h is not self]
 
     def __enter__(self) -> TraceRecorder:

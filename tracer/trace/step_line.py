@@ -34,6 +34,7 @@ class EventLine(TypedDict):
     kind: str
     seq_id: int
     detail: dict[str, Any]
+    where: NotRequired[list[list[Any]]]  # recorder only: [qualified name, line] that emitted it, innermost first
 
 
 class InputsLine(TypedDict):
