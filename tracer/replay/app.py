@@ -33,6 +33,7 @@ from tracer.replay.narration import narrate
 from tracer.replay.predict import PredictScreen, Question, is_correct, make_question
 from tracer.replay.views.banner import Banner
 from tracer.replay.views.batch import BatchView
+from tracer.replay.views.code import CodeView
 from tracer.replay.views.compare import CompareView
 from tracer.replay.views.kv_pages import KVPagesView
 from tracer.replay.views.queues import QueuesView
@@ -88,7 +89,7 @@ class ReplayApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "nanoengine replay"
     ENABLE_COMMAND_PALETTE = False
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall"), (44, "-roomy")]  # -roomy: code beside the machine
 
     BINDINGS = [
         Binding("left", "step(-1)", "step", key_display="←", priority=True),
@@ -101,11 +102,12 @@ class ReplayApp(App[int]):
         Binding("g", "goto", "go to"),
         Binding("n", "event(1)", "next event"),
         Binding("p", "event(-1)", "prev event"),
+        Binding("c", "toggle_code", "code"),
         Binding("z", "zoom", "zoom", show=False),
         Binding("a", "toggle_animations", "animations", show=False),
         Binding("escape", "deselect", "deselect", show=False),
         Binding("x", "hide_banner", "hide banner", show=False),
-        Binding("s", "screenshot", "svg"),
+        Binding("s", "screenshot", "svg", show=False),  # in the help: the footer has room for `c`
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
@@ -166,7 +168,9 @@ class ReplayApp(App[int]):
             yield CompareView(id="compare")
         yield QueuesView(id="queues")
         with Horizontal(id="upper"):
-            yield StateMachineView(id="machine")
+            with Vertical(id="left"):
+                yield StateMachineView(id="machine")
+                yield CodeView(id="code")
             yield KVPagesView(id="kv")
         yield SequencesView(id="seqs")
         yield BatchView(id="batch")
@@ -176,6 +180,7 @@ class ReplayApp(App[int]):
     def on_mount(self) -> None:
         titles = {
             "machine": "state machine · prefill/decode: nano-vllm's phases (?)",
+            "code": "code that decided (c hides)",
             "kv": "KV pages",
             "seqs": "sequences",
             "batch": "batch (flat step inputs)",
@@ -200,6 +205,10 @@ class ReplayApp(App[int]):
     @property
     def machine(self) -> StateMachineView:
         return self.query_one(StateMachineView)
+
+    @property
+    def code(self) -> CodeView:
+        return self.query_one(CodeView)
 
     @property
     def kv(self) -> KVPagesView:
@@ -262,7 +271,7 @@ class ReplayApp(App[int]):
         """Redraw every view from the current step (and the previous one, for highlights)."""
         step = self.current_step
         prev = self.steps[self.step_index - 1] if self.step_index > 0 else None
-        for view in (self.machine, self.kv, self.seqs, self.batch, self.query_one(QueuesView)):
+        for view in (self.machine, self.kv, self.seqs, self.batch, self.query_one(QueuesView), self.code):
             view.show(step, prev, self.header)
         self.query_one("#narration", Static).update(Content(narrate(step, self.header)))
         self.show_violations(step)
@@ -398,6 +407,12 @@ class ReplayApp(App[int]):
         else:
             self.go_to(target)
 
+    def action_toggle_code(self) -> None:
+        """The code panel takes the state machine's spare rows (its place, below 44 rows)."""
+        self.screen.toggle_class("-code")
+        if self.screen.has_class("-code"):
+            self.code.redraw()
+
     def action_zoom(self) -> None:
         if self.screen.maximized is not None:
             self.screen.minimize()
@@ -463,6 +478,7 @@ class ReplayApp(App[int]):
         self.kv.select(seq_id, block)
         self.seqs.select(seq_id)
         self.batch.select(seq_id)
+        self.code.select(seq_id)
         self.update_topbar()
 
     @on(SeqSelected)

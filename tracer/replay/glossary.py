@@ -111,3 +111,27 @@ GLOSSARY: tuple[Term, ...] = (
         "LLMEngine.step (nanovllm/engine/llm_engine.py)",
     ),
 )
+
+
+def function_names(ours: str) -> list[str]:
+    """The engine functions a term names, qualified: 'Scheduler.schedule, try_admit (...)' ->
+    ['Scheduler.schedule', 'Scheduler.try_admit'] (a bare name takes the class before it)."""
+    names, owner = [], ""
+    for part in ours.split(":")[0].split("(")[0].split(","):
+        name = part.strip().split(" ")[0]
+        if "." in name:
+            owner = name.rsplit(".", 1)[0]
+        elif owner:
+            name = f"{owner}.{name}"
+        names.append(name)
+    return names
+
+
+def vllm_counterpart(qualname: str) -> str:
+    """vLLM v1's name and file for one of our functions ('Scheduler.preempt'), or '' if the glossary
+    has none."""
+    for term in GLOSSARY:
+        names = function_names(term.ours)
+        if qualname in names or ("." not in qualname and any(n.endswith(f".{qualname}") for n in names)):
+            return term.vllm
+    return ""

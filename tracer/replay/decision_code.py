@@ -1,0 +1,203 @@
+"""Which engine code a step shows: the function behind its event, or behind its phase when it has
+no event, read from the trace's own sources (docs/trace-format.md, "Sources"), never from the
+engine installed here; and vLLM v1's counterpart of that decision (from glossary.py).
+
+    decision_code(step, header, seq_id=None) -> DecisionCode
+    violation_code(violation, header) -> DecisionCode | None    the function its invariant checks
+    code_lines(code) -> list[str]                                 as plain text (replay --text)
+
+An event's `where` lists the lines that emitted it, innermost first ([name, line]): the panel shows
+each of those functions (outermost first) with its line marked, then any function the shown lines
+call that a lesson swapped in (the student's own code, which decided but had returned).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from nanoengine.sequence import EventKind
+from tracer.replay.colors import seq_tag
+from tracer.replay.glossary import vllm_counterpart
+
+# The event a step's panel shows when no sequence is selected: the most telling first.
+EVENT_ORDER = (
+    EventKind.PREEMPTED,
+    EventKind.PREFIX_HIT,
+    EventKind.ADMITTED,
+    EventKind.FINISHED,
+    EventKind.PREFILL_DONE,
+    EventKind.PREFILL_CHUNK,
+)
+MAX_FRAMES = 3
+# Functions that carry out a decision their caller took: the caller's line is the deciding one.
+EFFECTORS = frozenset({"Scheduler.preempt", "Scheduler.finish", "Scheduler.schedule_tokens"})
+NO_SOURCE = "no source recorded in this trace (recorded before traces carried the engine's code)"
+PHASE = "Scheduler.schedule"  # a step without events: its running loop gave each sequence a token
+PHASE_LINE = "schedule_tokens("  # the running loop's line that schedules a decode
+CALL = re.compile(r"\b(\w+)\(")
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One function: its source as the trace holds it, the lines to mark (file line numbers)."""
+
+    name: str  # qualified: Scheduler.make_room
+    file: str
+    first_line: int
+    source: str
+    engine: bool  # False: swapped in (a lesson's own code)
+    marked: tuple[int, ...] = ()
+    role: str = ""  # why it is shown: "emitted it", "called it", "decided"
+    deciding: int | None = None  # the marked line that took the decision, if it is in this function
+
+    @property
+    def lines(self) -> list[str]:
+        return self.source.rstrip("\n").split("\n")
+
+    @property
+    def heading(self) -> str:
+        whose = "the engine's" if self.engine else "swapped in: your code"
+        role = f" · {self.role}" if self.role else ""
+        return f"{self.name} — {self.file}:{self.first_line} ({whose}){role}"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionCode:
+    title: str  # what the code is behind: "PREEMPTED B#1" or "decode (no event this step)"
+    vllm: str  # "vLLM v1: ..." or ""
+    sections: list[Section] = field(default_factory=list)
+    note: str = ""  # said instead of code (no sources in the trace, nothing scheduled)
+
+    @property
+    def focus(self) -> tuple[int, int] | None:
+        """(section index, line index inside it) of the line to scroll to: the deciding one, else
+        the innermost mark."""
+        marked = [(i, s.deciding or s.marked[-1], s.deciding) for i, s in enumerate(self.sections) if s.marked]
+        if not marked:
+            return None
+        i, line, _ = max(marked, key=lambda m: (m[2] is not None, m[0]))
+        return i, line - self.sections[i].first_line
+
+
+def chief_event(step: dict, seq_id: int | None = None) -> dict | None:
+    """The selected sequence's most telling event this step, else the step's."""
+    events = step.get("events") or []
+    mine = [e for e in events if e.get("seq_id") == seq_id] if seq_id is not None else []
+    for pool in (mine, events):
+        for kind in EVENT_ORDER:
+            found = [e for e in pool if e.get("kind") == kind]
+            if found:
+                return found[0]
+    return None
+
+
+def decision_code(step: dict, header: dict, seq_id: int | None = None) -> DecisionCode:
+    event = chief_event(step, seq_id)
+    sources = header.get("sources") or {}
+    if event is None:
+        return phase_code(step, sources)
+    title = f"{str(event.get('kind', '?')).upper()} {seq_tag(int(event.get('seq_id', 0)))}"
+    where = [(str(name), int(line)) for name, line in event.get("where") or [] if name in sources]
+    if not sources or not where:
+        return DecisionCode(title, vllm_line([]), note=NO_SOURCE)
+    where = where[:MAX_FRAMES]
+    decider = next((name for name, _ in where if name not in EFFECTORS), where[-1][0])
+    sections = [section_of(name, sources[name], (line,), role_of(name, where, decider)) for name, line in where]
+    sections = [
+        replace(s, deciding=s.marked[0]) if s.name == decider else s for s in reversed(sections)
+    ]  # outermost first: the reader follows the call down
+    sections += called_swaps(sections, sources)
+    line = dict(where)[decider]
+    return DecisionCode(
+        f"{title} · decided in {decider}, line {line}", vllm_line([name for name, _ in where]), sections
+    )
+
+
+def role_of(name: str, where: list[tuple[str, int]], decider: str) -> str:
+    roles = ["decided" if name == decider else "", "emitted it" if name == where[0][0] else "called it"]
+    return ", ".join(r for r in roles if r)
+
+
+def phase_code(step: dict, sources: dict) -> DecisionCode:
+    if not step.get("inputs", {}).get("seq_ids"):
+        return DecisionCode(f"step {step.get('step', '?')}: nothing scheduled", "")
+    title = "decode (no event this step): each running sequence got one token"
+    if PHASE not in sources:
+        return DecisionCode(title, vllm_line([PHASE]), note=NO_SOURCE)
+    entry = sources[PHASE]
+    first = int(entry.get("line", 1))
+    lines = str(entry.get("source", "")).split("\n")
+    marked = tuple(first + i for i, text in enumerate(lines) if PHASE_LINE in text)[:1]
+    section = section_of(PHASE, entry, marked, "its running loop")
+    return DecisionCode(title, vllm_line([PHASE]), [replace(section, deciding=marked[0] if marked else None)])
+
+
+def section_of(name: str, entry: dict, marked: tuple[int, ...], role: str) -> Section:
+    return Section(
+        name,
+        str(entry.get("file", "?")),
+        int(entry.get("line", 1)),
+        str(entry.get("source", "")),
+        bool(entry.get("engine", True)),
+        marked,
+        role,
+    )
+
+
+def called_swaps(sections: list[Section], sources: dict) -> list[Section]:
+    """Swapped-in functions (a lesson's) that the shown functions call: they decided, then returned."""
+    shown = {s.name for s in sections}
+    by_short = {name.rsplit(".", 1)[-1]: name for name, entry in sources.items() if not entry.get("engine", True)}
+    found: list[Section] = []
+    for section in sections:
+        for i, text in enumerate(section.lines):
+            for short in CALL.findall(text):
+                name = by_short.get(short)
+                if name is not None and name not in shown:
+                    shown.add(name)
+                    role = f"called by {section.name} at line {section.first_line + i}"
+                    found.append(section_of(name, sources[name], (), role))
+    return found
+
+
+def violation_code(checked_by: tuple[str, ...], header: dict) -> DecisionCode | None:
+    """The first of the functions an invariant checks that the trace holds the source of."""
+    sources = header.get("sources") or {}
+    for name in checked_by:
+        if name in sources:
+            section = section_of(name, sources[name], (), "the function this invariant checks")
+            return DecisionCode(name, vllm_line([name]), [section])
+    return None
+
+
+def vllm_line(names: list[str]) -> str:
+    """vLLM v1's counterpart of the first of names (innermost first) the glossary knows."""
+    for name in names:
+        counterpart = vllm_counterpart(name)
+        if counterpart:
+            return f"vLLM v1: {counterpart}"
+    return ""
+
+
+def code_lines(code: DecisionCode) -> list[str]:
+    """The panel as plain text: ▶ marks the deciding lines (no colour needed)."""
+    out = [code.title]
+    if code.vllm:
+        out.append(code.vllm)
+    if code.note:
+        out.append(code.note)
+    for section in code.sections:
+        out.append(f"── {section.heading}")
+        width = len(str(section.first_line + len(section.lines)))
+        for i, text in enumerate(section.lines):
+            number = section.first_line + i
+            out.append(f"{marker(section, number)} {number:>{width}} │ {text}")
+    return out
+
+
+def marker(section: Section, number: int) -> str:
+    """▶ the deciding line, › another line of the call chain, blank otherwise."""
+    if number == section.deciding:
+        return "▶"
+    return "›" if number in section.marked else " "
