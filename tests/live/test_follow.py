@@ -132,3 +132,16 @@ def test_follow_refuses_a_redirected_terminal_and_a_missing_file(tmp_path):
     assert out.returncode == 2 and "cannot be combined" in out.stderr
     out = run([sys.executable, "-m", "tracer.cli.main", "replay", "--follow", str(tmp_path / "nope.jsonl")])
     assert out.returncode == 2 and "no such trace file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_live_refuses_a_redirected_terminal_and_no_tui_before_the_model_loads(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    env.pop("TEXTUAL_DRIVER", None)
+    run = functools.partial(
+        subprocess.run, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, cwd=tmp_path
+    )
+    out = run([sys.executable, "-m", "tracer.cli.main", "trace", "--live", "--model", "tiny", "hi"])
+    assert out.returncode == 2 and "interactive terminal" in out.stderr and "Traceback" not in out.stderr
+    out = run([sys.executable, "-m", "tracer.cli.main", "trace", "--live", "--no-tui", "--model", "tiny", "hi"])
+    assert out.returncode == 2 and "cannot be combined" in out.stderr
+    assert not (tmp_path / "traces").exists()

@@ -1,7 +1,7 @@
 """`nanoengine run SCENARIO.json`: record a teacher's own scenario (the lessons' and demos' format,
 tracer/teach/scenarios.py: requests that may arrive at later steps), then summarise or replay it.
 
-    nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict]
+    nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict] [--live]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from nanoengine.sampling_params import SamplingParams
 from tracer.cli.demo import ENGINE_FLAGS, engine_overrides
-from tracer.cli.trace import record_and_show
+from tracer.cli.trace import add_live_arg, check_live_args, record_and_show
 from tracer.loop.arrivals import Arrival
 from tracer.teach.scenarios import load_scenario
 
@@ -33,7 +33,9 @@ def run_main(argv: list[str]) -> int:
     p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
     p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
     p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+    add_live_arg(p)
     args = p.parse_args(argv)
+    check_live_args(args)
     scenario = load_scenario(args.scenario, name=args.scenario.stem)
     args.title = scenario.title
     arrivals = [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]

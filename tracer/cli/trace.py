@@ -1,8 +1,8 @@
 """`nanoengine trace`, `nanoengine replay` and `nanoengine check` (dispatched from tracer.cli.main).
 
     nanoengine trace "prompt" ["prompt" ...] [engine flags] [--arrive 0,0,4,9] [--out FILE] [--title T]
-                     [--no-tui] [--predict]
-    nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict]
+                     [--no-tui] [--predict] [--live]
+    nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict] [--live]
     nanoengine replay FILE [--step N] [--predict] [--web [--port 8000]] [--follow]
     nanoengine check FILE [--full]
     nanoengine check --list
@@ -46,6 +46,7 @@ def trace_main(argv: list[str]) -> int:
     p.add_argument("--title", default=None, help="a title shown by the viewer")
     p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
     p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+    add_live_arg(p)
     p.add_argument(
         "--arrive",
         default=None,
@@ -57,6 +58,7 @@ def trace_main(argv: list[str]) -> int:
     p.set_defaults(num_kv_blocks=TRACE_NUM_KV_BLOCKS)
     args = p.parse_args(argv)
     args.prompts = read_prompts(args.prompts)
+    check_live_args(args)
     from nanoengine.engine import LLMEngine
 
     if args.out:
@@ -70,6 +72,27 @@ def trace_main(argv: list[str]) -> int:
     return record_and_show(engine, arrivals, args, console)
 
 
+def add_live_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="watch the steps as they happen and drive the engine: space pauses it, → runs one step, "
+        "a adds a request, x aborts the selected one (the trace is written as usual)",
+    )
+
+
+def check_live_args(args: argparse.Namespace) -> None:
+    """--live needs a terminal and the TUI: refused in one line before the model loads."""
+    if not args.live:
+        return
+    if args.no_tui or args.predict:
+        raise ValueError(
+            "--live shows the run in the TUI as it happens: it cannot be combined with --no-tui or --predict"
+        )
+    if not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:
+        raise ValueError("--live needs an interactive terminal (input or output is redirected): run it in a terminal")
+
+
 def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, console: Console) -> int:
     """Record the arrivals' run into args.out (or a default path), then summarise or open the replay."""
     from tracer.trace.recorder import default_trace_path
@@ -78,6 +101,8 @@ def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, c
         check_request(engine, arrival)
     path = Path(args.out) if args.out else default_trace_path()
     target = out_target(path)
+    if getattr(args, "live", False):
+        return record_live(engine, arrivals, args, target, path)
     partial: Path | None = None
     ids: dict[int, int] = {}  # arrival index -> seq_id
     try:
@@ -102,6 +127,23 @@ def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, c
     if args.no_tui:
         return summarize_file(path)
     return open_replay(path, 0, args.predict)
+
+
+def record_live(engine, arrivals: list[Arrival], args: argparse.Namespace, target: Path, path: Path) -> int:
+    """--live: the live app records into a file of its own, published when the app quits."""
+    from nanoengine.sampling_params import SamplingParams
+    from tracer.live.session import run_live
+
+    partial = new_partial(target)
+    params = arrivals[0].params if arrivals else SamplingParams()
+    try:
+        code = run_live(engine, partial, params, arrivals, args.title, shown_as=path)
+    except BaseException:
+        print(printable(f"the recorded steps are in {partial}"), file=sys.stderr)
+        raise
+    publish(partial, target)
+    print(f"Trace written to {printable(str(path))}")
+    return code
 
 
 def check_request(engine, arrival: Arrival) -> None:

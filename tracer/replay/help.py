@@ -91,8 +91,16 @@ def help_table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss_help", "close")]
 
+    def __init__(self, mode_keys: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> None:
+        """mode_keys: (title, rows) of keys a mode adds or changes (the live app's), shown first."""
+        super().__init__()
+        self.mode_keys = mode_keys
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
+            if self.mode_keys is not None:
+                yield Static(help_table(*self.mode_keys))
+                yield Static(Text(""))
             yield Static(help_table("Keys", KEYS))
             yield Static(Text(""))
             yield Static(help_table("Reading the views", LEGEND))

@@ -12,7 +12,8 @@ Stable API (the TUI, the demos and the lessons build on these):
     TraceRecorder(engine, path, title=None, focus_step=None)
         Attaches itself to the engine as a step hook (do not also call engine.add_step_hook) and
         writes one line per step, flushed at once. Use it as a context manager, or call close():
-        close() detaches it and makes sure the header is written even if no step ran.
+        close() detaches it and makes sure the header is written even if no step ran; start()
+        writes the header at once (the live app reads the file from its first line).
         Attributes: path, num_steps, violations (list[Violation] found live so far).
         annotate(seq_id, **notes): extra fields for a request's entry, written when it first appears
         (a server's arrival_time and http_request_id, a scenario's requested `arrive` step).
@@ -301,6 +302,13 @@ class TraceRecorder:
         self.file.flush()
 
     # ---- lifetime -------------------------------------------------------------------------
+    def start(self) -> TraceRecorder:
+        """Write the header now, before any step (a live viewer reads it first); the requests then
+        come in their first step's new_requests."""
+        if self.header is None and not self.file.closed:
+            self.write_header([])
+        return self
+
     def close(self) -> None:
         if self.file.closed:
             return

@@ -1,0 +1,199 @@
+"""The live app on a running tiny-model engine, driven with Pilot: pause stops the engine, → runs
+exactly one step, `a` adds a request, `x` aborts the selected sequence, a violation pauses the
+engine, and quitting leaves a trace that `nanoengine check` passes.
+
+Nothing here waits a fixed time. "The engine is paused" is acknowledged by the loop itself: a
+command it runs between two steps (loop.call) reports the step count, and while the engine runs
+two such round trips always have a step between them, so an unchanged count proves the pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+
+import pytest
+from conftest import HANG_S, make_tiny_engine
+from textual.widgets import Input
+
+from nanoengine.sampling_params import SamplingParams
+from tracer.cli.trace import check_main
+from tracer.live.session import LiveSession
+from tracer.loop.arrivals import Arrival
+from tracer.trace.invariants import check_trace
+from tracer.trace.trace_file import load_trace
+
+SIZE = (110, 34)
+PARAMS = SamplingParams(max_tokens=1500, ignore_eos=True)  # runs far longer than any test: it never runs dry
+PROMPTS = ["hello world", "abc def"]  # no shared prefix: an aborted one's blocks are its own
+
+
+def run_async(test):
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+async def wait_until(pilot, app, condition, what: str) -> None:
+    """Read the file and let the app run until condition() holds (a safety net, never a speed target)."""
+    deadline = time.monotonic() + HANG_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {HANG_S} s for {what}")
+        app.poll()
+        await pilot.pause(0.01)
+
+
+def engine_steps(session: LiveSession) -> int:
+    """The engine's step count, read in the loop thread between two steps."""
+    return session.loop.call(lambda engine: engine.num_steps).result(HANG_S)
+
+
+@pytest.fixture
+def session(tmp_path, one_torch_thread):
+    engine = make_tiny_engine(num_kv_blocks=800, max_num_seqs=2)
+    arrivals = [Arrival(p, PARAMS, 0, i) for i, p in enumerate(PROMPTS)]
+    session = LiveSession.start(engine, tmp_path / "live.jsonl", PARAMS, arrivals, title="live test", paused=True)
+    yield session
+    session.close()
+
+
+async def run_steps(pilot, app, session, n: int) -> int:
+    """While paused: → n times, each waiting for its step to be shown; the engine's step count."""
+    for _ in range(n):
+        seen = len(app.steps)
+        await pilot.press("right")
+        await wait_until(pilot, app, lambda seen=seen: len(app.steps) == seen + 1, "the single step")
+    return engine_steps(session)
+
+
+async def paused_at(pilot, app, session) -> int:
+    """Press space (pause), let the loop acknowledge, and wait until the app shows the last step taken."""
+    await pilot.press("space")
+    assert session.control.paused
+    count = engine_steps(session)
+    await wait_until(pilot, app, lambda: len(app.steps) == count, "the app to show the last step")
+    return count
+
+
+@run_async
+async def test_pause_holds_the_engine_and_right_runs_exactly_one_step(session):
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        assert engine_steps(session) == 0 and not app.steps  # started paused
+        assert await run_steps(pilot, app, session, 1) == 1
+        await pilot.press("space")  # resume
+        assert not session.control.paused
+        await wait_until(pilot, app, lambda: len(app.steps) >= 5, "the engine to run")
+        count = await paused_at(pilot, app, session)
+        await pilot.pause()
+        assert engine_steps(session) == count  # were it running, a step would lie between two round trips
+        app.poll()
+        assert len(app.steps) == count and app.step_index == count - 1 and app.following
+        assert "PAUSED" in app.control.state() and "PAUSED" in app.badge().plain
+        await pilot.press("right")
+        await wait_until(pilot, app, lambda: len(app.steps) == count + 1, "the single step")
+        assert engine_steps(session) == count + 1 and engine_steps(session) == count + 1
+        app.poll()
+        assert len(app.steps) == count + 1 and app.step_index == count  # following: the new step is shown
+
+
+@run_async
+async def test_browsing_history_while_the_engine_steps_and_end_follows_again(session):
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await run_steps(pilot, app, session, 4)
+        await pilot.press("home", "right")
+        assert app.step_index == 1 and not app.following
+        session.loop.step_once()  # the engine moves on while the view stays in the past
+        session.loop.step_once()
+        await wait_until(pilot, app, lambda: len(app.steps) == 6, "two more steps")
+        assert app.step_index == 1 and app.current_step["step"] == 1
+        await pilot.press("right")  # → in history browses; it runs no step
+        assert app.step_index == 2 and engine_steps(session) == 6
+        await pilot.press("end")
+        assert app.following and app.step_index == 5
+
+
+@run_async
+async def test_a_adds_a_waiting_request_and_x_aborts_the_selected_one(session):
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        count = await run_steps(pilot, app, session, 3)
+        await pilot.press("a")
+        await pilot.press(*"the new one", "enter")
+        await pilot.press("right")
+        await wait_until(pilot, app, lambda: len(app.steps) == count + 1, "the step after the add")
+        step = app.current_step
+        (new,) = step["new_requests"]
+        assert new["prompt"] == "the new one" and new["arrive"] == count and new["added_by"] == "live"
+        row = next(s for s in step["seqs"] if s["seq_id"] == new["seq_id"])
+        assert row["status_after"] == "WAITING"  # max_num_seqs 2: both others still run
+        victim = next(s for s in step["seqs"] if s["status_after"] == "RUNNING")
+        blocks = victim["block_table_after"]
+        assert blocks
+        app.select(victim["seq_id"])
+        await pilot.press("x", "right")
+        await wait_until(pilot, app, lambda: len(app.steps) == count + 2, "the step after the abort")
+        step = app.current_step
+        row = next(s for s in step["seqs"] if s["seq_id"] == victim["seq_id"])
+        assert row["status_after"] == "FINISHED" and row["finish_reason"] == "abort"
+        assert row["block_table_after"] == []
+        assert all(step["pool"]["ref_counts"][b] == 0 for b in blocks)  # its blocks are free
+        admitted = next(s for s in step["seqs"] if s["seq_id"] == new["seq_id"])
+        assert admitted["status_after"] == "RUNNING"  # the freed place went to the waiting one
+        await pilot.press("q")
+    session.close()
+    assert check_main([str(session.recorder.path)]) == 0
+    trace = load_trace(session.recorder.path, validate="all")
+    assert not check_trace(trace)
+    assert {r["prompt"] for r in trace.requests.values()} >= {*PROMPTS, "the new one"}
+
+
+@run_async
+async def test_a_request_too_long_for_the_pool_is_a_notice_not_a_crash(session):
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a")
+        app.screen.query_one("#add-prompt", Input).value = "x" * 3000  # the tiny model's max_model_len: 2048
+        await pilot.press("enter")
+        await wait_until(pilot, app, lambda: any("not run" in n.message for n in app._notifications), "a notice")
+        notice = next(n.message for n in app._notifications if "not run" in n.message)
+        assert "max_model_len" in notice and "\n" not in notice
+        await pilot.press("a", *"hi", "tab", "0", "enter")  # refused before it reaches the engine
+        await pilot.pause()
+        assert any("not added" in n.message and "max_tokens" in n.message for n in app._notifications)
+        assert app.is_running and not session.control.stopped
+
+
+@run_async
+async def test_x_without_a_selection_says_what_to_do(session):
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("x")
+        assert any("select a sequence first" in n.message for n in app._notifications)
+
+
+@run_async
+async def test_a_violation_pauses_the_engine_at_that_step(session):
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await run_steps(pilot, app, session, 2)
+        await pilot.press("space")  # resume: the violation must stop it
+
+        def leak_a_block(engine) -> None:  # a planted bug: a free block's ref count goes up
+            bm = engine.block_manager
+            free = next(b for b, r in enumerate(bm.ref_counts) if r == 0)
+            bm.ref_counts[free] += 1
+
+        session.loop.call(leak_a_block).result(HANG_S)
+        await wait_until(pilot, app, lambda: session.control.paused, "the violation to pause the engine")
+        count = engine_steps(session)
+        app.poll()
+        await pilot.pause()
+        assert engine_steps(session) == count and len(app.steps) == count
+        assert app.current_step["violations"]  # paused AT the violating step, shown
+        assert any("invariant violation at step" in n.message for n in app._notifications)
