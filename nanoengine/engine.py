@@ -403,15 +403,14 @@ def skip_random_init() -> Iterator[None]:
     """Leave the weights uninitialised: a checkpoint or init_tiny_weights fills them.
 
     Not the meta device: its first use is slow to import (docs/benchmarks.md)."""
-    linear_init = nn.Linear.reset_parameters
-    embedding_init = nn.Embedding.reset_parameters
-    nn.Linear.reset_parameters = no_init  # type: ignore[method-assign,assignment]
-    nn.Embedding.reset_parameters = no_init  # type: ignore[method-assign,assignment]
+    saved = {cls: cls.reset_parameters for cls in (nn.Linear, nn.Embedding)}
+    for cls in saved:
+        cls.reset_parameters = no_init  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        nn.Linear.reset_parameters = linear_init  # type: ignore[method-assign]
-        nn.Embedding.reset_parameters = embedding_init  # type: ignore[method-assign]
+        for cls, init in saved.items():
+            cls.reset_parameters = init  # type: ignore[method-assign]
 
 
 def no_init(module: nn.Module) -> None:

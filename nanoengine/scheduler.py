@@ -87,8 +87,11 @@ class Scheduler:
         num_cached = len(hit_blocks) * bm.block_size
         num_new = min(seq.num_tokens - num_cached, budget)
         num_new_blocks = blocks_needed(num_cached + num_new, bm.block_size) - len(hit_blocks)
-        if not bm.can_allocate(num_new_blocks + bm.num_free_in(hit_blocks)):
+        need = num_new_blocks + bm.num_free_in(hit_blocks)  # blocks it takes from the free list
+        if not bm.can_allocate(need):
+            out.add_event(EventKind.NOT_ADMITTED, seq, need=need, free=bm.num_free_blocks)
             return False
+        out.add_event(EventKind.ADMITTED, seq, need=need, free=bm.num_free_blocks)
         self.waiting.popleft()
         bm.use_cached_prefix(seq, hit_blocks, hit_hashes)
         bm.allocate(seq, num_new)
@@ -96,30 +99,29 @@ class Scheduler:
         seq.num_scheduled_tokens = num_new
         seq.prefill_chunk = 1
         self.running.append(seq)
-        out.add_event(EventKind.ADMITTED, seq)
         if hit_blocks:
             out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=num_cached)
         return True
 
     def schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
         seq.num_scheduled_tokens = num_new
+        if seq.prefill_chunk:  # budget: the tokens left before this chunk
+            budget = self.max_num_batched_tokens - sum(s.num_scheduled_tokens for s in out.seqs)
+            out.add_event(EventKind.PREFILL_CHUNK, seq, budget=budget, **chunk_span(seq))
         out.seqs.append(seq)
         self.block_manager.register_full_blocks(seq)  # findable now: later admissions may hit them
-        if seq.prefill_chunk:
-            out.add_event(EventKind.PREFILL_CHUNK, seq, **chunk_span(seq))
         return num_new
 
     def preempt(self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
         """Preempt by recompute: drop its KV; it will prefill all its tokens again later."""
-        num_free = self.block_manager.num_free_blocks
-        reason = f"KV cache full: seq {needed_by.seq_id} needed a block, {num_free} free"
+        num_free = self.block_manager.num_free_blocks  # too few for needed_by's new blocks
         self.block_manager.free(seq)
         seq.num_cached_tokens = 0
         seq.prefill_chunk = 0
         seq.status = SequenceStatus.WAITING
         self.running.remove(seq)
         self.waiting.appendleft(seq)
-        out.add_event(EventKind.PREEMPTED, seq, reason=reason)
+        out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id, free=num_free)
 
     def postprocess(self, out: SchedulerOutput, token_ids: list[int]) -> list[Sequence]:
         """Commit the step: advance caches, append sampled tokens, finish what is done.
@@ -159,6 +161,7 @@ class Scheduler:
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.block_manager.free(seq)
-        seq.finish(reason)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
         if out is not None:
             out.add_event(EventKind.FINISHED, seq, reason=reason.value)

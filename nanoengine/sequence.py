@@ -23,6 +23,7 @@ class FinishReason(str, Enum):
 
 class EventKind(str, Enum):  # what a step did to a sequence: a scheduler event, as traces record it
     ADMITTED = "admitted"
+    NOT_ADMITTED = "not_admitted"  # the waiting head's blocks did not fit: it waits
     PREFIX_HIT = "prefix_hit"
     PREFILL_CHUNK = "prefill_chunk"
     PREFILL_DONE = "prefill_done"
@@ -76,7 +77,3 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status == SequenceStatus.FINISHED
-
-    def finish(self, reason: FinishReason) -> None:
-        self.status = SequenceStatus.FINISHED
-        self.finish_reason = reason

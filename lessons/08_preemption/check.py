@@ -83,8 +83,10 @@ def check_preempt_queues_at_head(fns):
         f"expected one event ('preempted', B's seq_id, {{...}}), got {kinds}",
     )
     expect(
-        isinstance(out.events[0][2], dict) and "reason" in out.events[0][2],
-        "the event's detail must be a dict with a 'reason'",
+        isinstance(out.events[0][2], dict)
+        and ("by" in out.events[0][2] or "reason" in out.events[0][2]),
+        "the event's detail must be a dict saying who needed the room "
+        "(by=needed_by.seq_id, or a 'reason')",
     )
 
 

@@ -25,8 +25,9 @@ def preempt(
 
     Free its blocks, forget its KV (num_cached_tokens = 0, prefill_chunk = 0),
     make it WAITING, move it from self.running to the head of self.waiting, and
-    record out.add_event(EventKind.PREEMPTED, seq, reason="...") (say who needed
-    the room).
+    record out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id,
+    free=...) (who needed the room, and the free blocks before seq's were
+    given back).
     """
     # TODO
     raise NotImplementedError("preempt is not written yet")

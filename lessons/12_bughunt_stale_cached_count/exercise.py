@@ -25,12 +25,9 @@ def preempt(
     """Preempt by recompute: drop seq's KV; it prefills all its tokens again
     later. self is the Scheduler."""
     free = self.block_manager.num_free_blocks
-    reason = (
-        f"KV cache full: seq {needed_by.seq_id} needed a block, {free} free"
-    )
     self.block_manager.free(seq)
     seq.prefill_chunk = 0
     seq.status = SequenceStatus.WAITING
     self.running.remove(seq)
     self.waiting.appendleft(seq)
-    out.add_event(EventKind.PREEMPTED, seq, reason=reason)
+    out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id, free=free)

@@ -114,8 +114,8 @@ def test_look_for_is_written_from_what_the_trace_shows(runs, name):
     text = look_for(run)
     assert text != run.scenario.look_for and text.startswith(f"Step {run.focus_step}:")
     assert f"seq {event['seq_id']} ({seq_letter(event['seq_id'])})" in text
-    if name == "preemption":  # it names the sequence that needed the block, from the event's reason
-        needer = int(event["detail"]["reason"].split("seq ")[1].split()[0])
+    if name == "preemption":  # it names the sequence that needed the block, from the event's `by`
+        needer = event["detail"]["by"]
         assert text.startswith(f"Step {run.focus_step}: seq {needer} ") and "needs a new KV block" in text
 
 

@@ -59,7 +59,7 @@ def test_a_recorded_trace_loads_and_validates_fully(tiny_trace_path):
         ("a,b,c\n1,2,3\n", "not a nanoengine trace (line 1 is not JSON)"),
         ('{"name": "something else"}\n', "not a nanoengine trace (line 1 is not a trace header)"),
         ('[1, 2, 3]\n', "not a nanoengine trace"),
-        ('{"type": "header", "schema_version": 99}\n', "schema_version 99, newer than this nanoengine reads (2)"),
+        ('{"type": "header", "schema_version": 99}\n', "schema_version 99, newer than this nanoengine reads (3)"),
         ('{"type": "header", "schema_version": "one"}\n', "unknown trace schema_version"),
     ],
 )

@@ -280,8 +280,9 @@ def look_for(run: ScenarioRun) -> str:
         return run.scenario.look_for
     d, step = e.get("detail") or {}, focus["step"]
     if kind == EventKind.PREEMPTED:
-        needed = re.search(r"seq (\d+) needed", str(d.get("reason", "")))
-        needer = who(int(needed.group(1))) if needed else "a running request"
+        needed = re.search(r"seq (\d+) needed", str(d.get("reason", "")))  # a trace before `by`
+        by = d.get("by", int(needed.group(1)) if needed else None)
+        needer = who(by) if isinstance(by, int) else "a running request"
         return (
             f"Step {step}: {needer} needs a new KV block and none is free, so the newest running request, "
             f"{who(e['seq_id'])}, is preempted: its blocks go back to the pool and it waits at the head of "

@@ -149,7 +149,8 @@ class StepCollector:
         idx = self.index.get
         scheduled = {s.seq_id: s.num_scheduled_tokens for s in record.seqs}
         batch = tuple((idx(sid, -1), scheduled.get(sid, 0)) for sid in record.inputs.seq_ids)
-        events = tuple((e.kind, idx(e.seq_id, -1)) for e in record.events)
+        # not_admitted explains a wait, it changes nothing: a student's try_admit need not record it
+        events = tuple((e.kind, idx(e.seq_id, -1)) for e in record.events if e.kind != EventKind.NOT_ADMITTED)
         self.steps.append(StepSummary(record.step, batch, events))
         for e in record.events:
             if e.kind == EventKind.PREFIX_HIT:

@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # jsonschema takes ~0.3 s to import: only when a file is validated (not for --help)
     from jsonschema import Draft202012Validator
 
-SCHEMA_VERSION = 2  # 2 added eos_token_ids, tokenizer, queues, requested_step; 1 still loads
+SCHEMA_VERSION = 3  # 3: not_admitted and the decisions' numbers; 2: eos_token_ids, tokenizer,
+# queues, requested_step; 1 and 2 still load
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 SAMPLE_STEPS = 3
 LAZY_BYTES = 32 * 2**20

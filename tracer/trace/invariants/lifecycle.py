@@ -45,6 +45,8 @@ def next_status(status: str, event: dict) -> str | None:
         return "RUNNING" if status == "WAITING" else None
     if kind == EventKind.PREEMPTED:
         return "WAITING" if status == "RUNNING" else None
+    if kind == EventKind.NOT_ADMITTED:
+        return status if status == "WAITING" else None
     if kind == EventKind.FINISHED:
         reason = event["detail"].get("reason")
         if status == "RUNNING" or (status == "WAITING" and reason in FINISH_FROM_WAITING):
