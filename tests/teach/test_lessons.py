@@ -151,8 +151,8 @@ MISTAKES = {
         "no longer RUNNING",
     ),
     "07_chunked_prefill": (
-        "bm.can_allocate(num_new_blocks + bm.num_free_in(hit_blocks))",
-        "bm.can_allocate(num_new_blocks)",
+        "need = num_new_blocks + bm.num_free_in(hit_blocks)",
+        "need = num_new_blocks",
         "check_cached_free_blocks_count",
         "num_free_in(hit_blocks)",
     ),
