@@ -1,22 +1,27 @@
 """`nanoengine serve`: an OpenAI-compatible HTTP server on the engine (tracer.serve).
 
-    nanoengine serve [--model M] [engine flags] [--host 127.0.0.1] [--port 8000] [--trace FILE]
+    nanoengine serve [--model M] [engine flags] [--host 127.0.0.1] [--port 8000] [--trace FILE] [--tui]
 
 The port is taken before the model loads, so a port in use is one line and exit 2 with no banner.
 The banner's first line names the URL (with the real port when --port 0 asks for any free one).
 With --trace, every step is recorded to FILE.partial, renamed to FILE when the server stops.
+With --tui, the live replay runs in this terminal over the server's engine (tracer.live); quitting
+it stops the server.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from tracer.cli.main import add_engine_args, engine_options
 from tracer.trace.readable import printable
 
 DEFAULT_PORT = 8000
+STOP_S = 60  # how long quitting the TUI waits for the server and the engine loop to stop
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -30,8 +35,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8000; 0: any free port)")
     p.add_argument("--trace", type=Path, default=None, help="record every engine step to this trace file")
     p.add_argument("--served-model-name", default=None, help="the model id clients send (default: the model's name)")
+    p.add_argument(
+        "--tui",
+        action="store_true",
+        help="watch the server's engine in the live replay and drive it (space pauses it: HTTP streams wait; "
+        "a adds a request, x aborts one); without --trace the steps go to a temporary file",
+    )
     args = p.parse_args(argv)
     args.raw = True  # clients send text as it is; chat requests go through the template in the server
+    if args.tui and not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:
+        raise ValueError("--tui needs an interactive terminal (input or output is redirected): run it in a terminal")
     return args
 
 
@@ -53,13 +66,16 @@ def serve(args: argparse.Namespace, sock) -> int:
     print(f"Loading model {printable(args.model)} ...", file=sys.stderr, flush=True)
     engine = LLMEngine(args.model, **engine_options(args))
     recorder, partial = None, None
-    if args.trace is not None:
+    if args.trace is not None or args.tui:
         from tracer.trace.recorder import TraceRecorder
 
-        partial = args.trace.with_name(args.trace.name + ".partial")
+        partial = args.trace.with_name(args.trace.name + ".partial") if args.trace is not None else scratch_file()
         recorder = TraceRecorder(engine, partial, title=f"nanoengine serve {engine.model_name}")
     aliases = tuple({args.model, engine.model_name} - {args.served_model_name or engine.model_name})
     server = Server(engine, sock, recorder, aliases, name=args.served_model_name)
+    if args.tui:
+        assert recorder is not None and partial is not None
+        return serve_with_tui(server, recorder, partial, args.trace)
     print(f"nanoengine serve: {printable(server.model_name)} on {server.url}", flush=True)
     print(
         f"  OpenAI API at {server.url}/v1 (completions, chat/completions, models); {server.url}/health; Ctrl-C stops",
@@ -79,3 +95,36 @@ def serve(args: argparse.Namespace, sock) -> int:
             partial.replace(args.trace)
             print(f"Trace written to {printable(str(args.trace))}", flush=True)
     return 0
+
+
+def scratch_file() -> Path:
+    """Where `serve --tui` without --trace records (the live app reads the steps back from a file)."""
+    fd, name = tempfile.mkstemp(prefix="nanoengine-serve-", suffix=".jsonl")
+    os.close(fd)
+    return Path(name)
+
+
+def serve_with_tui(server, recorder, partial: Path, trace: Path | None) -> int:
+    """The live app in this terminal over the server's engine; quitting it stops the server."""
+    from nanoengine.sampling_params import SamplingParams
+    from tracer.live.session import LiveSession
+
+    url = server.url  # its socket is closed once the server stops
+    recorder.title = f"nanoengine serve {server.model_name} on {url}"
+    session = LiveSession.over_loop(server.loop, recorder, SamplingParams(max_tokens=64))
+    server.start_in_thread()
+    try:
+        app = session.app()
+        result = app.run()
+    finally:
+        server.stop(timeout=STOP_S)
+        session.close()
+        recorder.close()
+        if trace is not None:
+            partial.replace(trace)
+        else:
+            partial.unlink(missing_ok=True)
+    print(f"nanoengine serve: stopped ({url})", flush=True)
+    if trace is not None:
+        print(f"Trace written to {printable(str(trace))}", flush=True)
+    return app.return_code or result or 0

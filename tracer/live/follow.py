@@ -82,11 +82,20 @@ class FollowApp(ReplayApp):
             self.update_status()
 
     def follow_newest(self, redraw: bool) -> None:
+        """Show the newest step. It is parsed and its fields checked, but not validated against the
+        whole schema as a step browsed to is: a big pool's arrays take jsonschema a second a step,
+        and a nanoengine recorder wrote it a moment ago."""
         last = len(self.steps) - 1
+        try:
+            self.steps[last]
+        except TraceError as e:
+            self.broken = str(e)
+            self.notify(self.broken, title="stopped following", severity="error", timeout=30, markup=False)
+            return
         if redraw or last == self.step_index:
             self.show_step()
         else:
-            ReplayApp.go_to(self, last)
+            self.step_index = last  # redraws
         self.following = True
 
     # ---- following and browsing -------------------------------------------------------------
