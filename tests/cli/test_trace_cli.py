@@ -148,6 +148,31 @@ def test_replay_refuses_what_it_cannot_show(partial_trace, tmp_path, capsys):
     assert "no steps" in one_line_error(capsys)
 
 
+def test_replay_text_prints_a_steps_narration_with_its_whys(tmp_path, capsys):
+    """`replay --step N --text` needs no terminal: the step's narration, each decision with its why."""
+    from nanoengine.sampling_params import SamplingParams
+    from tracer.trace.recorder import record_run
+
+    path, _ = record_run(
+        ["a" * 12, "b" * 12],
+        SamplingParams(max_tokens=2, ignore_eos=True),
+        tmp_path / "t.jsonl",
+        model="tiny",
+        block_size=4,
+        max_num_batched_tokens=8,
+        num_threads=1,
+    )
+    assert main(["replay", str(path), "--step", "0", "--text"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Step 0: seq ") and "(takes 2 of the " in out
+    assert "prefilled 8 of 12 prompt tokens (chunk 1 of 2: the whole 8-token budget)" in out
+    assert "was not admitted: the 8-token budget is spent." in out
+    assert main(["replay", str(path), "--step", "99", "--text"]) == 2
+    assert "step 99 is outside the trace" in capsys.readouterr().err
+    assert main(["replay", str(path), "--text", "--web"]) == 2
+    assert "cannot be combined" in capsys.readouterr().err
+
+
 def test_ctrl_c_during_trace_leaves_a_replayable_trace(tmp_path):
     out = tmp_path / "t.jsonl"
     argv = ["trace", "one", "two", *TINY_FLAGS, "--max-tokens", "40", "--no-tui", "--out", str(out)]

@@ -171,3 +171,99 @@ def test_a_hit_on_blocks_computed_in_the_same_step_names_who_computes_them():
     )
     s["inputs"]["slot_mapping"] = list(range(60, 76)) + list(range(36, 40))  # A writes elsewhere: an old hit
     assert "reused 12 cached tokens (3 blocks from the prefix cache)" in narrate(s, HEADER)
+
+
+# ---- the why of each decision (trace schema 3: the numbers its event records) -----------------------
+V3 = {"schema_version": 3, "config": {"max_num_batched_tokens": 64, "max_num_seqs": 4, "block_size": 4}}
+
+
+def batch_step(number: int, seqs: list[dict], events: list[dict], batch: list[int], waiting=(), running=()) -> dict:
+    """A step whose inputs and queues are as the engine records them."""
+    scheduled = {s["seq_id"]: s["num_scheduled_tokens"] for s in seqs}
+    starts = [0]
+    for sid in batch:
+        starts.append(starts[-1] + scheduled[sid])
+    s = step(number, seqs, events, batch)
+    s["inputs"]["query_start_loc"] = starts
+    s["pool"] = {"block_size": 4}
+    s["queues"] = {"running": list(running), "waiting": list(waiting), "num_waiting": len(waiting)}
+    return s
+
+
+def test_a_chunk_capped_by_the_budget_says_what_the_budget_went_to():
+    decodes = [seq(i, new_token_ids=[1], new_token_texts=["x"]) for i in range(16)]
+    c = seq(
+        16, "WAITING", "RUNNING", num_prompt_tokens=120, num_tokens=120, num_cached_tokens=0, num_scheduled_tokens=48
+    )
+    events = [
+        event("admitted", 16, need=12, free=30),
+        event("prefill_chunk", 16, chunk=1, start=0, end=48, num_tokens=120, budget=48),
+    ]
+    s = batch_step(3, [*decodes, c], events, list(range(17)), running=range(16))
+    text = narrate(s, V3)
+    assert (
+        "seq 16 (Q) was admitted to RUNNING (takes 12 of the 30 free blocks) and prefilled 48 of 120 prompt tokens "
+        "(chunk 1 of 3: 48 budget tokens left after 16 decodes)" in text
+    )
+    s["events"][1]["detail"].pop("budget")  # a version-2 event: the old wording
+    assert "prefilled 48 prompt tokens (chunk 1 of 3)" in narrate(s, V3)
+
+
+def test_a_chunk_after_another_chunk_and_the_whole_budget():
+    a = seq(0, num_tokens=100, num_cached_tokens=40, num_scheduled_tokens=20)
+    b = seq(1, "WAITING", "RUNNING", num_tokens=30, num_cached_tokens=0, num_scheduled_tokens=4)
+    events = [
+        event("prefill_chunk", 0, chunk=3, start=40, end=60, num_tokens=100, budget=24),
+        event("admitted", 1, need=1, free=5),
+        event("prefill_chunk", 1, chunk=1, start=0, end=4, num_tokens=30, budget=4),
+    ]
+    text = narrate(batch_step(2, [a, b], events, [0, 1], running=[0]), V3)
+    assert "seq 0 (A) prefilled 20 of 60 tokens (chunk 3 of 4: the whole 24-token budget)" in text
+    assert "prefilled 4 of 30 prompt tokens (chunk 1 of 2: 4 budget tokens left after a 20-token chunk)" in text
+
+
+def test_a_wait_for_blocks_names_the_blocks_needed_and_free():
+    a = seq(0, new_token_ids=[1], new_token_texts=["x"])
+    d = seq(3, "WAITING", "WAITING", num_scheduled_tokens=0)
+    s = batch_step(5, [a, d], [event("not_admitted", 3, need=3, free=1)], [0], waiting=[3], running=[0])
+    assert narrate(s, V3) == "Step 5: seq 0 (A) generated 'x'; seq 3 (D) was not admitted: needs 3 blocks, 1 free."
+    s["events"][0]["detail"] = {}
+    assert narrate(s, V3).endswith("seq 3 (D) was not admitted.")
+
+
+def test_the_waiting_head_says_why_it_waits_when_no_event_does():
+    full = [seq(i, num_scheduled_tokens=16, new_token_ids=[1], new_token_texts=["x"]) for i in range(4)]
+    s = batch_step(6, full, [], [0, 1, 2, 3], waiting=[4, 5], running=[0, 1, 2, 3])
+    assert narrate(s, V3).endswith("; seq 4 (E) was not admitted: the 64-token budget is spent.")
+    for row in s["seqs"]:
+        row["num_scheduled_tokens"] = 1
+    s["inputs"]["query_start_loc"] = [0, 1, 2, 3, 4]
+    assert narrate(s, V3).endswith("; seq 4 (E) was not admitted: 4 sequences running, max_num_seqs is 4.")
+    s["queues"]["running"] = [0, 1, 2]
+    assert "not admitted" not in narrate(s, V3)  # room and budget left: nothing to explain
+    assert "not admitted" not in narrate(s, dict(V3, schema_version=2))  # an older trace: no guess
+
+
+def test_a_preemption_says_who_needed_how_many_blocks_of_how_few():
+    a = seq(0, num_tokens=13, num_cached_tokens=12, num_scheduled_tokens=1, block_table=[0, 1, 2, 3])
+    c = seq(2, after="WAITING", num_scheduled_tokens=0)
+    s = batch_step(7, [a, c], [event("preempted", 2, by=0, free=0)], [0], running=[0, 2])
+    s["seqs"][0]["new_token_ids"], s["seqs"][0]["new_token_texts"] = [5], ["y"]
+    assert "seq 2 (C) was preempted back to WAITING (seq 0 (A) needed 1 block, 0 free)" in narrate(s, V3)
+    s["events"][0]["detail"] = {"by": 2, "free": 0}  # it gave up its own place
+    assert "seq 2 (C) was preempted back to WAITING (it needed a block, 0 free)" in narrate(s, V3)
+
+
+def test_a_prefix_hit_says_why_it_stopped():
+    b = seq(1, "WAITING", "RUNNING", num_tokens=20, num_cached_tokens=8, num_scheduled_tokens=12)
+    events = [
+        event("admitted", 1, need=3, free=9),
+        event("prefix_hit", 1, blocks=[0, 1], tokens_saved=8),
+        event("prefill_chunk", 1, chunk=1, start=8, end=20, num_tokens=20, budget=64),
+    ]
+    s = batch_step(4, [b], events, [1])
+    assert "(2 blocks from the prefix cache; its 3rd block was not in the cache)" in narrate(s, V3)
+    s["events"][1]["detail"]["blocks"] = [0, 1, 2, 3]  # (20 - 1) // 4 = 4 blocks: as far as a hit goes
+    assert "(4 blocks from the prefix cache; the rest holds its last token, which is always computed)" in narrate(s, V3)
+    s["events"][0]["detail"] = {}  # no numbers: the old wording
+    assert "(4 blocks from the prefix cache)" in narrate(s, V3)

@@ -3,7 +3,7 @@
     nanoengine trace "prompt" ["prompt" ...] [engine flags] [--arrive 0,0,4,9] [--out FILE] [--title T]
                      [--no-tui] [--predict] [--live]
     nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict] [--live]
-    nanoengine replay FILE [--step N] [--predict] [--web [--port 8000]] [--follow]
+    nanoengine replay FILE [--step N] [--text] [--predict] [--web [--port 8000]] [--follow]
     nanoengine check FILE [--full]
     nanoengine check --list
 
@@ -294,6 +294,11 @@ def replay_main(argv: list[str]) -> int:
     p.add_argument("file")
     p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
     p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
+    p.add_argument(
+        "--text",
+        action="store_true",
+        help="print the step's narration (each decision with its why) instead of opening the TUI; no terminal needed",
+    )
     p.add_argument("--web", action="store_true", help="serve the TUI to a browser on localhost (textual-serve)")
     p.add_argument("--port", type=int, default=8000, help="--web: the port (default 8000)")
     p.add_argument(
@@ -309,6 +314,11 @@ def replay_main(argv: list[str]) -> int:
         help="follow a trace another process is still writing (a server's --trace file), like tail -f",
     )
     args = p.parse_args(argv)
+    if args.text:
+        if args.web or args.compare or args.predict or args.follow:
+            err("--text prints one step: it cannot be combined with --web, --compare, --predict or --follow")
+            return 2
+        return print_step_text(args.file, args.step)
     if args.follow:
         if args.web or args.compare or args.predict:
             err("--follow shows a trace as it is written: it cannot be combined with --web, --compare or --predict")
@@ -327,6 +337,23 @@ def replay_main(argv: list[str]) -> int:
         return serve_replay(Path(args.file), args.step, args.predict, args.port, listen=listen_sockets)
     # run_replay opens the trace (lazily when it is big) and refuses a bad file or --step in one line.
     return open_replay(Path(args.file), args.step, args.predict, args.compare)
+
+
+def print_step_text(path: str, index: int) -> int:
+    """`replay FILE --step N --text`: the narration of step index N, as the TUI shows it."""
+    from tracer.replay.narration import narrate
+
+    trace = load_or_report(path)
+    if trace is None:
+        return 2
+    if not trace.steps:
+        err(f"{path} has a header but no steps: nothing to narrate")
+        return 2
+    if not 0 <= index < len(trace.steps):
+        err(f"step {index} is outside the trace: choose 0 .. {len(trace.steps) - 1}")
+        return 2
+    print(printable(narrate(trace.steps[index], trace.header)))
+    return 0
 
 
 def open_replay(path: Path, start_step: int, predict: bool = False, compare: str | None = None) -> int:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_letter
+from tracer.replay.why import Why
 from tracer.trace.readable import completed_character, printable, token_label
 
 MAX_LISTED_DECODES = 3  # more decode-only sequences than this are summarised in one clause
@@ -18,14 +19,21 @@ def narrate(step: dict, header: dict) -> str:
     seqs = {s["seq_id"]: s for s in step.get("seqs", [])}
     events = events_by_seq(step.get("events", []))
     writers = block_writers(step, int(step.get("pool", {}).get("block_size") or 0))
-    clauses, decoders = [], []
+    why = Why(step, header, seqs)
+    clauses, decoders, waits = [], [], []
     for seq_id in involved_seqs(step, events):
         seq = seqs.get(seq_id, {"seq_id": seq_id})
         if is_plain_decode(seq, events.get(seq_id, [])):
             decoders.append(seq)
+        elif {e["kind"] for e in events.get(seq_id, [])} == {EventKind.NOT_ADMITTED}:
+            waits.append(describe_seq(seq, events[seq_id], budget, None, why))  # last: it waits
         else:
-            clauses.append(describe_seq(seq, events.get(seq_id, []), budget, SameStep(writers, seqs)))
+            clauses.append(describe_seq(seq, events.get(seq_id, []), budget, SameStep(writers, seqs), why))
     clauses.extend(describe_decodes(decoders))
+    waiting = why.waiting_head()
+    if waiting is not None:
+        waits.append(f"{name(waiting[0])} was not admitted: {waiting[1]}")
+    clauses.extend(waits)
     if not clauses:
         return f"Step {step.get('step', '?')}: nothing was scheduled."
     return f"Step {step.get('step', '?')}: " + "; ".join(clauses) + "."
@@ -105,41 +113,54 @@ def block_writers(step: dict, block_size: int) -> dict[int, int]:
     return writers
 
 
-def describe_seq(seq: dict, events: list[dict], budget: int, same_step: SameStep | None = None) -> str:
+def describe_seq(
+    seq: dict, events: list[dict], budget: int, same_step: SameStep | None = None, why: Why | None = None
+) -> str:
     ending = [e for e in events if e["kind"] == EventKind.FINISHED]
-    parts = [describe_event(e, seq, budget, same_step) for e in events if e["kind"] != EventKind.FINISHED]
+    parts = [describe_event(e, seq, budget, same_step, why) for e in events if e["kind"] != EventKind.FINISHED]
     texts = seq.get("new_token_texts") or []
     if texts:
         parts.append("generated " + ", ".join(quoted_tokens(seq)))
     parts.append(status_change(seq, events))
-    parts += [describe_event(e, seq, budget, same_step) for e in ending]
+    parts += [describe_event(e, seq, budget, same_step, why) for e in ending]
     parts = [p for p in parts if p]
     if not parts:
         parts.append(f"computed {seq.get('num_scheduled_tokens', 0)} tokens")
     return f"{name(seq['seq_id'])} " + join_parts(parts)
 
 
-def describe_event(event: dict, seq: dict, budget: int, same_step: SameStep | None = None) -> str:
+def describe_event(
+    event: dict, seq: dict, budget: int, same_step: SameStep | None = None, why: Why | None = None
+) -> str:
     kind, detail = event["kind"], event.get("detail") or {}
     if kind == EventKind.ADMITTED:
-        return "was admitted to RUNNING"
+        blocks = why.blocks(detail, admitted=True) if why else None
+        return "was admitted to RUNNING" + (f" ({blocks})" if blocks else "")
+    if kind == EventKind.NOT_ADMITTED:
+        blocks = why.blocks(detail, admitted=False) if why else None
+        return "was not admitted" + (f": {blocks}" if blocks else "")
     if kind == EventKind.PREFIX_HIT:
         blocks = detail.get("blocks", [])
+        stop = why.hit_stop(detail, seq) if why else None
         now = same_step.describe_hit(blocks, detail.get("tokens_saved", 0)) if same_step else None
-        return now or (
+        if now:
+            return now + (f" ({stop})" if stop else "")
+        return (
             f"reused {detail.get('tokens_saved', 0)} cached tokens "
-            f"({len(blocks)} block{'s' if len(blocks) != 1 else ''} from the prefix cache)"
+            f"({len(blocks)} block{'s' if len(blocks) != 1 else ''} from the prefix cache{'; ' + stop if stop else ''})"
         )
     if kind == EventKind.PREFILL_CHUNK:
         start, end = detail.get("start", 0), detail.get("end", 0)
         what = "prompt token" if end <= seq.get("num_prompt_tokens", end) else "token"
         count = end - start
-        chunk = detail.get("chunk", 1)
-        return (
-            f"prefilled {count} {what}{'' if count == 1 else 's'} (chunk {chunk} of {estimate_chunks(detail, budget)})"
-        )
+        chunk = f"chunk {detail.get('chunk', 1)} of {estimate_chunks(detail, budget)}"
+        capped = why.chunk(event, seq) if why else None
+        if capped:
+            rest = int(seq.get("num_tokens", detail.get("num_tokens", end))) - start
+            return f"prefilled {count} of {rest} {what}s ({chunk}: {capped})"
+        return f"prefilled {count} {what}{'' if count == 1 else 's'} ({chunk})"
     if kind == EventKind.PREEMPTED:
-        reason = detail.get("reason")
+        reason = (why.preemption(event) if why else None) or detail.get("reason")
         return "was preempted back to WAITING" + (f" ({reason})" if reason else "")
     if kind == EventKind.FINISHED:
         return f"finished ({detail.get('reason', '?')})"
