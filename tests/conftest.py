@@ -50,6 +50,13 @@ def one_torch_thread() -> Iterator[None]:
         yield
 
 
+def one_line_error(text: str) -> str:
+    """The CLI's error output, asserted to be the one line a user should see (no traceback)."""
+    text = text.strip()
+    assert text.startswith("nanoengine: error: ") and "\n" not in text and "Traceback" not in text, text
+    return text
+
+
 def make_tiny_engine(**options) -> LLMEngine:
     return LLMEngine("tiny", **{**TINY_OPTIONS, **options})
 
@@ -83,3 +90,14 @@ def tiny_trace(tiny_trace_path):
     from tracer.trace.trace_file import load_trace
 
     return load_trace(tiny_trace_path, validate="all")
+
+
+@pytest.fixture(scope="session")
+def lesson10(tmp_path_factory) -> Path:
+    """Lesson 10's scenario run by the tiny model: the workload of a committed vLLM v1 trace."""
+    from tracer.teach.scenarios import load_scenario, run_scenario
+
+    path = tmp_path_factory.mktemp("lesson10") / "10.jsonl"
+    scenario = Path(__file__).parents[1] / "lessons" / "10_sampling" / "scenario.json"
+    run_scenario(load_scenario(scenario), path, model="tiny")
+    return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import one_line_error
 
 from tracer.cli.main import main
 from tracer.trace.invariants import check_trace
@@ -12,12 +13,6 @@ from tracer.trace.trace_file import load_trace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FLAGS = ["--model", "tiny", "--max-tokens", "12", "--ignore-eos", "--block-size", "4", "--threads", "1", "--no-tui"]
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("nanoengine: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 def first_steps(path) -> dict[str, tuple[int, int]]:
@@ -47,7 +42,7 @@ def test_a_prompt_due_after_the_others_finished_joins_at_once(tmp_path):
 def test_a_bad_arrive_is_one_line_and_writes_nothing(tmp_path, capsys, arrive, expected):
     out = tmp_path / "never.jsonl"
     assert main(["trace", "hello", "world", "--arrive", arrive, "--out", str(out), *FLAGS]) == 2
-    assert expected in one_line_error(capsys)
+    assert expected in one_line_error(capsys.readouterr().err)
     assert not out.exists()
 
 
@@ -55,7 +50,7 @@ def test_a_late_prompt_that_cannot_run_fails_before_any_file(tmp_path, capsys):
     out = tmp_path / "never.jsonl"
     argv = ["trace", "hello", "x" * 100, "--arrive", "0,3", "--max-model-len", "50", "--out", str(out), *FLAGS]
     assert main(argv) == 2
-    assert "max_model_len is 50" in one_line_error(capsys)
+    assert "max_model_len is 50" in one_line_error(capsys.readouterr().err)
     assert not out.exists()
 
 
@@ -100,10 +95,10 @@ def test_run_refuses_a_bad_scenario_in_one_line(tmp_path, capsys, content, expec
     path = tmp_path / "bad.json"
     path.write_text(content)
     assert main(["run", str(path), "--no-tui", "--out", str(tmp_path / "x.jsonl")]) == 2
-    assert expected in one_line_error(capsys)
+    assert expected in one_line_error(capsys.readouterr().err)
     assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_run_on_a_missing_file_is_one_line(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.json"), "--no-tui"]) == 2
-    assert "cannot read scenario" in one_line_error(capsys)
+    assert "cannot read scenario" in one_line_error(capsys.readouterr().err)

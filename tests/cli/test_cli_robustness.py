@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import HANG_S
+from conftest import HANG_S, one_line_error
 from interrupt_at import interrupted_at
 
 from nanoengine import SamplingParams
@@ -24,12 +24,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TINY = ["--model", "tiny", "--max-tokens", "4", "--ignore-eos", "--num-kv-blocks", "32"]
 CLI = [sys.executable, "-m", "tracer.cli.main"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def one_line_error(text: str) -> str:
-    text = text.strip()
-    assert text.startswith("nanoengine: error: ") and "\n" not in text and "Traceback" not in text, text
-    return text
 
 
 def test_prompts_and_titles_are_printed_literally_never_as_markup_or_escapes(tmp_path, capsys):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S
+from conftest import HANG_S, one_line_error
 
 from tracer.cli.main import main
 from tracer.trace.invariants import check_trace
@@ -25,17 +25,11 @@ CLI = [sys.executable, "-m", "tracer.cli.main"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("nanoengine: error: ") and "\n" not in err and "Traceback" not in err, err
-    return err
-
-
 def test_a_fifo_at_out_is_refused_and_left_a_fifo(tmp_path, capsys):
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)
     assert main(["trace", "hello", *TINY, "--out", str(fifo)]) == 2
-    assert "named pipe" in one_line_error(capsys)
+    assert "named pipe" in one_line_error(capsys.readouterr().err)
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and sorted(tmp_path.iterdir()) == [fifo]
 
 
@@ -46,7 +40,7 @@ def test_a_device_at_out_is_refused_and_left_a_device(tmp_path, capsys):
     except PermissionError:
         pytest.skip("making a device node needs root")
     assert main(["trace", "hello", *TINY, "--out", str(device)]) == 2
-    assert "a device, not a regular file" in one_line_error(capsys)
+    assert "a device, not a regular file" in one_line_error(capsys.readouterr().err)
     assert stat.S_ISCHR(device.lstat().st_mode) and sorted(tmp_path.iterdir()) == [device]
 
 
@@ -73,7 +67,7 @@ def test_a_symlink_to_a_fifo_is_refused(tmp_path, capsys):
     link = tmp_path / "link.jsonl"
     link.symlink_to(fifo)
     assert main(["trace", "hello", *TINY, "--out", str(link)]) == 2
-    assert "named pipe" in one_line_error(capsys)
+    assert "named pipe" in one_line_error(capsys.readouterr().err)
     assert link.is_symlink() and stat.S_ISFIFO(fifo.lstat().st_mode)
 
 

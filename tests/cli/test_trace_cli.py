@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S, SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
+from conftest import HANG_S, SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine, one_line_error
 from interrupt_at import interrupted_at
 
 from tracer.cli.main import main
@@ -32,12 +32,6 @@ TINY_FLAGS = [
     "--max-num-batched-tokens",
     "8",
 ]
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("nanoengine: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 @pytest.fixture
@@ -75,7 +69,7 @@ def test_trace_out_and_title(tmp_path, capsys):
 def test_trace_with_a_bad_prompt_fails_in_one_line_before_writing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["trace", "x" * 100, *TINY_FLAGS, "--max-model-len", "50", "--no-tui"]) == 2
-    assert "max_model_len is 50" in one_line_error(capsys)
+    assert "max_model_len is 50" in one_line_error(capsys.readouterr().err)
     assert not (tmp_path / "traces").exists()
 
 
@@ -108,7 +102,7 @@ def test_check_on_a_broken_file_is_a_one_line_error(tmp_path, capsys, content, e
     path = tmp_path / "t.jsonl"
     path.write_text(content)
     assert main(["check", str(path)]) == 2
-    assert expected in one_line_error(capsys)
+    assert expected in one_line_error(capsys.readouterr().err)
 
 
 def test_check_full_validates_every_line(partial_trace, tmp_path, capsys):
@@ -125,7 +119,7 @@ def test_check_full_validates_every_line(partial_trace, tmp_path, capsys):
     main(["check", str(path)])
     capsys.readouterr()
     assert main(["check", str(path), "--full"]) == 2
-    assert "line 7 does not match the trace schema" in one_line_error(capsys)
+    assert "line 7 does not match the trace schema" in one_line_error(capsys.readouterr().err)
 
 
 def test_check_warns_about_a_cut_short_trace_and_checks_its_prefix(partial_trace, tmp_path, capsys):
@@ -138,14 +132,14 @@ def test_check_warns_about_a_cut_short_trace_and_checks_its_prefix(partial_trace
 
 def test_replay_refuses_what_it_cannot_show(partial_trace, tmp_path, capsys):
     assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
-    assert "no such trace file" in one_line_error(capsys)
+    assert "no such trace file" in one_line_error(capsys.readouterr().err)
     assert main(["replay", str(partial_trace), "--step", "3"]) == 2
-    assert "choose 0 .. 2" in one_line_error(capsys)
+    assert "choose 0 .. 2" in one_line_error(capsys.readouterr().err)
     empty = tmp_path / "empty.jsonl"
     with TraceRecorder(make_tiny_engine(), empty):
         pass
     assert main(["replay", str(empty)]) == 2
-    assert "no steps" in one_line_error(capsys)
+    assert "no steps" in one_line_error(capsys.readouterr().err)
 
 
 def test_replay_text_prints_a_steps_narration_with_its_whys(tmp_path, capsys):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import HANG_S
+from conftest import HANG_S, one_line_error
 
 pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install -e '.[test]')")
 CLI = [sys.executable, "-m", "tracer.cli.main"]
@@ -91,12 +91,6 @@ def test_only_this_servers_own_page_gets_an_answer(served):
     assert request(port, "/ws", websocket_headers(here, None)) == 403
     assert request(port, "/ws", websocket_headers(f"evil.example:{port}", f"http://evil.example:{port}")) == 403
     assert request(port, "/ws", websocket_headers(here, f"http://localhost:{port}")) == 101
-
-
-def one_line_error(text: str) -> str:
-    text = text.strip()
-    assert text.startswith("nanoengine: error: ") and "\n" not in text and "Traceback" not in text, text
-    return text
 
 
 def test_a_port_outside_1_to_65535_is_refused(tiny_trace_path):

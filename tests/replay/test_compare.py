@@ -7,23 +7,13 @@ import asyncio
 import copy
 from pathlib import Path
 
-import pytest
-
 from tracer.cli.main import main
 from tracer.replay.app import ReplayApp
 from tracer.replay.views.compare import CompareView
-from tracer.teach.scenarios import load_scenario, run_scenario
 from tracer.trace.trace_file import load_trace
 
 ROOT = Path(__file__).parents[2]
 VLLM = ROOT / "tracer" / "vllm" / "traces"
-
-
-@pytest.fixture(scope="module")
-def lesson10(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("compare") / "10.jsonl"
-    run_scenario(load_scenario(ROOT / "lessons" / "10_sampling" / "scenario.json"), path, model="tiny")
-    return path
 
 
 def old_rule(trace):

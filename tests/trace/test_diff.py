@@ -18,13 +18,6 @@ ROOT = Path(__file__).parents[2]
 VLLM = ROOT / "tracer" / "vllm" / "traces"
 
 
-@pytest.fixture(scope="module")
-def lesson10(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("diff") / "10.jsonl"
-    run_scenario(load_scenario(ROOT / "lessons" / "10_sampling" / "scenario.json"), path, model="tiny")
-    return path
-
-
 def test_a_trace_against_itself_has_no_difference(lesson10, capsys):
     trace = load_trace(lesson10)
     assert diff_traces(trace, trace).differences == []

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import SCENARIO_PARAMS, make_tiny_engine
+from conftest import SCENARIO_PARAMS, make_tiny_engine, one_line_error
 
 from tracer.cli.main import main
 from tracer.trace.recorder import TraceRecorder
@@ -29,12 +29,6 @@ def with_text(tmp_path: Path, old: str, new: str, line: int = MIDDLE_LINE) -> Pa
     path = tmp_path / "planted.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def one_line_error(text: str) -> str:
-    text = text.strip()
-    assert text.startswith("nanoengine: error: ") and "\n" not in text and "Traceback" not in text, text
-    return text
 
 
 def wall_time_text(line: int = MIDDLE_LINE) -> str:

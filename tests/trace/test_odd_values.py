@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import one_line_error
 
 from tracer.cli.main import main
 from tracer.replay.app import ReplayApp, run_replay
@@ -26,12 +27,6 @@ def planted(tmp_path: Path, change: Callable[[dict], None], line: int = BAD_LINE
     path = tmp_path / "odd.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def one_line_error(text: str) -> str:
-    text = text.strip()
-    assert text.startswith("nanoengine: error: ") and "\n" not in text and "Traceback" not in text, text
-    return text
 
 
 CONTAINERS = {

@@ -26,6 +26,7 @@ from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
 from tracer.loop.arrivals import Arrival, add_due, sorted_arrivals
+from tracer.trace.trace_file import read_json_file
 
 DEFAULT_MAX_STEPS = 2000
 FOCUS_EVENTS = tuple(EventKind)
@@ -94,12 +95,7 @@ class ScenarioRun:
 # ---- loading -------------------------------------------------------------------------------
 def load_scenario(path: str | Path, name: str | None = None) -> Scenario:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ScenarioError(f"cannot read scenario {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ScenarioError(f"scenario {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    data = read_json_file(path, "scenario", ScenarioError)
     return scenario_from_dict(data, name or path.parent.name, source=str(path))
 
 

@@ -49,17 +49,9 @@ from tracer.trace import event_where
 from tracer.trace.invariants import InvariantChecker, Violation
 from tracer.trace.sources import SourceBook
 from tracer.trace.step_line import PoolLayout, SeqRow, StepLine, line_from_record
-from tracer.trace.trace_file import SCHEMA_VERSION
+from tracer.trace.trace_file import SCHEDULER_CONFIG, SCHEMA_VERSION
 
-CONFIG_FIELDS = (
-    "block_size",
-    "num_kv_blocks",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "max_model_len",
-    "enable_prefix_caching",
-    "use_chat_template",
-)
+CONFIG_FIELDS = (*SCHEDULER_CONFIG, "use_chat_template")
 
 
 HEAD_EVERY = 32  # Detokenizer.text decodes a sequence's whole completion once per this many tokens

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # jsonschema takes ~0.3 s to import: only when a file is validated (not for --help)
     from jsonschema import Draft202012Validator
@@ -47,6 +47,15 @@ if TYPE_CHECKING:  # jsonschema takes ~0.3 s to import: only when a file is vali
 SCHEMA_VERSION = 3  # 3: not_admitted and the decisions' numbers; 2: eos_token_ids, tokenizer,
 # queues, requested_step; 1 and 2 still load
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
+# The engine options that decide the schedule: a trace's or a workload's config holds at least these.
+SCHEDULER_CONFIG = (
+    "block_size",
+    "num_kv_blocks",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "max_model_len",
+    "enable_prefix_caching",
+)
 SAMPLE_STEPS = 3
 LAZY_BYTES = 32 * 2**20
 # What a trace may claim, checked before anything is sized by it (a crafted header must not make
@@ -68,6 +77,18 @@ class TraceError(ValueError):
 
 class NonFiniteNumber(ValueError):
     """NaN, Infinity or a number too big for a float: JSON has none of them."""
+
+
+def read_json_file(path: Path, what: str, error: type[ValueError]) -> Any:
+    """The file's JSON; a one-line `error` naming `what` the file is when it cannot be read."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise error(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise error(f"{what} {path} is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{what} {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
 
 
 def finite_float(text: str) -> float:

@@ -26,14 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CONFIG_FIELDS = (
-    "block_size",
-    "num_kv_blocks",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "max_model_len",
-    "enable_prefix_caching",
-)
+from tracer.trace.trace_file import SCHEDULER_CONFIG, read_json_file
 
 
 class WorkloadError(ValueError):
@@ -74,19 +67,13 @@ class Workload:
 
 def load_workload(path: str | Path) -> Workload:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise WorkloadError(f"cannot read workload {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise WorkloadError(f"workload {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
-    return workload_from_dict(data, str(path))
+    return workload_from_dict(read_json_file(path, "workload", WorkloadError), str(path))
 
 
 def workload_from_dict(data: Any, source: str = "workload") -> Workload:
     if not isinstance(data, dict) or not data.get("requests") or "config" not in data:
         raise WorkloadError(f"{source}: a workload needs 'config' and a non-empty 'requests' list")
-    missing = [f for f in CONFIG_FIELDS if f not in data["config"]]
+    missing = [f for f in SCHEDULER_CONFIG if f not in data["config"]]
     if missing:
         raise WorkloadError(f"{source}: config lacks {', '.join(missing)}")
     requests = []
@@ -105,7 +92,7 @@ def workload_from_dict(data: Any, source: str = "workload") -> Workload:
     return Workload(
         name=str(data.get("name", Path(source).stem)),
         title=str(data.get("title", data.get("name", ""))),
-        config={f: data["config"][f] for f in CONFIG_FIELDS},
+        config={f: data["config"][f] for f in SCHEDULER_CONFIG},
         requests=requests,
         eos_token_ids=[int(t) for t in data.get("eos_token_ids", [])],
         tokenizer=dict(data.get("tokenizer", {})),
@@ -135,7 +122,7 @@ def workload_from_trace(trace: Any, name: str, arrivals: list[int] | None = None
     return Workload(
         name=name,
         title=header.get("title") or name,
-        config={f: header["config"][f] for f in CONFIG_FIELDS},
+        config={f: header["config"][f] for f in SCHEDULER_CONFIG},
         requests=[
             WorkloadRequest(
                 prompt=r.get("prompt", ""),
