@@ -10,8 +10,10 @@ from nanoengine.sequence import EventKind
 from tests.conftest import make_tiny_engine
 from tracer.teach.swap import plugged
 from tracer.trace import event_where
+from tracer.trace.invariants.rule import REGISTRY, rule_named
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.sources import ENGINE_FUNCTIONS
+from tracer.trace.step_line import SeqRow
 from tracer.trace.trace_file import load_trace
 
 
@@ -68,3 +70,10 @@ def test_a_swapped_in_function_is_recorded_as_it_was_run(tmp_path):
 def test_the_engine_is_left_as_it_was_when_the_recorder_closes(tmp_path):
     record_preemption(tmp_path / "t.jsonl")
     assert SchedulerOutput.add_event is event_where.ORIGINAL and not event_where.NOTES
+
+
+def test_what_an_invariant_says_it_checks_is_named_as_the_trace_names_it():
+    for rule in REGISTRY:
+        assert set(rule.checks) <= set(ENGINE_FUNCTIONS), rule.name
+        assert rule.field in ("", *SeqRow.__annotations__), rule.name
+    assert rule_named("preempt_resets").checks == ("Scheduler.preempt",)

@@ -27,6 +27,7 @@ from textual.widgets import Footer, Input, Label, Static
 
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import VIOLATION, seq_tag
+from tracer.replay.decision_code import ordered_violations
 from tracer.replay.help import HelpScreen
 from tracer.replay.messages import SeqSelected
 from tracer.replay.narration import narrate
@@ -40,6 +41,7 @@ from tracer.replay.views.queues import QueuesView
 from tracer.replay.views.sequences import SequencesView
 from tracer.replay.views.state_machine import StateMachineView
 from tracer.replay.views.timeline import TimelineView, step_mark
+from tracer.replay.violations import ViolationsScreen
 from tracer.trace.diff import DiffError, Side, diff_traces, null_blocks, request_order
 from tracer.trace.trace_file import StepMarks, TraceError, check_step, load_trace
 
@@ -103,6 +105,7 @@ class ReplayApp(App[int]):
         Binding("n", "event(1)", "next event"),
         Binding("p", "event(-1)", "prev event"),
         Binding("c", "toggle_code", "code"),
+        Binding("v", "violations", "violations", show=False),  # the violation bar says so
         Binding("z", "zoom", "zoom", show=False),
         Binding("a", "toggle_animations", "animations", show=False),
         Binding("escape", "deselect", "deselect", show=False),
@@ -297,8 +300,9 @@ class ReplayApp(App[int]):
         violations = step.get("violations") or []
         bar.display = bool(violations)
         if violations:
-            text = Text(f"✗ {len(violations)} invariant violation{'s' if len(violations) != 1 else ''}: ", VIOLATION)
-            text.append(" · ".join(violation_text(v) for v in violations), "bold #ff6b6b")
+            n = len(violations)
+            text = Text(f"✗ {n} invariant violation{'s' if n != 1 else ''} (v: all, with rules and code)", VIOLATION)
+            text.append(" " + violation_text((ordered_violations(step) or violations)[0]))  # the clearest first
             bar.update(text)
 
     def update_status(self) -> None:
@@ -412,6 +416,21 @@ class ReplayApp(App[int]):
         self.screen.toggle_class("-code")
         if self.screen.has_class("-code"):
             self.code.redraw()
+
+    def action_violations(self) -> None:
+        violations = ordered_violations(self.current_step)
+        if not violations:
+            self.notify("no invariant violation at this step")
+            return
+        sources = self.header.get("sources") or {}
+        self.push_screen(ViolationsScreen(self.step_number, violations, sources), self.show_violation_code)
+
+    def show_violation_code(self, index: int | None) -> None:
+        violations = ordered_violations(self.current_step)
+        if index is None or not 0 <= index < len(violations):
+            return
+        self.screen.add_class("-code")
+        self.code.select_violation(violations[index])
 
     def action_zoom(self) -> None:
         if self.screen.maximized is not None:

@@ -2,9 +2,11 @@
 no event, read from the trace's own sources (docs/trace-format.md, "Sources"), never from the
 engine installed here; and vLLM v1's counterpart of that decision (from glossary.py).
 
-    decision_code(step, header, seq_id=None) -> DecisionCode
-    violation_code(violation, header) -> DecisionCode | None    the function its invariant checks
-    code_lines(code) -> list[str]                                 as plain text (replay --text)
+    decision_code(step, header, seq_id=None, violation=None) -> DecisionCode
+        with a violation (one of the step's): the engine function its invariant checks, when the
+        checker can tell (Rule.checks), else the sequence's event this step
+    ordered_violations(step) -> list[dict]      those whose invariant names a function first
+    code_lines(code) -> list[str]               as plain text (replay --text)
 
 An event's `where` lists the lines that emitted it, innermost first ([name, line]): the panel shows
 each of those functions (outermost first) with its line marked, then any function the shown lines
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_tag
 from tracer.replay.glossary import vllm_counterpart
+from tracer.trace.invariants.rule import rule_named
 
 # The event a step's panel shows when no sequence is selected: the most telling first.
 EVENT_ORDER = (
@@ -33,6 +36,7 @@ MAX_FRAMES = 3
 # Functions that carry out a decision their caller took: the caller's line is the deciding one.
 EFFECTORS = frozenset({"Scheduler.preempt", "Scheduler.finish", "Scheduler.schedule_tokens"})
 NO_SOURCE = "no source recorded in this trace (recorded before traces carried the engine's code)"
+CANNOT_TELL = "the checker cannot tell which function broke this invariant"
 PHASE = "Scheduler.schedule"  # a step without events: its running loop gave each sequence a token
 PHASE_LINE = "schedule_tokens("  # the running loop's line that schedules a decode
 CALL = re.compile(r"\b(\w+)\(")
@@ -92,11 +96,17 @@ def chief_event(step: dict, seq_id: int | None = None) -> dict | None:
     return None
 
 
-def decision_code(step: dict, header: dict, seq_id: int | None = None) -> DecisionCode:
-    event = chief_event(step, seq_id)
+def decision_code(step: dict, header: dict, seq_id: int | None = None, violation: dict | None = None) -> DecisionCode:
     sources = header.get("sources") or {}
+    if violation is not None:
+        return violation_code(violation, step, sources)
+    event = chief_event(step, seq_id)
     if event is None:
         return phase_code(step, sources)
+    return event_code(event, sources)
+
+
+def event_code(event: dict, sources: dict) -> DecisionCode:
     title = f"{str(event.get('kind', '?')).upper()} {seq_tag(int(event.get('seq_id', 0)))}"
     where = [(str(name), int(line)) for name, line in event.get("where") or [] if name in sources]
     if not sources or not where:
@@ -161,14 +171,36 @@ def called_swaps(sections: list[Section], sources: dict) -> list[Section]:
     return found
 
 
-def violation_code(checked_by: tuple[str, ...], header: dict) -> DecisionCode | None:
-    """The first of the functions an invariant checks that the trace holds the source of."""
-    sources = header.get("sources") or {}
-    for name in checked_by:
+def checks_of(violation: dict) -> tuple[str, ...]:
+    rule = rule_named(str(violation.get("invariant", "")))
+    return rule.checks if rule is not None else ()
+
+
+def ordered_violations(step: dict) -> list[dict]:
+    """The step's violations, those whose invariant names the function it checks first (the
+    clearest), otherwise in the checker's order."""
+    violations = [v for v in step.get("violations") or [] if isinstance(v, dict)]
+    return sorted(violations, key=lambda v: not checks_of(v))
+
+
+def violation_code(violation: dict, step: dict, sources: dict) -> DecisionCode:
+    seq_id = violation.get("seq_id")
+    seq_id = seq_id if isinstance(seq_id, int) else None
+    title = f"✗ {violation.get('invariant', 'invariant')}" + (f" {seq_tag(seq_id)}" if seq_id is not None else "")
+    if not sources:
+        return DecisionCode(title, "", note=NO_SOURCE)
+    events = [e for e in step.get("events") or [] if seq_id is not None and e.get("seq_id") == seq_id]
+    for name in checks_of(violation):
         if name in sources:
-            section = section_of(name, sources[name], (), "the function this invariant checks")
-            return DecisionCode(name, vllm_line([name]), [section])
-    return None
+            lines = tuple(sorted({int(line) for e in events for n, line in e.get("where") or [] if n == name}))
+            section = section_of(name, sources[name], lines, "the function this invariant checks")
+            section = replace(section, deciding=lines[0] if lines else None)
+            return DecisionCode(f"{title} · it checks {name}", vllm_line([name]), [section])
+    event = chief_event({"events": events}) if events else None
+    if event is None:
+        return DecisionCode(title, "", note=CANNOT_TELL)
+    code = event_code(event, sources)
+    return replace(code, title=f"{title} · {code.title}", note=f"{CANNOT_TELL}: its sequence's event this step")
 
 
 def vllm_line(names: list[str]) -> str:

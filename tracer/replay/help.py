@@ -20,6 +20,7 @@ KEYS = (
     ("g", "go to a step number"),
     ("n / p", "next / previous event (admit, prefix hit, prefill done, preempt, finish, violation)"),
     ("c", "code: the engine function behind the step's event, its deciding line ▶, and vLLM v1's counterpart"),
+    ("v", "every invariant violation at the step: its rule, its cell (marked ✗), the function it checks"),
     ("Tab / shift+Tab", "move between panels"),
     ("↑ / ↓ in sequences", "select a sequence (also: click a chip, a block or a batch column)"),
     ("Esc", "clear the selection"),

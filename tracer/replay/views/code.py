@@ -1,5 +1,6 @@
 """The code panel (`c`): the engine function behind the step's event (the selected sequence's, when
-one is selected), or behind the step's phase, from the trace's own sources; syntax-highlighted with
+one is selected), or behind the step's phase, from the trace's own sources; at a step with
+invariant violations, the function the chosen (else the clearest) violation's invariant checks; syntax-highlighted with
 Textual's highlighter, the deciding lines marked ▶ (not by colour alone) and scrolled into view;
 vLLM v1's counterpart on the line under the title. Fed a step; memoryless (what it shows is
 decision_code(step, header, selected sequence)).
@@ -19,7 +20,7 @@ from textual.content import Content
 from textual.highlight import highlight
 from textual.widgets import Static
 
-from tracer.replay.decision_code import DecisionCode, Section, decision_code, marker
+from tracer.replay.decision_code import DecisionCode, Section, decision_code, marker, ordered_violations
 
 MARK = "bold $warning"
 HEADING = "bold $text-primary"
@@ -39,6 +40,7 @@ class CodeView(Vertical, can_focus=True):
         self.step: dict = {}
         self.header: dict = {}
         self.seq_id: int | None = None
+        self.violation: dict | None = None  # chosen in the violations list (v); reset by the next step
         self.code = DecisionCode("", "")
 
     def compose(self):
@@ -47,15 +49,22 @@ class CodeView(Vertical, can_focus=True):
             yield Static(id="code-text")
 
     def show(self, step: dict, prev: dict | None, header: dict) -> None:
-        self.step, self.header = step, header
+        self.step, self.header, self.violation = step, header, None
         self.redraw()
 
     def select(self, seq_id: int | None) -> None:
-        self.seq_id = seq_id
+        self.seq_id, self.violation = seq_id, None
+        self.redraw()
+
+    def select_violation(self, violation: dict | None) -> None:
+        self.violation = violation
         self.redraw()
 
     def redraw(self) -> None:
-        self.code = decision_code(self.step, self.header, self.seq_id)
+        violation = self.violation
+        if violation is None and self.seq_id is None:
+            violation = next(iter(ordered_violations(self.step)), None)
+        self.code = decision_code(self.step, self.header, self.seq_id, violation)
         self.query_one("#code-title", Static).update(render_title(self.code))
         content, focus_row = render_code(self.code)
         self.query_one("#code-text", Static).update(content)

@@ -22,11 +22,20 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tracer.replay.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, seq_style, seq_tag, state_label
+from tracer.replay.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, VIOLATION, seq_style, seq_tag, state_label
 from tracer.replay.messages import SeqSelected
+from tracer.trace.invariants.rule import rule_named
 from tracer.trace.readable import UNDECODABLE, is_byte_fragment, printable, token_label
 
 COLUMNS = ("seq", "status", "tokens", "cached", "sched", "prompt", "gen/max", "block_table", "text")
+# the column of each sequence field an invariant can name (Rule.field): a violation marks that cell
+FIELD_COLUMNS = {
+    "status_after": 1,
+    "num_tokens": 2,
+    "num_cached_tokens": 3,
+    "num_scheduled_tokens": 4,
+    "block_table": 7,
+}
 MAX_TABLE = 18  # characters of a block table before its middle is elided
 MIN_TEXT_TAIL = 6  # characters of prompt + completion shown (from the end) when space is short
 NEW_TOKEN_STYLE = Style(color="black", bgcolor="#ffd23f", bold=True)
@@ -133,6 +142,23 @@ def row_cells(seq: dict, max_tokens: dict[int, int] | None = None) -> list:
         f"{completion}/{limit}" if limit is not None else str(completion),
         block_table_cell(seq),
     ]
+
+
+def offending_cells(step: dict) -> set[tuple[int, int]]:
+    """(seq_id, column) of the cells this step's violations are about, where the invariant names one."""
+    cells = set()
+    for violation in step.get("violations") or []:
+        rule = rule_named(str(violation.get("invariant", "")))
+        if rule is not None and rule.field in FIELD_COLUMNS and isinstance(violation.get("seq_id"), int):
+            cells.add((violation["seq_id"], FIELD_COLUMNS[rule.field]))
+    return cells
+
+
+def marked_cell(cell) -> Text:
+    """✗ before the value and the violation's colours: a symbol, not colour alone."""
+    text = Text("✗", VIOLATION)
+    text.append(plain(cell), VIOLATION)
+    return text
 
 
 def plain(cell) -> str:
@@ -251,6 +277,12 @@ class SequencesView(ScrollView, can_focus=True):
             old = old_rows.get(seq["seq_id"])
             self.changed.append([old is None or plain(cell) != plain(old[i]) for i, cell in enumerate(cells)])
             cells.append(text_cell(seq, self.prompts[1].get(seq["seq_id"], []), tail))
+        index = {seq["seq_id"]: i for i, seq in enumerate(seqs)}
+        for seq_id, column in offending_cells(step):
+            if seq_id in index:  # marked after `changed` was taken: a mark is not a change
+                row = rows[index[seq_id]]
+                row[column] = marked_cell(row[column])
+                self.widths[column] = max(self.widths[column], cell_len(row[column].plain))
         self.widths.append(max([len(COLUMNS[-1])] + [cell_len(row[-1].plain) for row in rows]))
         self.rows = rows
         self.row_ids = [seq["seq_id"] for seq in seqs]

@@ -10,7 +10,7 @@ from tracer.trace.invariants.reading import events_of, short
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
-@invariant("a block table covers every cached or scheduled token, with no block twice")
+@invariant("a block table covers every cached or scheduled token, with no block twice", field="block_table")
 def block_table_coverage(ctx: Context) -> Findings:
     bs = ctx.block_size
     for sid, s in ctx.seqs.items():
@@ -30,7 +30,10 @@ def block_table_coverage(ctx: Context) -> Findings:
                 yield sid, f"seq {sid}'s block table {when} the step {short(table)} holds a block twice"
 
 
-@invariant("each block's ref count == the number of sequences whose block table holds it")
+@invariant(
+    "each block's ref count == the number of sequences whose block table holds it",
+    checks=("BlockManager.allocate", "BlockManager.free"),
+)
 def ref_counts(ctx: Context) -> Findings:
     refs = ctx.step["pool"]["ref_counts"]
     expected, n = [0] * len(refs), len(refs)
@@ -45,7 +48,10 @@ def ref_counts(ctx: Context) -> Findings:
             yield None, f"block {block} has ref count {ref} but {expected[block]} sequences hold it"
 
 
-@invariant("the free list holds exactly the blocks with ref count 0, once each")
+@invariant(
+    "the free list holds exactly the blocks with ref count 0, once each",
+    checks=("BlockManager.free", "BlockManager.take_free_block"),
+)
 def free_blocks(ctx: Context) -> Findings:
     pool = ctx.step["pool"]
     free, refs = pool["free_block_ids"], pool["ref_counts"]
@@ -100,7 +106,7 @@ def pool_shape(ctx: Context) -> Findings:
         yield None, f"the free list holds block {bad[0]}, outside the pool"
 
 
-@invariant("no two blocks share a prefix-cache hash")
+@invariant("no two blocks share a prefix-cache hash", checks=("BlockManager.register_full_blocks",))
 def unique_prefix_hash(ctx: Context) -> Findings:
     hashes = ctx.step["pool"]["hashes"]
     if len(set(hashes)) + max(hashes.count(None) - 1, 0) == len(hashes):  # the common case, in C: no repeats
@@ -121,7 +127,11 @@ def prefix_caching_off(ctx: Context) -> Findings:
         yield e["seq_id"], f"prefix caching is off but seq {e['seq_id']} got a prefix hit"
 
 
-@invariant("a prefix hit reuses the first blocks of the table and skips exactly their tokens")
+@invariant(
+    "a prefix hit reuses the first blocks of the table and skips exactly their tokens",
+    checks=("BlockManager.find_cached_prefix", "Scheduler.try_admit"),
+    field="num_cached_tokens",
+)
 def prefix_hit(ctx: Context) -> Findings:
     for e in events_of(ctx.step, EventKind.PREFIX_HIT):
         if e["seq_id"] not in ctx.seqs:

@@ -7,7 +7,11 @@ from collections import Counter
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
-@invariant("num_scheduled_tokens is 0 outside a step (the *_after state)")
+@invariant(
+    "num_scheduled_tokens is 0 outside a step (the *_after state)",
+    checks=("Scheduler.postprocess",),
+    field="num_scheduled_tokens",
+)
 def scheduled_zero_after(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         after = s.get("num_scheduled_tokens_after", 0)
@@ -19,7 +23,11 @@ def scheduled_zero_after(ctx: Context) -> Findings:
             )
 
 
-@invariant("the batch holds exactly the sequences with num_scheduled_tokens > 0, once each")
+@invariant(
+    "the batch holds exactly the sequences with num_scheduled_tokens > 0, once each",
+    checks=("Scheduler.schedule",),
+    field="num_scheduled_tokens",
+)
 def batch_membership(ctx: Context) -> Findings:
     for sid, n in Counter(ctx.batch).items():
         if n > 1:
@@ -33,7 +41,7 @@ def batch_membership(ctx: Context) -> Findings:
             yield sid, f"seq {sid} has num_scheduled_tokens = {scheduled} but {where} the batch"
 
 
-@invariant("num_cached_tokens <= num_tokens, before and after the step")
+@invariant("num_cached_tokens <= num_tokens, before and after the step", field="num_cached_tokens")
 def cached_le_tokens(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         for when, cached, total in (
@@ -44,7 +52,7 @@ def cached_le_tokens(ctx: Context) -> Findings:
                 yield sid, f"seq {sid} has num_cached_tokens = {cached} {when} the step but only {total} tokens"
 
 
-@invariant("num_cached_tokens + num_scheduled_tokens <= num_tokens")
+@invariant("num_cached_tokens + num_scheduled_tokens <= num_tokens", field="num_scheduled_tokens")
 def scheduled_within_tokens(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         end = s["num_cached_tokens"] + s["num_scheduled_tokens"]

@@ -7,7 +7,9 @@ from tracer.trace.invariants.reading import batch_tokens, short, starts
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
-@invariant("sum(num_scheduled_tokens) == len(input_ids) == len(positions) == len(slot_mapping)")
+@invariant(
+    "sum(num_scheduled_tokens) == len(input_ids) == len(positions) == len(slot_mapping)", checks=("prepare_inputs",)
+)
 def token_count(ctx: Context) -> Findings:
     inp = ctx.step["inputs"]
     total = sum(ctx.seqs[sid]["num_scheduled_tokens"] for sid in ctx.batch if sid in ctx.seqs)
@@ -17,7 +19,9 @@ def token_count(ctx: Context) -> Findings:
         yield None, f"the batch schedules {total} tokens but {shown}"
 
 
-@invariant("seq_lens, block_tables, logits_indices and discard have one entry per batched sequence")
+@invariant(
+    "seq_lens, block_tables, logits_indices and discard have one entry per batched sequence", checks=("prepare_inputs",)
+)
 def batch_shapes(ctx: Context) -> Findings:
     inp = ctx.step["inputs"]
     for name in ("seq_lens", "block_tables", "logits_indices", "discard"):
@@ -25,7 +29,10 @@ def batch_shapes(ctx: Context) -> Findings:
             yield None, f"{name} has {len(inp[name])} entries for {len(ctx.batch)} batched sequences"
 
 
-@invariant("query_start_loc starts at 0, never decreases, steps by num_scheduled_tokens, ends at the token count")
+@invariant(
+    "query_start_loc starts at 0, never decreases, steps by num_scheduled_tokens, ends at the token count",
+    checks=("prepare_inputs",),
+)
 def query_start_loc(ctx: Context) -> Findings:
     qsl = ctx.step["inputs"]["query_start_loc"]
     total = len(ctx.step["inputs"]["input_ids"])
@@ -48,7 +55,7 @@ def query_start_loc(ctx: Context) -> Findings:
             )
 
 
-@invariant("each position == its sequence's num_cached_tokens + offset inside the chunk")
+@invariant("each position == its sequence's num_cached_tokens + offset inside the chunk", checks=("prepare_inputs",))
 def positions(ctx: Context) -> Findings:
     positions = ctx.step["inputs"]["positions"]
     for sid, i, offset in batch_tokens(ctx):
@@ -62,7 +69,7 @@ def positions(ctx: Context) -> Findings:
             return
 
 
-@invariant("seq_lens == num_cached_tokens + num_scheduled_tokens")
+@invariant("seq_lens == num_cached_tokens + num_scheduled_tokens", checks=("prepare_inputs",))
 def seq_lens(ctx: Context) -> Findings:
     for sid, got in zip(ctx.batch, ctx.step["inputs"]["seq_lens"]):
         s = ctx.seqs[sid]
@@ -71,7 +78,9 @@ def seq_lens(ctx: Context) -> Findings:
             yield sid, f"seq {sid} has seq_len {got} but num_cached_tokens + num_scheduled_tokens = {want}"
 
 
-@invariant("logits_indices == query_start_loc[1:] - 1 (each sequence's last scheduled token)")
+@invariant(
+    "logits_indices == query_start_loc[1:] - 1 (each sequence's last scheduled token)", checks=("prepare_inputs",)
+)
 def logits_indices(ctx: Context) -> Findings:
     inp = ctx.step["inputs"]
     want = [q - 1 for q in inp["query_start_loc"][1:]]
@@ -79,7 +88,10 @@ def logits_indices(ctx: Context) -> Findings:
         yield None, f"logits_indices {short(inp['logits_indices'])} should be query_start_loc[1:] - 1 = {short(want)}"
 
 
-@invariant("input_ids are the sequence's tokens num_cached_tokens .. num_cached_tokens + num_scheduled_tokens")
+@invariant(
+    "input_ids are the sequence's tokens num_cached_tokens .. num_cached_tokens + num_scheduled_tokens",
+    checks=("prepare_inputs",),
+)
 def input_ids(ctx: Context) -> Findings:
     input_ids = ctx.step["inputs"]["input_ids"]
     for sid, start in starts(ctx).items():
@@ -97,7 +109,9 @@ def input_ids(ctx: Context) -> Findings:
             )
 
 
-@invariant("the batch's block_tables row is the sequence's block_table")
+@invariant(
+    "the batch's block_tables row is the sequence's block_table", checks=("prepare_inputs",), field="block_table"
+)
 def block_tables_match(ctx: Context) -> Findings:
     for sid, row in zip(ctx.batch, ctx.step["inputs"]["block_tables"]):
         if list(row) != list(ctx.seqs[sid]["block_table"]):

@@ -10,7 +10,10 @@ from tracer.trace.invariants.reading import batch_tokens, events_of, short, star
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
-@invariant("slot == block_table[pos // block_size] * block_size + pos % block_size")
+@invariant(
+    "slot == block_table[pos // block_size] * block_size + pos % block_size",
+    checks=("compute_slot_mapping", "prepare_inputs"),
+)
 def slot_mapping(ctx: Context) -> Findings:
     inp, bs = ctx.step["inputs"], ctx.block_size
     for sid, i, _ in batch_tokens(ctx):

@@ -13,7 +13,8 @@ FINISH_FROM_WAITING = (FinishReason.ABORT, FinishReason.IGNORED)
 
 @invariant(
     "status changes only along legal edges (WAITING->RUNNING admitted, RUNNING->WAITING "
-    "preempted, RUNNING->FINISHED, WAITING->FINISHED when aborted or ignored)"
+    "preempted, RUNNING->FINISHED, WAITING->FINISHED when aborted or ignored)",
+    field="status_after",
 )
 def status_edges(ctx: Context) -> Findings:
     events: dict[int, list[dict]] = {}
@@ -55,7 +56,9 @@ def next_status(status: str, event: dict) -> str | None:
     return status if status != "FINISHED" else None  # prefill_chunk / prefill_done / prefix_hit
 
 
-@invariant("a sequence has a finish_reason exactly when it is FINISHED")
+@invariant(
+    "a sequence has a finish_reason exactly when it is FINISHED", checks=("Scheduler.finish",), field="status_after"
+)
 def finish_reason(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         if (s["status_after"] == "FINISHED") != (s["finish_reason"] is not None):
@@ -86,7 +89,7 @@ def continuity(ctx: Context) -> Findings:
         yield sid, f"seq {sid} was listed in the previous step but is missing now"
 
 
-@invariant("a FINISHED sequence holds no blocks")
+@invariant("a FINISHED sequence holds no blocks", checks=("Scheduler.finish", "BlockManager.free"), field="block_table")
 def finished_holds_no_blocks(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         if s["status_after"] == "FINISHED" and s["block_table_after"]:
@@ -102,7 +105,10 @@ def no_leak(ctx: Context) -> Findings:
         yield None, f"no sequence is live but blocks {short(held)} still have non-zero ref counts (leaked)"
 
 
-@invariant("a step schedules at most max_num_batched_tokens tokens and max_num_seqs sequences")
+@invariant(
+    "a step schedules at most max_num_batched_tokens tokens and max_num_seqs sequences",
+    checks=("Scheduler.schedule", "Scheduler.try_admit"),
+)
 def token_budget(ctx: Context) -> Findings:
     total = len(ctx.step["inputs"]["input_ids"])
     budget = ctx.config.get("max_num_batched_tokens")
@@ -114,7 +120,11 @@ def token_budget(ctx: Context) -> Findings:
         yield None, f"{len(ctx.batch)} sequences run and {running} are RUNNING, over max_num_seqs = {max_seqs}"
 
 
-@invariant("a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0")
+@invariant(
+    "a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0",
+    checks=("Scheduler.preempt",),
+    field="num_cached_tokens",
+)
 def preempt_resets(ctx: Context) -> Findings:
     for sid in preempted(ctx.step):
         s = ctx.seqs.get(sid)

@@ -9,7 +9,10 @@ from tracer.trace.invariants.reading import events_of, finished_with, preempted,
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
-@invariant("preemption takes the newest running sequence first (the end of the running list)")
+@invariant(
+    "preemption takes the newest running sequence first (the end of the running list)",
+    checks=("choose_victim", "Scheduler.make_room"),
+)
 def victim_policy(ctx: Context) -> Findings:
     victims = preempted(ctx.step)
     queues = ctx.step.get("queues")
@@ -26,7 +29,9 @@ def victim_policy(ctx: Context) -> Findings:
         )
 
 
-@invariant("preempted sequences wait at the head of the waiting queue, the last preempted first")
+@invariant(
+    "preempted sequences wait at the head of the waiting queue, the last preempted first", checks=("Scheduler.preempt",)
+)
 def preempted_to_head(ctx: Context) -> Findings:
     queues = ctx.step.get("queues")
     if not ctx.preempted_before or queues is None:
@@ -41,7 +46,10 @@ def preempted_to_head(ctx: Context) -> Findings:
         )
 
 
-@invariant("a step admits from the head of the waiting queue, in order (its own preempted ones first)")
+@invariant(
+    "a step admits from the head of the waiting queue, in order (its own preempted ones first)",
+    checks=("Scheduler.schedule", "Scheduler.try_admit"),
+)
 def admission_order(ctx: Context) -> Findings:
     queues = ctx.step.get("queues")
     admitted = [e["seq_id"] for e in events_of(ctx.step, EventKind.ADMITTED)]
@@ -62,7 +70,8 @@ def admission_order(ctx: Context) -> Findings:
 
 @invariant(
     "sampling an EOS id finishes the sequence with 'stop' unless ignore_eos; "
-    "a 'stop' without an EOS id needs a stop string"
+    "a 'stop' without an EOS id needs a stop string",
+    checks=("Scheduler.check_stop", "LLMEngine.check_stop_strings"),
 )
 def eos_finish(ctx: Context) -> Findings:
     eos = ctx.eos_token_ids

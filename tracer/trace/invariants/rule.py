@@ -9,6 +9,11 @@ The function's name is the invariant's name: it is written once. An engine's own
 rule says the name it stands in for (`@invariant("...", name="free_blocks")`, see vllm.py). A
 rule yields (seq_id or None, message) pairs; the checker turns each into a Violation carrying the
 rule's name and the step.
+
+Where the checker can tell, a rule also says which engine functions make what it checks
+(`checks=("Scheduler.preempt",)`, names of tracer/trace/sources.py's ENGINE_FUNCTIONS: the
+replay's code panel shows the first the trace holds) and which sequence field a violation
+is about (`field="num_cached_tokens"`: the replay marks that cell of the sequence's row).
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class Rule:
     name: str
     text: str  # what must hold, one line: `nanoengine check --list` and the trace viewer show it
     find: Find
+    checks: tuple[str, ...] = ()  # the engine functions whose work it checks, when one can tell
+    field: str = ""  # the sequence row's field a violation is about, when there is one
 
     @property
     def concern(self) -> str:
@@ -74,12 +81,14 @@ class Rule:
 REGISTRY: list[Rule] = []  # every rule defined, in definition order
 
 
-def invariant(text: str, name: str | None = None) -> Callable[[Find], Find]:
+def invariant(
+    text: str, name: str | None = None, *, checks: tuple[str, ...] = (), field: str = ""
+) -> Callable[[Find], Find]:
     """Register the decorated function as the invariant named after it (or `name`, for an
     engine's variant of a rule)."""
 
     def register(find: Find) -> Find:
-        rule = Rule(name or find.__name__, text, find)
+        rule = Rule(name or find.__name__, text, find, checks, field)
         if any(r.name == rule.name and r.concern == rule.concern for r in REGISTRY):
             raise ValueError(f"invariant {rule.name!r} is defined twice in {rule.concern}.py")
         REGISTRY.append(rule)
@@ -91,3 +100,8 @@ def invariant(text: str, name: str | None = None) -> Callable[[Find], Find]:
 def rules_in(module: ModuleType) -> tuple[Rule, ...]:
     """The rules a module defines, in the order it defines them."""
     return tuple(rule for rule in REGISTRY if rule.find.__module__ == module.__name__)
+
+
+def rule_named(name: str) -> Rule | None:
+    """The first rule registered under name (an engine's variant comes after the rule it stands for)."""
+    return next((rule for rule in REGISTRY if rule.name == name), None)

@@ -42,7 +42,7 @@ def token_gain(ctx: Context) -> Findings:
             yield sid, f"seq {sid} gained {gained} tokens but {why}"
 
 
-@invariant("num_tokens_after == num_tokens + the new tokens")
+@invariant("num_tokens_after == num_tokens + the new tokens", field="num_tokens")
 def token_growth(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         gained = len(s["new_token_ids"])

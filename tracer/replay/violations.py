@@ -1,0 +1,75 @@
+"""The `v` screen: every invariant violation at the step, in full, each with its invariant's rule,
+the cell it is about and the engine function it checks (from the trace's sources); Enter shows
+that function in the code panel.
+
+    ✗ preempt_resets · C#2 · cell: num_cached_tokens
+      rule: a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0
+      seq 2 was preempted but ends the step with num_cached_tokens = 13 and blocks []; ...
+      code: Scheduler.preempt — 12_bughunt_stale_cached_count/exercise.py:19 (swapped in: your code)
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Label, OptionList
+
+from tracer.replay.colors import VIOLATION, seq_tag
+from tracer.replay.decision_code import CANNOT_TELL, NO_SOURCE, checks_of
+from tracer.trace.invariants.rule import rule_named
+
+
+def violation_entry(violation: dict, sources: dict) -> Text:
+    """One violation as the list shows it (several lines; rich renders nothing in it as markup)."""
+    seq_id = violation.get("seq_id")
+    rule = rule_named(str(violation.get("invariant", "")))
+    text = Text()
+    text.append(f"✗ {violation.get('invariant', 'invariant')}", VIOLATION)
+    if isinstance(seq_id, int):
+        text.append(f" · {seq_tag(seq_id)}", "bold")
+    if rule is not None and rule.field:
+        text.append(f" · cell: {rule.field}", "bold")
+    text.append(f"\n  rule: {rule.text if rule is not None else 'not one of this nanoengine’s invariants'}", "#a0a0a0")
+    text.append(f"\n  {violation.get('message', '')}")
+    text.append(f"\n  code: {code_line(violation, sources)}", "#8ab4f8")
+    return text
+
+
+def code_line(violation: dict, sources: dict) -> str:
+    if not sources:
+        return NO_SOURCE
+    for name in checks_of(violation):
+        if name in sources:
+            entry = sources[name]
+            whose = "the engine's" if entry.get("engine", True) else "swapped in: your code"
+            return f"{name} — {entry.get('file', '?')}:{entry.get('line', '?')} ({whose})"
+    return f"{CANNOT_TELL} (Enter: its sequence's event this step)"
+
+
+class ViolationsScreen(ModalScreen[int | None]):
+    """Dismissed with the index (into `violations`) of the one to show the code of, or None."""
+
+    BINDINGS = [Binding("escape,v", "close", "close")]
+
+    def __init__(self, step_number: int, violations: list[dict], sources: dict) -> None:
+        super().__init__()
+        self.step_number, self.violations, self.sources = step_number, violations, sources
+
+    def compose(self) -> ComposeResult:
+        n = len(self.violations)
+        with Vertical(id="violations-box"):
+            yield Label(
+                f"{n} invariant violation{'s' if n != 1 else ''} at step {self.step_number} · "
+                f"Enter: its code in the code panel · Esc: close",
+                id="violations-title",
+            )
+            yield OptionList(*(violation_entry(v, self.sources) for v in self.violations), id="violations-list")
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option_index)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
