@@ -50,7 +50,8 @@ async def test_v_lists_every_violation_and_enter_shows_the_students_function(bug
         bar = str(app.query_one("#violations", Static).render())
         assert f"{len(violations)} invariant violations" in bar and "v: all" in bar
         assert "preempt_resets" in bar  # the clearest: its invariant names the function it checks
-        cached = [row[3].plain for row in app.seqs.rows if row[0].plain.startswith("C#")]
+        victim = next(v["seq_id"] for v in violations if v["invariant"] == "preempt_resets")
+        cached = [row[3].plain for sid, row in zip(app.seqs.row_ids, app.seqs.rows) if sid == victim]
         assert cached and cached[0].startswith("✗")  # the offending cell: a symbol, not colour alone
         await pilot.press("v")
         await pilot.pause()

@@ -28,6 +28,7 @@ EVENT_ORDER = (
     EventKind.PREEMPTED,
     EventKind.PREFIX_HIT,
     EventKind.ADMITTED,
+    EventKind.NOT_ADMITTED,
     EventKind.FINISHED,
     EventKind.PREFILL_DONE,
     EventKind.PREFILL_CHUNK,
