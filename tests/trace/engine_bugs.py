@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from nanoengine.block_manager import BlockManager
+from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.engine import LLMEngine
 from nanoengine.model_runner import StepInputs, prepare_inputs
-from nanoengine.scheduler import Scheduler, SchedulerOutput
+from nanoengine.scheduler import Scheduler, SchedulerOutput, choose_victim, chunk_span
 from nanoengine.sequence import EventKind, Sequence, SequenceStatus
 from tracer.teach.lessons import find_lesson, student_functions
 
@@ -120,3 +120,71 @@ BUGS = {
         "copy-on-write missing for a shared block",
     ),
 }
+
+
+# ---- bugs in the numbers a decision records (tracer/trace/invariants/decisions.py) -----------------
+# Plugged with monkeypatch.setattr(Scheduler, name, fn) by tests/trace/test_decision_invariants.py.
+def budget_read_after_batching(self: Scheduler, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
+    seq.num_scheduled_tokens = num_new
+    out.seqs.append(seq)  # BUG: batched before its budget is read, so the chunk is charged to itself
+    if seq.prefill_chunk:
+        budget = self.max_num_batched_tokens - sum(s.num_scheduled_tokens for s in out.seqs)
+        out.add_event(EventKind.PREFILL_CHUNK, seq, budget=budget, **chunk_span(seq))
+    self.block_manager.register_full_blocks(seq)
+    return num_new
+
+
+def admit_keeping_a_token_back(self: Scheduler, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:
+    bm = self.block_manager
+    hit_blocks, hit_hashes = bm.find_cached_prefix(seq)
+    num_cached = len(hit_blocks) * bm.block_size
+    num_new = min(seq.num_tokens - num_cached, max(budget - 1, 1))  # BUG: one budget token kept back
+    num_new_blocks = blocks_needed(num_cached + num_new, bm.block_size) - len(hit_blocks)
+    need = num_new_blocks + bm.num_free_in(hit_blocks)
+    if not bm.can_allocate(need):
+        out.add_event(EventKind.NOT_ADMITTED, seq, need=need, free=bm.num_free_blocks)
+        return False
+    out.add_event(EventKind.ADMITTED, seq, need=need, free=bm.num_free_blocks)
+    self.waiting.popleft()
+    bm.use_cached_prefix(seq, hit_blocks, hit_hashes)
+    bm.allocate(seq, num_new)
+    seq.status = SequenceStatus.RUNNING
+    seq.num_scheduled_tokens = num_new
+    seq.prefill_chunk = 1
+    self.running.append(seq)
+    if hit_blocks:
+        out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=num_cached)
+    return True
+
+
+def admit_forgetting_free_hit_blocks(self: Scheduler, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:
+    bm = self.block_manager
+    hit_blocks, hit_hashes = bm.find_cached_prefix(seq)
+    num_cached = len(hit_blocks) * bm.block_size
+    num_new = min(seq.num_tokens - num_cached, budget)
+    num_new_blocks = blocks_needed(num_cached + num_new, bm.block_size) - len(hit_blocks)
+    need = num_new_blocks  # BUG: the hit's blocks that sit free leave the free list too (lesson 7)
+    if not bm.can_allocate(need):
+        out.add_event(EventKind.NOT_ADMITTED, seq, need=need, free=bm.num_free_blocks)
+        return False
+    out.add_event(EventKind.ADMITTED, seq, need=need, free=bm.num_free_blocks)
+    self.waiting.popleft()
+    bm.use_cached_prefix(seq, hit_blocks, hit_hashes)
+    bm.allocate(seq, num_new)
+    seq.status = SequenceStatus.RUNNING
+    seq.num_scheduled_tokens = num_new
+    seq.prefill_chunk = 1
+    self.running.append(seq)
+    if hit_blocks:
+        out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=num_cached)
+    return True
+
+
+def make_room_for_a_spare_block(self: Scheduler, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
+    bm = self.block_manager
+    while not bm.can_allocate(bm.blocks_to_schedule(seq, num_new) + 1):  # BUG: keeps a block spare
+        victim = choose_victim(self.running)
+        self.preempt(victim, out, needed_by=seq)
+        if victim is seq:
+            return False
+    return True

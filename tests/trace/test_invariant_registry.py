@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 
 from tracer.cli.main import main
-from tracer.trace.invariants import CORRECTNESS, INVARIANTS, POLICY, PROFILES
+from tracer.trace.invariants import CORRECTNESS, DECISIONS, INVARIANTS, POLICY, PROFILES
 from tracer.trace.invariants import vllm as vllm_rules
 from tracer.trace.invariants.flat_batch import seq_lens
 from tracer.trace.invariants.rule import REGISTRY, invariant, rules_in
 
 POLICY_NAMES = {"victim_policy", "preempted_to_head", "admission_order", "eos_finish", "abort_step"}
+DECISION_NAMES = {"chunk_budget", "chunk_size", "admission_blocks", "preemption_need"}
 
 
 def test_every_rule_is_named_by_its_function_and_says_what_must_hold():
-    assert len(INVARIANTS) == 40
+    assert len(INVARIANTS) == 44
     for rule in REGISTRY:
         assert rule.text and "\n" not in rule.text
         if rule.concern != "vllm":
@@ -45,7 +46,9 @@ def test_the_correctness_set_leaves_out_exactly_the_policy_rules():
     assert {rule.name for rule in POLICY} == POLICY_NAMES
     assert not {rule.name for rule in CORRECTNESS} & POLICY_NAMES
     assert PROFILES["correctness"] == CORRECTNESS
-    assert PROFILES["nanoengine"] == CORRECTNESS + POLICY
+    assert {rule.name for rule in DECISIONS} == DECISION_NAMES
+    assert not {rule.name for rule in CORRECTNESS} & DECISION_NAMES
+    assert PROFILES["nanoengine"] == CORRECTNESS + POLICY + DECISIONS
     names = [rule.name for rule in CORRECTNESS]
     assert names.index("slot_mapping") < names.index("kv_content")  # the explicit order holds
 
@@ -58,7 +61,7 @@ def test_check_list_shows_the_chosen_profile(capsys, monkeypatch):
     assert not any(name in out for name in POLICY_NAMES)
     assert main(["check", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "40 invariants (nanoengine)" in out and all(name in out for name in POLICY_NAMES)
+    assert "44 invariants (nanoengine)" in out and all(name in out for name in POLICY_NAMES)
     with pytest.raises(SystemExit) as info:
         main(["check", "--list", "--profile", "bogus"])
     assert info.value.code == 2 and "unknown --profile 'bogus'" in capsys.readouterr().err

@@ -509,3 +509,40 @@ def test_a_hit_on_blocks_computed_in_the_same_step_is_legal_and_its_bugs_are_sti
     for name, steps in broken.items():
         fired = [v for v in check_steps(steps, config, requests) if v.invariant == name]
         assert fired and fired[0].step == 0, name
+
+
+@mutation("chunk_budget")
+def record_the_budget_after_the_chunk(steps, config):
+    i = first(steps, lambda s: events_of(s, "prefill_chunk"))
+    e = events_of(steps[i], "prefill_chunk")[0]
+    e["detail"]["budget"] -= e["detail"]["end"] - e["detail"]["start"]
+    return i
+
+
+@mutation("chunk_size")
+def chunk_one_token_short(steps, config):
+    i = first(
+        steps, lambda s: any(e["detail"]["end"] - e["detail"]["start"] >= 2 for e in events_of(s, "prefill_chunk"))
+    )
+    e = next(e for e in events_of(steps[i], "prefill_chunk") if e["detail"]["end"] - e["detail"]["start"] >= 2)
+    e["detail"]["end"] -= 1
+    return i
+
+
+@mutation("admission_blocks")
+def admit_more_blocks_than_the_table_holds(steps, config):
+    i = first(steps, lambda s: events_of(s, "admitted"))
+    e = events_of(steps[i], "admitted")[0]
+    e["detail"]["need"] = len(seq(steps[i], e["seq_id"])["block_table"]) + 1
+    return i
+
+
+@mutation("preemption_need")
+def preempt_with_room_to_spare(steps, config):
+    def for_a_batched_sequence(s):
+        return any(e["detail"]["by"] in s["inputs"]["seq_ids"] for e in events_of(s, "preempted"))
+
+    i = first(steps, for_a_batched_sequence)
+    e = next(e for e in events_of(steps[i], "preempted") if e["detail"]["by"] in steps[i]["inputs"]["seq_ids"])
+    e["detail"]["free"] += 50
+    return i

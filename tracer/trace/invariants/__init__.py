@@ -20,13 +20,14 @@ rules that need them are skipped.
 
 One file per concern: rule.py (how a rule is written and registered), counters.py,
 flat_batch.py, kv_slots.py, blocks.py, tokens.py, lifecycle.py (correctness), policy.py
-(nanoengine's choices), vllm.py (vLLM's variants and rules), profiles.py (which rules run, in
-order), checker.py (the driver).
+(nanoengine's choices), decisions.py (the numbers its decisions record), vllm.py (vLLM's
+variants and rules), profiles.py (which rules run, in order), checker.py (the driver).
 """
 
 from tracer.trace.invariants.checker import InvariantChecker, check_record, check_steps, check_trace
 from tracer.trace.invariants.profiles import (
     CORRECTNESS,
+    DECISIONS,
     DEFAULT_PROFILE,
     INVARIANTS,
     POLICY,
@@ -37,6 +38,7 @@ from tracer.trace.invariants.rule import Violation
 
 __all__ = [
     "CORRECTNESS",
+    "DECISIONS",
     "DEFAULT_PROFILE",
     "INVARIANTS",
     "POLICY",

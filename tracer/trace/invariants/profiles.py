@@ -1,11 +1,13 @@
 """Which invariants run, in which order: the profiles `nanoengine check --profile` chooses from.
 
-    nanoengine   every rule: correctness and nanoengine's own policy (policy.py); 40 rules
+    nanoengine   every rule: correctness, nanoengine's own policy (policy.py) and the numbers its
+                 decisions record (decisions.py); 44 rules
     correctness  what any paged-KV engine that preempts by recompute must keep: the counters,
                  the flat batch, the KV slots and what they hold, the blocks, the tokens and each
                  request's life, without the policy; 35 rules
     vllm         for traces of vLLM v1's scheduler: every rule, vLLM's variant where the engines
-                 differ on purpose, and vLLM's own two (vllm.py); 42 rules
+                 differ on purpose, and vLLM's own two (vllm.py); 46 rules (the decisions' rules
+                 skip events without their numbers, as vLLM's are)
 
 A trace is checked with the profile of the engine that wrote it (its header's `engine`), unless
 one is asked for. The order is the checking order, and so the order a step's violations are listed
@@ -17,7 +19,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tracer.trace.invariants import blocks, counters, flat_batch, kv_slots, lifecycle, policy, tokens, vllm
+from tracer.trace.invariants import (
+    blocks,
+    counters,
+    decisions,
+    flat_batch,
+    kv_slots,
+    lifecycle,
+    policy,
+    tokens,
+    vllm,
+)
 from tracer.trace.invariants.rule import Rule, rules_in
 
 CORRECTNESS: tuple[Rule, ...] = (
@@ -29,6 +41,7 @@ CORRECTNESS: tuple[Rule, ...] = (
     *rules_in(lifecycle),
 )
 POLICY: tuple[Rule, ...] = rules_in(policy)
+DECISIONS: tuple[Rule, ...] = rules_in(decisions)  # the numbers a decision records (trace schema 3)
 
 
 def with_variants(rules: tuple[Rule, ...], engine: tuple[Rule, ...]) -> tuple[Rule, ...]:
@@ -39,9 +52,9 @@ def with_variants(rules: tuple[Rule, ...], engine: tuple[Rule, ...]) -> tuple[Ru
 
 
 PROFILES: dict[str, tuple[Rule, ...]] = {
-    "nanoengine": CORRECTNESS + POLICY,
+    "nanoengine": CORRECTNESS + POLICY + DECISIONS,
     "correctness": CORRECTNESS,
-    "vllm": with_variants(CORRECTNESS + POLICY, rules_in(vllm)),
+    "vllm": with_variants(CORRECTNESS + POLICY + DECISIONS, rules_in(vllm)),
 }
 DEFAULT_PROFILE = "nanoengine"
 
