@@ -29,7 +29,10 @@ def chunks(ctx: Context) -> list[tuple[dict, int]]:
     return found
 
 
-@invariant("a prefill chunk's budget is max_num_batched_tokens less the tokens batched before it")
+@invariant(
+    "a prefill chunk's budget is max_num_batched_tokens less the tokens batched before it",
+    checks=("Scheduler.schedule_tokens",),
+)
 def chunk_budget(ctx: Context) -> Findings:
     limit = ctx.config.get("max_num_batched_tokens")
     if not isinstance(limit, int):
@@ -45,7 +48,10 @@ def chunk_budget(ctx: Context) -> Findings:
             )
 
 
-@invariant("a prefill chunk is the rest of the sequence or exactly the budget left, whichever is less")
+@invariant(
+    "a prefill chunk is the rest of the sequence or exactly the budget left, whichever is less",
+    checks=("Scheduler.schedule", "Scheduler.try_admit"),
+)
 def chunk_size(ctx: Context) -> Findings:
     for e, budget in chunks(ctx):
         sid, detail = e["seq_id"], e["detail"]
@@ -61,7 +67,10 @@ def chunk_size(ctx: Context) -> Findings:
             )
 
 
-@invariant("an admission takes the blocks its table gained (at most its table), and no more than are free")
+@invariant(
+    "an admission takes the blocks its table gained (at most its table), and no more than are free",
+    checks=("Scheduler.try_admit",),
+)
 def admission_blocks(ctx: Context) -> Findings:
     """A wait (not_admitted) needs more than are free; each admission or wait of a step sees the
     free blocks the one before it left."""
@@ -97,7 +106,10 @@ def admission_blocks(ctx: Context) -> Findings:
             )
 
 
-@invariant("a preemption leaves fewer free blocks than the sequence that needed the room takes")
+@invariant(
+    "a preemption leaves fewer free blocks than the sequence that needed the room takes",
+    checks=("Scheduler.make_room", "Scheduler.preempt"),
+)
 def preemption_need(ctx: Context) -> Findings:
     queues = ctx.step.get("queues") or {}
     for e in events_of(ctx.step, EventKind.PREEMPTED):
