@@ -473,6 +473,32 @@ async def test_byte_tokens_are_drawn_readably(trace):
         assert "⟨id 133⟩" in str(app.query_one("#narration").render())
 
 
+def test_the_narration_panel_says_why_each_decision_was_taken(tmp_path):
+    """A version-3 trace: the TUI's narration carries the why-lines (what capped a chunk, the blocks
+    an admission takes, why the waiting head was not admitted)."""
+    from nanoengine.sampling_params import SamplingParams
+    from tracer.trace.recorder import record_run
+
+    path, _ = record_run(
+        ["a" * 12, "b" * 12],
+        SamplingParams(max_tokens=2, ignore_eos=True),
+        tmp_path / "t.jsonl",
+        model="tiny",
+        block_size=4,
+        max_num_batched_tokens=8,
+        num_threads=1,
+    )
+
+    async def look() -> str:
+        app = make_app(load_trace(path), tmp_path)
+        async with app.run_test(size=(200, 50)):
+            return str(app.query_one("#narration").render())
+
+    text = asyncio.run(look())
+    assert "(takes 2 of the " in text and "(chunk 1 of 2: the whole 8-token budget)" in text
+    assert "was not admitted: the 8-token budget is spent" in text
+
+
 def test_the_kv_pages_tell_a_block_hit_in_the_step_that_computes_it(tmp_path):
     from nanoengine.sampling_params import SamplingParams
     from tracer.replay.colors import seq_letter

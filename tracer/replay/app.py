@@ -47,7 +47,9 @@ from tracer.trace.trace_file import StepMarks, TraceError, check_step, load_trac
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
-EVENT_KINDS = frozenset(EventKind) - {EventKind.PREFILL_CHUNK}  # the steps `n` and `p` stop at
+# the steps `n` and `p` stop at: not a chunk, nor a wait (not_admitted changes nothing; a long wait
+# would stop at every step)
+EVENT_KINDS = frozenset(EventKind) - {EventKind.PREFILL_CHUNK, EventKind.NOT_ADMITTED}
 
 
 def is_event_step(summary: StepMarks) -> bool:
