@@ -267,3 +267,15 @@ def test_a_prefix_hit_says_why_it_stopped():
     assert "(4 blocks from the prefix cache; the rest holds its last token, which is always computed)" in narrate(s, V3)
     s["events"][0]["detail"] = {}  # no numbers: the old wording
     assert "(4 blocks from the prefix cache)" in narrate(s, V3)
+
+
+@pytest.mark.parametrize("name", ["trace_v1.jsonl", "replay_small.jsonl"])
+def test_older_traces_narrate_with_the_old_wording(name):
+    """Versions 1 and 2 record no decision numbers: no why is guessed for them."""
+    old = load_trace(Path(__file__).parents[1] / "data" / name)
+    assert old.header["schema_version"] < 3
+    texts = [narrate(s, old.header) for s in old.steps]
+    assert texts and all(t.startswith("Step ") for t in texts)
+    for phrase in ("not admitted", "budget", "free block", "blocks, ", "always computed", "not in the cache"):
+        assert not any(phrase in t for t in texts), phrase
+    assert any("was admitted to RUNNING" in t for t in texts)
