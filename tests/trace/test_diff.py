@@ -83,3 +83,21 @@ def test_traces_of_different_workloads_are_refused_in_one_line(lesson10, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "same workload" in err
     assert main(["diff", str(lesson10), str(lesson10), "--only", "nonsense"]) == 2
+
+
+def test_a_why_carries_the_numbers_the_decision_recorded(tmp_path):
+    """Trace schema 3: each side's why says what its decisions were taken on (who needed the room,
+    the blocks free), so a difference in a preemption or an admission is explained."""
+    path = tmp_path / "preemption.jsonl"
+    run_scenario(DEMOS["preemption"].build(True), path, model="tiny")
+    nano = load_trace(path)
+    planted = copy.copy(nano)
+    planted.steps = copy.deepcopy(list(nano.steps))
+    i = next(i for i, s in enumerate(planted.steps) if any(e["kind"] == "preempted" for e in s["events"]))
+    event = next(e for e in planted.steps[i]["events"] if e["kind"] == "preempted")
+    planted.steps[i]["events"].remove(event)
+    first = diff_traces(nano, planted).first
+    index = {sid: k for k, sid in enumerate(sorted(nano.requests))}
+    by, free = index[event["detail"]["by"]], event["detail"]["free"]
+    assert first is not None and first.kind == "preempted"
+    assert f"preempted (for request {by}, {free} blocks free)" in first.a and "preempted" not in first.b

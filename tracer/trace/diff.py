@@ -149,6 +149,15 @@ class Side:
         free = len(self.step["pool"]["free_block_ids"])
         return f"step used {used}/{cfg['max_num_batched_tokens']} tokens, {free} blocks free after it"
 
+    def numbers(self, detail: Mapping[str, Any]) -> str:
+        """A decision's recorded numbers (trace schema 3), in words: '3 blocks needed, 1 free',
+        'for request 0, 0 blocks free'; '' for an event without them."""
+        if isinstance(detail.get("need"), int) and isinstance(detail.get("free"), int):
+            return f"{detail['need']} blocks needed, {detail['free']} free"
+        if detail.get("by") in self.index and isinstance(detail.get("free"), int):
+            return f"for request {self.index[detail['by']]}, {detail['free']} blocks free"
+        return ""
+
     def why(self, i: int) -> str:
         """What request i did in this step and the step's state, in one phrase."""
         if not self.step:
@@ -158,11 +167,21 @@ class Side:
             return "not added yet"
         status = row.get("vllm_status_after") or row["status_after"]
         parts = [f"{row['num_scheduled_tokens']} tokens from {row['num_cached_tokens']} cached, now {status}"]
-        for kind in (EventKind.ADMITTED, EventKind.PREFIX_HIT, EventKind.PREEMPTED, EventKind.FINISHED):
+        kinds = (
+            EventKind.ADMITTED,
+            EventKind.NOT_ADMITTED,
+            EventKind.PREFIX_HIT,
+            EventKind.PREEMPTED,
+            EventKind.FINISHED,
+        )
+        for kind in kinds:
             detail = self.events(kind).get(i)
             if detail is None:
                 continue
-            if kind == EventKind.PREFIX_HIT:
+            numbers = self.numbers(detail)
+            if numbers:
+                parts.append(f"{kind} ({numbers})")
+            elif kind == EventKind.PREFIX_HIT:
                 parts.append(f"prefix hit {detail['tokens_saved']} tokens" + self.same_step(i, detail["blocks"]))
             elif kind == EventKind.FINISHED:
                 parts.append(f"finished ({detail['reason']})")
