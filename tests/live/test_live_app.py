@@ -185,9 +185,9 @@ async def test_a_violation_pauses_the_engine_at_that_step(session):
         await pilot.press("space")  # resume: the violation must stop it
 
         def leak_a_block(engine) -> None:  # a planted bug: a free block's ref count goes up
-            bm = engine.block_manager
-            free = next(b for b, r in enumerate(bm.ref_counts) if r == 0)
-            bm.ref_counts[free] += 1
+            bm = engine.block_manager  # the pool's last block: no allocation in this test reaches it
+            assert bm.ref_counts[-1] == 0
+            bm.ref_counts[-1] += 1
 
         session.loop.call(leak_a_block).result(HANG_S)
         await wait_until(pilot, app, lambda: session.control.paused, "the violation to pause the engine")
@@ -197,3 +197,5 @@ async def test_a_violation_pauses_the_engine_at_that_step(session):
         assert engine_steps(session) == count and len(app.steps) == count
         assert app.current_step["violations"]  # paused AT the violating step, shown
         assert any("invariant violation at step" in n.message for n in app._notifications)
+        app.poll()
+        assert f"PAUSED by an invariant violation at step {count - 1}" in app.status_text()

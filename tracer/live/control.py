@@ -32,6 +32,7 @@ class EngineControl:
         self.served = served
         self.notices: deque[tuple[str, str]] = deque()  # appended by the loop thread, taken by the app
         self.num_violations = 0  # the recorder's violations seen so far
+        self.paused_by = ""  # why the engine paused itself (a violation), until space resumes it
         loop.add_step_callback(self.after_step)
 
     # ---- state, read by the app -----------------------------------------------------------
@@ -48,7 +49,7 @@ class EngineControl:
         if self.stopped:
             return f"engine stopped{': ' + self.loop.error if self.loop.error else ''}"
         if self.paused:
-            return "engine PAUSED" + (": HTTP streams wait" if self.served else "")
+            return f"engine PAUSED{self.paused_by}" + (": HTTP streams wait" if self.served else "")
         return "engine running" if self.loop.engine.has_unfinished() else "engine idle (no requests)"
 
     def take_notices(self) -> list[tuple[str, str]]:
@@ -60,6 +61,7 @@ class EngineControl:
     # ---- commands, from the app -----------------------------------------------------------
     def toggle_pause(self) -> None:
         if self.loop.paused:
+            self.paused_by = ""
             self.loop.resume()
         else:
             self.loop.pause()
@@ -110,8 +112,9 @@ class EngineControl:
         if found > self.num_violations:
             new = recorder.violations[self.num_violations :]
             self.num_violations = found
-            self.loop.pause()
             first = new[0]
+            self.paused_by = f" by an invariant violation at step {first.step}"
+            self.loop.pause()
             self.notices.append(
                 (
                     "error",
