@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from textual.containers import ScrollableContainer
 
+from tracer.cli.main import main
+from tracer.export.frames import DEFAULT_SIZE, PROJECTOR_SIZE, render_frames
 from tracer.replay.app import ReplayApp
 from tracer.replay.decision_code import NO_SOURCE, code_lines
 from tracer.teach.demos import DEMOS, run_demo
@@ -128,3 +130,21 @@ async def test_old_traces_say_no_source_recorded(name):
         await pilot.pause()
         assert app.code.code.note == NO_SOURCE and not app.code.code.sections
         assert "no source recorded" in shown_text(app)
+
+
+def test_replay_text_prints_the_code_with_its_deciding_line(preemption, capsys):
+    trace, focus = preemption
+    assert main(["replay", str(trace.path), "--step", str(focus), "--text"]) == 0
+    out = capsys.readouterr().out
+    assert "decided in Scheduler.make_room" in out and "vLLM v1: " in out
+    assert any(line.startswith("▶") and "self.preempt(" in line for line in out.splitlines())
+    assert main(["replay", str(DATA / "trace_v1.jsonl"), "--step", "3", "--text"]) == 0
+    assert NO_SOURCE in capsys.readouterr().out
+
+
+def test_the_html_export_frames_show_the_code_panel(preemption):
+    trace, focus = preemption
+    (frame,) = render_frames(trace, [focus], DEFAULT_SIZE)
+    assert "make_room" in frame and "preempt" in frame and "▶" in frame
+    (small,) = render_frames(trace, [focus], PROJECTOR_SIZE)  # too short for both: the machine stays
+    assert "make_room" not in small

@@ -340,7 +340,9 @@ def replay_main(argv: list[str]) -> int:
 
 
 def print_step_text(path: str, index: int) -> int:
-    """`replay FILE --step N --text`: the narration of step index N, as the TUI shows it."""
+    """`replay FILE --step N --text`: the narration of step index N, as the TUI shows it; then every
+    violation in full and the code panel (the function behind the decision, its line marked ▶)."""
+    from tracer.replay.decision_code import step_code_text
     from tracer.replay.narration import narrate
 
     trace = load_or_report(path)
@@ -353,6 +355,8 @@ def print_step_text(path: str, index: int) -> int:
         err(f"step {index} is outside the trace: choose 0 .. {len(trace.steps) - 1}")
         return 2
     print(printable(narrate(trace.steps[index], trace.header)))
+    for line in step_code_text(trace.steps[index], trace.header):
+        print(printable(line))
     return 0
 
 

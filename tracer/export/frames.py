@@ -8,7 +8,9 @@ index it jumps there and exports an SVG screenshot. No second set of views: what
 shows is what `nanoengine replay` shows. What the page shows itself is left out of the frames:
 Rich's imitation of a window around the terminal (title bar and three dots), the top bar (the
 page has its title), the "Look for" banner, the narration (the page shows it in large type) and
-the key bindings' footer (the page has its own buttons), so the panels get every row.
+the key bindings' footer (the page has its own buttons), so the panels get every row. A frame tall
+enough for the state machine and the code panel together (44 rows, as the default 160x48) shows
+the code panel (`c`) too, when the trace holds the engine's sources.
 """
 
 from __future__ import annotations
@@ -51,13 +53,15 @@ def stream_frames(trace: Trace, indices: Sequence[int], size: tuple[int, int], u
 async def stream_frames_async(
     trace: Trace, indices: Sequence[int], size: tuple[int, int], use: Callable[[int, str], None]
 ) -> None:
-    from tracer.replay.app import ReplayApp
+    from tracer.replay.app import ROOMY_ROWS, ReplayApp
 
     app = ReplayApp(trace, start_step=indices[0] if indices else 0, animations=False)
     async with app.run_test(size=size) as pilot:
         app.clear_notifications()  # a frame shows the step, not a toast from opening the file
         for selector in ON_THE_PAGE:
             app.query_one(selector).display = False
+        if size[1] >= ROOMY_ROWS and trace.header.get("sources"):
+            app.action_toggle_code()
         for n, index in enumerate(indices, start=1):
             app.go_to(index)
             use(n, without_window(await settled_screenshot(app, pilot)))

@@ -46,6 +46,7 @@ from tracer.trace.diff import DiffError, Side, diff_traces, null_blocks, request
 from tracer.trace.trace_file import StepMarks, TraceError, check_step, load_trace
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
+ROOMY_ROWS = 44  # from this height the code panel (c) shows below the state machine, not in its place
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
 # the steps `n` and `p` stop at: not a chunk, nor a wait (not_admitted changes nothing; a long wait
 # would stop at every step)
@@ -93,7 +94,7 @@ class ReplayApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "nanoengine replay"
     ENABLE_COMMAND_PALETTE = False
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall"), (44, "-roomy")]  # -roomy: code beside the machine
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall"), (ROOMY_ROWS, "-roomy")]
 
     BINDINGS = [
         Binding("left", "step(-1)", "step", key_display="←", priority=True),

@@ -6,7 +6,9 @@ engine installed here; and vLLM v1's counterpart of that decision (from glossary
         with a violation (one of the step's): the engine function its invariant checks, when the
         checker can tell (Rule.checks), else the sequence's event this step
     ordered_violations(step) -> list[dict]      those whose invariant names a function first
-    code_lines(code) -> list[str]               as plain text (replay --text)
+    violation_lines(violation, sources) -> [head, rule, message, code]    the `v` list's entry
+    code_lines(code) -> list[str]               as plain text
+    step_code_text(step, header) -> list[str]   every violation and the code, for replay --text
 
 An event's `where` lists the lines that emitted it, innermost first ([name, line]): the panel shows
 each of those functions (outermost first) with its line marked, then any function the shown lines
@@ -234,3 +236,37 @@ def marker(section: Section, number: int) -> str:
     if number == section.deciding:
         return "▶"
     return "›" if number in section.marked else " "
+
+
+def violation_lines(violation: dict, sources: dict) -> list[str]:
+    """One violation in full: its invariant, sequence and cell; the rule; what is wrong; its code."""
+    seq_id = violation.get("seq_id")
+    rule = rule_named(str(violation.get("invariant", "")))
+    head = f"✗ {violation.get('invariant', 'invariant')}"
+    head += f" · {seq_tag(seq_id)}" if isinstance(seq_id, int) else ""
+    head += f" · cell: {rule.field}" if rule is not None and rule.field else ""
+    text = rule.text if rule is not None else "not one of this nanoengine's invariants"
+    return [head, f"  rule: {text}", f"  {violation.get('message', '')}", f"  code: {code_of(violation, sources)}"]
+
+
+def code_of(violation: dict, sources: dict) -> str:
+    if not sources:
+        return NO_SOURCE
+    for name in checks_of(violation):
+        if name in sources:
+            entry = sources[name]
+            whose = "the engine's" if entry.get("engine", True) else "swapped in: your code"
+            return f"{name} — {entry.get('file', '?')}:{entry.get('line', '?')} ({whose})"
+    return f"{CANNOT_TELL} (the code panel shows its sequence's event this step)"
+
+
+def step_code_text(step: dict, header: dict) -> list[str]:
+    """Every violation at the step in full, then the code panel (the clearest violation's function,
+    else the step's event or phase), as plain text."""
+    violations = ordered_violations(step)
+    sources = header.get("sources") or {}
+    lines = [f"{len(violations)} invariant violation{'s' if len(violations) != 1 else ''}:"] if violations else []
+    for violation in violations:
+        lines += violation_lines(violation, sources)
+    code = decision_code(step, header, None, violations[0] if violations else None)
+    return [*lines, "", "code:", *code_lines(code)]

@@ -17,36 +17,20 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 
-from tracer.replay.colors import VIOLATION, seq_tag
-from tracer.replay.decision_code import CANNOT_TELL, NO_SOURCE, checks_of
-from tracer.trace.invariants.rule import rule_named
+from tracer.replay.colors import VIOLATION
+from tracer.replay.decision_code import violation_lines
 
 
 def violation_entry(violation: dict, sources: dict) -> Text:
-    """One violation as the list shows it (several lines; rich renders nothing in it as markup)."""
-    seq_id = violation.get("seq_id")
-    rule = rule_named(str(violation.get("invariant", "")))
-    text = Text()
-    text.append(f"✗ {violation.get('invariant', 'invariant')}", VIOLATION)
-    if isinstance(seq_id, int):
-        text.append(f" · {seq_tag(seq_id)}", "bold")
-    if rule is not None and rule.field:
-        text.append(f" · cell: {rule.field}", "bold")
-    text.append(f"\n  rule: {rule.text if rule is not None else 'not one of this nanoengine’s invariants'}", "#a0a0a0")
-    text.append(f"\n  {violation.get('message', '')}")
-    text.append(f"\n  code: {code_line(violation, sources)}", "#8ab4f8")
+    """One violation as the list shows it: violation_lines, styled (rich reads no markup in it)."""
+    head, rule, message, code = violation_lines(violation, sources)
+    name, _, rest = head.partition(" · ")
+    text = Text(name, VIOLATION)
+    text.append(f" · {rest}" if rest else "", "bold")
+    text.append(f"\n{rule}", "#a0a0a0")
+    text.append(f"\n{message}")
+    text.append(f"\n{code}", "#8ab4f8")
     return text
-
-
-def code_line(violation: dict, sources: dict) -> str:
-    if not sources:
-        return NO_SOURCE
-    for name in checks_of(violation):
-        if name in sources:
-            entry = sources[name]
-            whose = "the engine's" if entry.get("engine", True) else "swapped in: your code"
-            return f"{name} — {entry.get('file', '?')}:{entry.get('line', '?')} ({whose})"
-    return f"{CANNOT_TELL} (Enter: its sequence's event this step)"
 
 
 class ViolationsScreen(ModalScreen[int | None]):
