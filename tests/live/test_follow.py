@@ -116,10 +116,11 @@ async def test_an_empty_file_waits_for_its_first_step(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("right", "g", "space", "end", "s")  # nothing to show yet: no crash
         assert app.is_running and not app.steps
-        append(path, LINES[1])
+        append(path, b"".join(LINES[1:4]))  # three steps in one read: the newest is shown
         app.poll()
         await pilot.pause()
-        assert app.current_step["step"] == 0 and app.following
+        assert app.current_step["step"] == 2 and app.step_index == 2 and app.following
+        assert app.query_one("#narration").content.plain.startswith("Step 2")
 
 
 def test_follow_refuses_a_redirected_terminal_and_a_missing_file(tmp_path):

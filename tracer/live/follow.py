@@ -66,7 +66,6 @@ class FollowApp(ReplayApp):
             self.take_steps(new)
 
     def take_steps(self, new: int) -> None:
-        was_empty = len(self.step_numbers) == 0
         for index in range(len(self.step_numbers), len(self.step_numbers) + new):
             marks = self.source.marks[index]
             self.step_numbers.append(marks.step)
@@ -77,11 +76,11 @@ class FollowApp(ReplayApp):
             self.header["requests"] = list(self.source.requests.values())
         self.query_one(TimelineView).grow()
         if self.following:
-            self.follow_newest(was_empty)
+            self.follow_newest()
         else:
             self.update_status()
 
-    def follow_newest(self, redraw: bool) -> None:
+    def follow_newest(self) -> None:
         """Show the newest step. It is parsed and its fields checked, but not validated against the
         whole schema as a step browsed to is: a big pool's arrays take jsonschema a second a step,
         and a nanoengine recorder wrote it a moment ago."""
@@ -92,8 +91,8 @@ class FollowApp(ReplayApp):
             self.broken = str(e)
             self.notify(self.broken, title="stopped following", severity="error", timeout=30, markup=False)
             return
-        if redraw or last == self.step_index:
-            self.show_step()
+        if last == self.step_index:
+            self.show_step()  # the first step of an empty trace
         else:
             self.step_index = last  # redraws
         self.following = True
