@@ -229,7 +229,9 @@ def test_the_error_finish_is_recorded_in_the_trace_without_violations(tmp_path):
     assert recorder.violations == []
     trace = load_trace(path, "all")  # the schema accepts finish_reason "error"
     assert check_trace(trace) == []
-    finished = [e for e in trace.steps[0]["events"] if e["kind"] == "finished"]
+    finished = [
+        {k: e[k] for k in ("kind", "seq_id", "detail")} for e in trace.steps[0]["events"] if e["kind"] == "finished"
+    ]
     assert finished == [
         {"kind": "finished", "seq_id": bad, "detail": {"reason": "error", "error": finished[0]["detail"]["error"]}}
     ]
