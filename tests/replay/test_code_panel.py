@@ -119,10 +119,13 @@ async def test_lesson_8_shows_the_students_choose_victim(tmp_path):
         assert '"""My own: the newest request goes first."""' in text and "swapped in: your code" in text
 
 
-@pytest.mark.parametrize("name", ["trace_v1.jsonl", "replay_small.jsonl"])
+VLLM_TRACE = Path(__file__).parents[2] / "tracer" / "vllm" / "traces" / "08_preemption.jsonl"
+
+
+@pytest.mark.parametrize("path", [DATA / "trace_v1.jsonl", DATA / "replay_small.jsonl", VLLM_TRACE])
 @run_async
-async def test_old_traces_say_no_source_recorded(name):
-    trace = load_trace(DATA / name)
+async def test_old_traces_and_vllms_say_no_source_recorded(path):
+    trace = load_trace(path)
     index = next(i for i, s in enumerate(trace.steps) if s["events"])
     app = ReplayApp(trace, start_step=index, animations=False)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -38,7 +38,7 @@ EVENT_ORDER = (
 MAX_FRAMES = 3
 # Functions that carry out a decision their caller took: the caller's line is the deciding one.
 EFFECTORS = frozenset({"Scheduler.preempt", "Scheduler.finish", "Scheduler.schedule_tokens"})
-NO_SOURCE = "no source recorded in this trace (recorded before traces carried the engine's code)"
+NO_SOURCE = "no source recorded in this trace (an older trace, or another engine's): the code is not in it"
 CANNOT_TELL = "the checker cannot tell which function broke this invariant"
 PHASE = "Scheduler.schedule"  # a step without events: its running loop gave each sequence a token
 PHASE_LINE = "schedule_tokens("  # the running loop's line that schedules a decode
