@@ -199,3 +199,31 @@ async def test_a_violation_pauses_the_engine_at_that_step(session):
         assert any("invariant violation at step" in n.message for n in app._notifications)
         app.poll()
         assert f"PAUSED by an invariant violation at step {count - 1}" in app.status_text()
+
+
+@run_async
+async def test_a_request_too_big_for_the_pool_is_a_notice(tmp_path, one_torch_thread):
+    engine = make_tiny_engine()  # 12 blocks of 4 slots
+    session = LiveSession.start(engine, tmp_path / "small.jsonl", SamplingParams(max_tokens=100), paused=True)
+    try:
+        app = session.app(animations=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("a", *"hi", "enter")
+            await wait_until(pilot, app, lambda: any("not run" in n.message for n in app._notifications), "a notice")
+            notice = next(n.message for n in app._notifications if "not run" in n.message)
+            assert "the pool has 12" in notice and "\n" not in notice
+            assert app.is_running and not session.control.stopped
+    finally:
+        session.close()
+
+
+@run_async
+async def test_help_lists_the_live_keys(session):
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert app.screen.mode_keys is not None and app.screen.mode_keys[0].startswith("Live keys")
+        assert {key for key, _ in app.screen.mode_keys[1]} >= {"space", "a", "x", "End"}
+        await pilot.press("escape")
+        footer_keys = {binding.key for _, binding, enabled, _ in app.screen.active_bindings.values() if binding.show}
+        assert {"space", "a", "x", "end"} <= footer_keys
