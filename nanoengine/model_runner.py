@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
+import mmap
 from dataclasses import dataclass
 
 import torch
@@ -82,13 +82,16 @@ class ModelRunner:
         self.block_size = config.block_size
         self.device = device
         self.attend = pick_backend(config.attention_backend, device, self.block_size)
-        num_kv_heads = model.config.num_key_value_heads
-        head_dim = head_dim_of(model.config)
-        shape = self.attend.cache_shape(
-            config.num_kv_blocks, self.block_size, num_kv_heads, head_dim
-        )
-        zeros = functools.partial(torch.zeros, shape, dtype=dtype, device=device)
-        self.kv_caches = [(zeros(), zeros()) for _ in model.model.layers]  # K and V per layer
+        num_kv_heads, head_dim = model.config.num_key_value_heads, head_dim_of(model.config)
+        one = self.attend.cache_shape(config.num_kv_blocks, self.block_size, num_kv_heads, head_dim)
+        shape = (len(model.model.layers), 2, *one)  # K and V of every layer
+        if device.type == "cpu":  # zeros the OS maps page by page as they are first written
+            # (torch.zeros writes the whole pool up front: 1-3 s for 1 GiB, docs/benchmarks.md)
+            size = torch.Size(shape).numel() * dtype.itemsize
+            pool = torch.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE), dtype=dtype)
+        else:
+            pool = torch.zeros(shape, dtype=dtype, device=device)
+        self.kv_caches = list(pool.view(shape))
 
     def build_metadata(self, inputs: StepInputs) -> AttentionMetadata:
         q_lens = (inputs.query_start_loc[1:] - inputs.query_start_loc[:-1]).tolist()
@@ -113,11 +116,9 @@ class ModelRunner:
         lens = inputs.seq_lens[index]
         num_blocks = (int(lens.max()) + self.block_size - 1) // self.block_size
         pad = torch.arange(num_blocks * self.block_size)[None, :] >= lens[:, None]
-        return DecodeGroup(
-            rows=torch.tensor([starts[i] for i in seqs], device=self.device),
-            block_ids=inputs.block_tables[index, :num_blocks].flatten().to(self.device),
-            pad=pad.to(self.device),
-        )
+        rows = torch.tensor([starts[i] for i in seqs], device=self.device)
+        block_ids = inputs.block_tables[index, :num_blocks].flatten().to(self.device)
+        return DecodeGroup(rows, block_ids, pad.to(self.device))
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], inputs: StepInputs) -> list[int]:

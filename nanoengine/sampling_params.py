@@ -25,12 +25,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.stop is None:
-            self.stop = []
-        elif isinstance(self.stop, str):
-            self.stop = [self.stop]
-        elif isinstance(self.stop, tuple):
-            self.stop = list(self.stop)
+        if self.stop is None or isinstance(self.stop, (str, tuple)):  # None, "a", ("a", "b")
+            self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         self.validate()
 
     def validate(self) -> None:

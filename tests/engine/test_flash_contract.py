@@ -250,11 +250,11 @@ def attend_with(backend, q, keys, values, q_lens, k_lens, tables, num_blocks):
     """Write every sequence's keys/values through the backend's own layout, then attend."""
     _, num_kv_heads, dim = keys[0].shape
     shape = backend.cache_shape(num_blocks, PAGE, num_kv_heads, dim)
-    k_cache, v_cache = torch.zeros(shape, dtype=q.dtype), torch.zeros(shape, dtype=q.dtype)
+    kv = torch.zeros(2, *shape, dtype=q.dtype)  # one layer's K and V
     whole = metadata_for(k_lens, k_lens, tables, PAGE)  # every key position, to fill the cache
-    backend.write_kv((k_cache, v_cache), torch.cat(keys), torch.cat(values), whole.slot_mapping)
+    backend.write_kv(kv, torch.cat(keys), torch.cat(values), whole.slot_mapping)
     meta = metadata_for(q_lens, k_lens, tables, PAGE)
-    return backend(q, (k_cache, v_cache), meta, dim**-0.5)
+    return backend(q, kv, meta, dim**-0.5)
 
 
 @st.composite
