@@ -149,8 +149,10 @@ def load_tokenizer(path: Path, **kwargs: Any) -> Any:
     files = ("tokenizer.json", "tokenizer_config.json")
     if not kwargs and not any((path / f).exists() for f in files):
         return ByteTokenizer()  # e.g. a tiny test checkpoint saved without a tokenizer
-    if not kwargs and all((path / f).exists() for f in files):
-        return Tokenizer(path)
+    if not kwargs and (path / files[0]).exists():
+        config = json.loads((path / files[1]).read_bytes()) if (path / files[1]).exists() else {}
+        if not config.get("clean_up_tokenization_spaces"):  # transformers' decode tidies spaces
+            return Tokenizer(path, config)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
@@ -161,15 +163,15 @@ class Tokenizer:
     (the same ids, text and chat prompts) without importing transformers, which took most of a
     second of start-up (docs/benchmarks.md)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, config: dict[str, Any]):
         from tokenizers import Tokenizer as Backend
 
         self.backend_tokenizer = Backend.from_file(str(path / "tokenizer.json"))
-        config = json.loads((path / "tokenizer_config.json").read_bytes())
         file = path / "chat_template.jinja"
         self.chat_template = file.read_text() if file.exists() else config.get("chat_template")
-        self.special_tokens = {k: v for k, v in config.items() if k.endswith("_token")}
-        self.eos_token_id = self.backend_tokenizer.token_to_id(config.get("eos_token") or "")
+        tokens = {k: v.get("content") if isinstance(v, dict) else v for k, v in config.items()}
+        self.special_tokens = {k: v for k, v in tokens.items() if k.endswith("_token")}
+        self.eos_token_id = self.backend_tokenizer.token_to_id(tokens.get("eos_token") or "")
         self.vocab_size = self.backend_tokenizer.get_vocab_size()
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:

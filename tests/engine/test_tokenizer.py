@@ -98,3 +98,24 @@ def test_a_decode_stream_runs_on_its_backend(tmp_path):
     pieces = [stream.step(tokenizer.backend_tokenizer, t) for t in tokenizer.encode("hello world")]
     assert "".join(p for p in pieces if p) == tokenizer.decode(tokenizer.encode("hello world"))
     assert json.loads(tokenizer.backend_tokenizer.to_str())["model"]["type"] == "WordLevel"
+
+
+def test_special_tokens_written_as_added_token_objects_are_read(tmp_path):
+    save_small_tokenizer(tmp_path)
+    config_file = tmp_path / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["eos_token"] = {"__type": "AddedToken", "content": "</s>", "special": True}  # older files
+    config_file.write_text(json.dumps(config))
+    tokenizer = load_tokenizer(tmp_path)
+    assert tokenizer.eos_token_id == 2 and tokenizer.special_tokens["eos_token"] == "</s>"
+    chat = [{"role": "user", "content": "hello"}]
+    assert tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False) == "<s>user: hello</s>\n"
+
+
+def test_a_folder_whose_decode_tidies_spaces_keeps_transformers_tokenizer(tmp_path):
+    save_small_tokenizer(tmp_path)
+    config_file = tmp_path / "tokenizer_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "clean_up_tokenization_spaces": True}))
+    tokenizer = load_tokenizer(tmp_path)
+    assert not isinstance(tokenizer, Tokenizer)
+    assert tokenizer.decode([3, 6]) == "hello!"  # transformers' clean-up: "hello !" -> "hello!"
