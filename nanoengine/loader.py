@@ -187,7 +187,7 @@ class Tokenizer:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.add_extension("jinja2.ext.loopcontrols")
         context = dict(messages=chat, add_generation_prompt=add_generation_prompt)
-        return env.from_string(self.chat_template).render(**context, **self.special_tokens)
+        return env.from_string(self.chat_template or "").render(**context, **self.special_tokens)
 
 
 def load_gguf(path: Path) -> LoadedModel:
