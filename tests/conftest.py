@@ -4,6 +4,10 @@
     record_scenario(path) -> Path                   records SCENARIO (below) to path
     tiny_trace_path (session)                       a recorded SCENARIO trace file
     tiny_trace (session)                            the same, loaded (tracer.trace_file.Trace)
+    drive(engine, requests, max_steps)              adds (prompt, max_tokens, arrival step) requests, steps to the end
+    BUSY_OPTIONS, BUSY_REQUESTS                     a workload that takes every kind of scheduler decision
+    record_two_chunked(path) -> Path                two 12-token prompts, an 8-token budget: chunks and a wait
+    run_async(test), wait_until(pilot, app, ...)    async Textual (Pilot) tests on a live or followed trace
 
 SCENARIO: 3 prompts sharing a prefix, a 4th added mid-run (prefix hit), one request aborted;
 block_size 4, 12 KV blocks and an 8-token budget, so it shows chunked prefill, preemption,
@@ -12,6 +16,9 @@ prefix-cache hits, finished (length and abort) and a late request.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +37,17 @@ SCENARIO_PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
 # How long a test waits for a child process or a page before calling it hung: a safety net, not a
 # speed target. Under load a 5-second child has taken 145 s on the 2-core box.
 HANG_S = 600
+# (prompt, max_tokens, arrival step): prefix sharing, a full-prefix repeat, late arrivals, a pool too
+# small for all of them (preemptions and waits), prompts longer than the budget (chunks)
+BUSY_OPTIONS = dict(block_size=4, num_kv_blocks=10, max_num_batched_tokens=16, max_num_seqs=4)
+BUSY_REQUESTS = (
+    ("the cat sat on a mat", 6, 0),
+    ("the cat sat on a hat", 6, 0),
+    ("dog", 12, 0),
+    ("the cat sat on a mat", 4, 3),
+    ("the cat sat", 5, 9),
+    ("the cat sat on a mat", 3, 12),
+)
 
 
 @contextmanager
@@ -78,6 +96,55 @@ def record_scenario(path: Path, **options) -> Path:
             if step == 4:
                 engine.abort(doomed)
     return path
+
+
+def drive(engine: LLMEngine, requests, max_steps: int) -> None:
+    """Step engine until every (prompt, max_tokens, arrival step) request has arrived and finished."""
+    step = 0
+    while step == 0 or engine.has_unfinished() or any(a >= step for _, _, a in requests):
+        for prompt, max_tokens, arrival in requests:
+            if arrival == step:
+                engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        engine.step()
+        step += 1
+        assert step < max_steps, f"the engine did not finish {requests} in {max_steps} steps"
+
+
+def record_two_chunked(path: Path) -> Path:
+    """Two 12-token prompts and an 8-token budget: chunked prefills, and an admission that waits."""
+    from tracer.trace.recorder import record_run
+
+    trace_path, _ = record_run(
+        ["a" * 12, "b" * 12],
+        SamplingParams(max_tokens=2, ignore_eos=True),
+        path,
+        model="tiny",
+        block_size=4,
+        max_num_batched_tokens=8,
+        num_threads=1,
+    )
+    return trace_path
+
+
+def run_async(test):
+    """An async test run by asyncio (the suite has no async plugin)."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+async def wait_until(pilot, app, condition, what: str) -> None:
+    """Let a live or following app read its file and run until condition() holds (a safety net,
+    never a speed target)."""
+    deadline = time.monotonic() + HANG_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {HANG_S} s for {what}")
+        app.poll()
+        await pilot.pause(0.01)
 
 
 @pytest.fixture(scope="session")

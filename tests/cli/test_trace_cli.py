@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S, SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine, one_line_error
+from conftest import (
+    HANG_S,
+    SCENARIO_PARAMS,
+    SCENARIO_PROMPTS,
+    make_tiny_engine,
+    one_line_error,
+    record_two_chunked,
+)
 from interrupt_at import interrupted_at
 
 from tracer.cli.main import main
@@ -144,18 +151,7 @@ def test_replay_refuses_what_it_cannot_show(partial_trace, tmp_path, capsys):
 
 def test_replay_text_prints_a_steps_narration_with_its_whys(tmp_path, capsys):
     """`replay --step N --text` needs no terminal: the step's narration, each decision with its why."""
-    from nanoengine.sampling_params import SamplingParams
-    from tracer.trace.recorder import record_run
-
-    path, _ = record_run(
-        ["a" * 12, "b" * 12],
-        SamplingParams(max_tokens=2, ignore_eos=True),
-        tmp_path / "t.jsonl",
-        model="tiny",
-        block_size=4,
-        max_num_batched_tokens=8,
-        num_threads=1,
-    )
+    path = record_two_chunked(tmp_path / "t.jsonl")
     assert main(["replay", str(path), "--step", "0", "--text"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Step 0: seq ") and "(takes 2 of the " in out

@@ -4,7 +4,6 @@ history stops following until End. The file is written by the test, line by line
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import subprocess
@@ -12,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_async
 
 from tracer.live.follow import FollowApp, followed_path
 from tracer.live.source import GrowingTrace
@@ -21,14 +21,6 @@ from tracer.trace.trace_file import CACHE_STEPS, TraceError
 TRACE = Path(__file__).parents[1] / "data" / "replay_small.jsonl"
 LINES = TRACE.read_bytes().splitlines(keepends=True)  # header + 14 steps
 SIZE = (100, 30)
-
-
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
 
 
 def append(path: Path, data: bytes) -> None:

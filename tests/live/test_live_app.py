@@ -9,12 +9,8 @@ two such round trips always have a step between them, so an unchanged count prov
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import time
-
 import pytest
-from conftest import HANG_S, make_tiny_engine
+from conftest import HANG_S, make_tiny_engine, run_async, wait_until
 from textual.widgets import Input
 
 from nanoengine.sampling_params import SamplingParams
@@ -27,24 +23,6 @@ from tracer.trace.trace_file import load_trace
 SIZE = (110, 34)
 PARAMS = SamplingParams(max_tokens=1500, ignore_eos=True)  # runs far longer than any test: it never runs dry
 PROMPTS = ["hello world", "abc def"]  # no shared prefix: an aborted one's blocks are its own
-
-
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
-
-
-async def wait_until(pilot, app, condition, what: str) -> None:
-    """Read the file and let the app run until condition() holds (a safety net, never a speed target)."""
-    deadline = time.monotonic() + HANG_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {HANG_S} s for {what}")
-        app.poll()
-        await pilot.pause(0.01)
 
 
 def engine_steps(session: LiveSession) -> int:

@@ -4,15 +4,12 @@ resuming lets it finish. Waits are for conditions, never for a fixed time."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import threading
-import time
 
 import httpx
 import pytest
-from conftest import HANG_S, torch_threads
+from conftest import HANG_S, run_async, torch_threads, wait_until
 
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
@@ -24,23 +21,6 @@ from tracer.trace.trace_file import load_trace
 
 SIZE = (110, 34)
 OPTIONS = dict(block_size=4, num_kv_blocks=256, max_num_batched_tokens=64, max_num_seqs=8, use_chat_template=False)
-
-
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
-
-
-async def wait_until(pilot, app, condition, what: str) -> None:
-    deadline = time.monotonic() + HANG_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {HANG_S} s for {what}")
-        app.poll()
-        await pilot.pause(0.01)
 
 
 class StreamingClient(threading.Thread):

@@ -141,20 +141,7 @@ def admit_keeping_a_token_back(self: Scheduler, seq: Sequence, budget: int, out:
     num_new = min(seq.num_tokens - num_cached, max(budget - 1, 1))  # BUG: one budget token kept back
     num_new_blocks = blocks_needed(num_cached + num_new, bm.block_size) - len(hit_blocks)
     need = num_new_blocks + bm.num_free_in(hit_blocks)
-    if not bm.can_allocate(need):
-        out.add_event(EventKind.NOT_ADMITTED, seq, need=need, free=bm.num_free_blocks)
-        return False
-    out.add_event(EventKind.ADMITTED, seq, need=need, free=bm.num_free_blocks)
-    self.waiting.popleft()
-    bm.use_cached_prefix(seq, hit_blocks, hit_hashes)
-    bm.allocate(seq, num_new)
-    seq.status = SequenceStatus.RUNNING
-    seq.num_scheduled_tokens = num_new
-    seq.prefill_chunk = 1
-    self.running.append(seq)
-    if hit_blocks:
-        out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=num_cached)
-    return True
+    return admit_if_room(self, seq, out, hit_blocks, hit_hashes, num_new, need)
 
 
 def admit_forgetting_free_hit_blocks(self: Scheduler, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:
@@ -164,6 +151,20 @@ def admit_forgetting_free_hit_blocks(self: Scheduler, seq: Sequence, budget: int
     num_new = min(seq.num_tokens - num_cached, budget)
     num_new_blocks = blocks_needed(num_cached + num_new, bm.block_size) - len(hit_blocks)
     need = num_new_blocks  # BUG: the hit's blocks that sit free leave the free list too (lesson 7)
+    return admit_if_room(self, seq, out, hit_blocks, hit_hashes, num_new, need)
+
+
+def admit_if_room(
+    self: Scheduler,
+    seq: Sequence,
+    out: SchedulerOutput,
+    hit_blocks: list[int],
+    hit_hashes: list[int],
+    num_new: int,
+    need: int,
+) -> bool:
+    """The rest of Scheduler.try_admit, unchanged: admit seq if `need` blocks are free."""
+    bm = self.block_manager
     if not bm.can_allocate(need):
         out.add_event(EventKind.NOT_ADMITTED, seq, need=need, free=bm.num_free_blocks)
         return False
@@ -176,7 +177,7 @@ def admit_forgetting_free_hit_blocks(self: Scheduler, seq: Sequence, budget: int
     seq.prefill_chunk = 1
     self.running.append(seq)
     if hit_blocks:
-        out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=num_cached)
+        out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=len(hit_blocks) * bm.block_size)
     return True
 
 

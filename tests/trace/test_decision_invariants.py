@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import BUSY_OPTIONS, BUSY_REQUESTS, drive
 from engine_bugs import (
     admit_forgetting_free_hit_blocks,
     admit_keeping_a_token_back,
@@ -17,7 +18,6 @@ from engine_bugs import (
 )
 
 from nanoengine.engine import LLMEngine
-from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import EventKind
 from tracer.trace.invariants import InvariantChecker
@@ -26,32 +26,18 @@ from tracer.trace.trace_file import load_trace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-OPTIONS = dict(block_size=4, num_kv_blocks=10, max_num_batched_tokens=16, max_num_seqs=4)
 # chunks capped by the budget, a pool too small (preemptions, waits), prefix hits
-TIGHT = (
-    ("the cat sat on a mat", 6, 0),
-    ("the cat sat on a hat", 6, 0),
-    ("dog", 12, 0),
-    ("the cat sat on a mat", 4, 3),
-    ("the cat sat", 5, 9),
-)
+TIGHT = BUSY_REQUESTS[:5]  # without the late full-prefix repeat
 # a finished request's blocks sit free in the cache; a repeat hits them, admitted with another
 REVIVED = (("the cat sat on a mat", 2, 0), ("the cat sat on a mat", 2, 4), ("dog", 2, 4))
 
 
-def run(requests, options=OPTIONS, tmp: Path | None = None):
+def run(requests, options=BUSY_OPTIONS, tmp: Path | None = None):
     """(violations, trace path) of one tiny-model run with the live checker."""
     engine = LLMEngine("tiny", **options)
     path = (tmp or Path(tempfile.mkdtemp())) / "t.jsonl"
     with TraceRecorder(engine, path) as recorder:
-        step = 0
-        while step == 0 or engine.has_unfinished() or any(a >= step for _, _, a in requests):
-            for prompt, max_tokens, arrival in requests:
-                if arrival == step:
-                    engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-            engine.step()
-            step += 1
-            assert step < 200
+        drive(engine, requests, max_steps=200)
     return recorder.violations, path
 
 

@@ -6,46 +6,24 @@ each kind of decision several times."""
 from __future__ import annotations
 
 import pytest
+from conftest import BUSY_OPTIONS, BUSY_REQUESTS, drive
 
 from nanoengine.block_manager import blocks_needed
 from nanoengine.engine import LLMEngine
-from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-OPTIONS = dict(block_size=4, num_kv_blocks=10, max_num_batched_tokens=16, max_num_seqs=4)
-# (prompt, max_tokens, arrival step): prefix sharing, a full-prefix repeat, late arrivals, a pool
-# too small for all of them (preemptions and waits), prompts longer than the budget (chunks)
-REQUESTS = (
-    ("the cat sat on a mat", 6, 0),
-    ("the cat sat on a hat", 6, 0),
-    ("dog", 12, 0),
-    ("the cat sat on a mat", 4, 3),
-    ("the cat sat", 5, 9),
-    ("the cat sat on a mat", 3, 12),
-)
-
-
-def run_records(options: dict = OPTIONS, requests=REQUESTS) -> list[StepRecord]:
-    engine = LLMEngine("tiny", **options)
-    records: list[StepRecord] = []
-    engine.add_step_hook(records.append)
-    step = 0
-    while step == 0 or engine.has_unfinished() or any(a >= step for _, _, a in requests):
-        for prompt, max_tokens, arrival in requests:
-            if arrival == step:
-                engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-        engine.step()
-        step += 1
-        assert step < 200
-    return records
-
 
 @pytest.fixture(scope="module")
 def records() -> list[StepRecord]:
-    return run_records()
+    """The step records of the tiny model running BUSY_REQUESTS (tests/conftest.py)."""
+    engine = LLMEngine("tiny", **BUSY_OPTIONS)
+    records: list[StepRecord] = []
+    engine.add_step_hook(records.append)
+    drive(engine, BUSY_REQUESTS, max_steps=200)
+    return records
 
 
 def events(records: list[StepRecord], kind: EventKind):
@@ -62,7 +40,7 @@ def test_a_chunk_records_the_budget_left_before_it(records):
     capped = 0
     for r, e in events(records, EventKind.PREFILL_CHUNK):
         before = r.inputs.query_start_loc[r.inputs.seq_ids.index(e.seq_id)]
-        assert e.detail["budget"] == OPTIONS["max_num_batched_tokens"] - before, (r.step, e)
+        assert e.detail["budget"] == BUSY_OPTIONS["max_num_batched_tokens"] - before, (r.step, e)
         rest = row(r, e.seq_id).num_tokens - e.detail["start"]
         assert e.detail["end"] - e.detail["start"] == min(rest, e.detail["budget"]), (r.step, e)
         capped += e.detail["end"] < row(r, e.seq_id).num_tokens
@@ -79,7 +57,7 @@ def test_an_admission_records_the_blocks_it_takes_and_the_free_blocks(records):
         table = len(row(r, e.seq_id).block_table)
         assert table - hit_blocks <= e.detail["need"] <= table, (r.step, e)
         assert e.detail["need"] <= e.detail["free"], (r.step, e)
-    assert records[0].events[0].detail["free"] == OPTIONS["num_kv_blocks"]
+    assert records[0].events[0].detail["free"] == BUSY_OPTIONS["num_kv_blocks"]
     pairs = 0
     for r in records:
         admitted = [e for e in r.events if e.kind == EventKind.ADMITTED]
@@ -118,7 +96,7 @@ def test_a_preemption_records_who_needed_the_room_and_the_free_blocks(records):
     the victims of one step see the pool grow by what the victims before them gave back."""
     preemptions = events(records, EventKind.PREEMPTED)
     assert preemptions, "the run should preempt"
-    bs = OPTIONS["block_size"]
+    bs = BUSY_OPTIONS["block_size"]
     for r, e in preemptions:
         assert e.detail["by"] in r.queues.running, (r.step, e)
         by = row(r, e.detail["by"])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import BUSY_OPTIONS, BUSY_REQUESTS, drive
 from engine_bugs import BUGS, Bug
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,6 @@ from hypothesis import strategies as st
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.engine import LLMEngine
 from nanoengine.model_runner import compute_slot_mapping
-from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler
 from tracer.teach.swap import original, plugged
 from tracer.trace.recorder import TraceRecorder
@@ -136,17 +136,6 @@ class Bites:
         return {bug.target: watched}
 
 
-def drive(engine: LLMEngine, w: Workload) -> None:
-    step = 0
-    while step == 0 or engine.has_unfinished() or any(a >= step for _, _, a in w.requests):
-        for prompt, max_tokens, arrival in w.requests:
-            if arrival == step:
-                engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-        engine.step()
-        step += 1
-        assert step < MAX_STEPS, f"the engine did not finish {w} in {MAX_STEPS} steps"
-
-
 def run_with_bug(key: str, w: Workload, monkeypatch) -> tuple[set[str], int, list]:
     """(invariants the live checker named, bites, violations) for one workload on the broken engine."""
     options = dict(w.options)
@@ -156,23 +145,13 @@ def run_with_bug(key: str, w: Workload, monkeypatch) -> tuple[set[str], int, lis
     bites = Bites()
     with monkeypatch.context() as m, tempfile.TemporaryDirectory() as tmp:
         with plugged(bites.watch(key, engine, m)), TraceRecorder(engine, Path(tmp) / "t.jsonl") as recorder:
-            drive(engine, w)
+            drive(engine, w.requests, MAX_STEPS)
     return {v.invariant for v in recorder.violations}, bites.count, recorder.violations
 
 
 # One fixed workload that every bug bites: block size 4, a 10-block pool, prefix sharing, a repeat
 # of a 5-block prompt (a full prefix hit), late arrivals, preemption.
-FIXED = Workload(
-    dict(block_size=4, num_kv_blocks=10, max_num_batched_tokens=16, max_num_seqs=4, enable_prefix_caching=True),
-    (
-        ("the cat sat on a mat", 6, 0),
-        ("the cat sat on a hat", 6, 0),
-        ("dog", 12, 0),
-        ("the cat sat on a mat", 4, 3),
-        ("the cat sat", 5, 9),
-        ("the cat sat on a mat", 3, 12),
-    ),
-)
+FIXED = Workload({**BUSY_OPTIONS, "enable_prefix_caching": True}, BUSY_REQUESTS)
 # bug -> (the invariant the checker names first on FIXED, at which step): the closing note's table
 FIXED_FIRST = {
     "stale_hash_entry": ("kv_content", 7),
@@ -196,7 +175,7 @@ def test_each_bug_is_named_at_a_known_step_of_a_fixed_workload(key, monkeypatch)
 def test_the_fixed_workload_is_clean_on_the_real_engine():
     engine = LLMEngine("tiny", **FIXED.options)
     with tempfile.TemporaryDirectory() as tmp, TraceRecorder(engine, Path(tmp) / "t.jsonl") as recorder:
-        drive(engine, FIXED)
+        drive(engine, FIXED.requests, MAX_STEPS)
     assert recorder.violations == []
 
 
