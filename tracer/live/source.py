@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import os
 from array import array
-from collections import OrderedDict
-from collections.abc import Sequence
 from pathlib import Path
 
 from tracer.trace.trace_file import (
-    CACHE_STEPS,
     MAX_LINE_BYTES,
+    LineSteps,
     StepMarks,
     TraceError,
+    add_new_requests,
     check_claims,
     has_new_requests,
     marks_from_line,
-    parse_header,
+    merge_requests,
+    open_error,
+    parse_header_line,
     parse_step_line,
+    step_order_error,
     validate_line,
     validators,
 )
@@ -36,37 +38,21 @@ from tracer.trace.trace_file import (
 CHUNK_BYTES = 4 * 2**20  # read at most this much per read call; a longer line is read whole
 
 
-class GrowingSteps(Sequence):
+class GrowingSteps(LineSteps):
     """The steps read so far: each parsed from the file when used; the last CACHE_STEPS stay parsed."""
 
     def __init__(self, path: Path, fd: int) -> None:
-        self.path = path
+        super().__init__(path)
         self.fd = fd
         self.starts = array("q")  # byte offset of each step line
         self.ends = array("q")  # its end (the newline's offset)
-        self.cache: OrderedDict[int, dict] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.starts)
 
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self.starts):
-            raise IndexError(index)
-        step = self.cache.get(index)
-        if step is None:
-            start = self.starts[index]
-            line = os.pread(self.fd, self.ends[index] - start, start)
-            step = parse_step_line(self.path, index + 2, line)
-            self.cache[index] = step
-            if len(self.cache) > CACHE_STEPS:
-                self.cache.popitem(last=False)
-        else:
-            self.cache.move_to_end(index)
-        return step
+    def line(self, index: int) -> bytes:
+        start = self.starts[index]
+        return os.pread(self.fd, self.ends[index] - start, start)
 
     def append(self, start: int, end: int) -> None:
         self.starts.append(start)
@@ -81,12 +67,8 @@ class GrowingTrace:
         self.path = Path(path)
         try:
             self.file = open(self.path, "rb")  # noqa: SIM115  # held open while followed; close()
-        except FileNotFoundError:
-            raise TraceError(f"{self.path}: no such trace file") from None
-        except IsADirectoryError:
-            raise TraceError(f"{self.path} is a folder, not a trace file (*.jsonl)") from None
         except OSError as e:
-            raise TraceError(f"{self.path}: cannot read it ({e.strerror})") from None
+            raise open_error(self.path, e) from None
         self.fd = self.file.fileno()
         self.offset = 0  # bytes read so far: always the end of a complete line
         self.header: dict = {}
@@ -142,28 +124,21 @@ class GrowingTrace:
     def read_line(self, data: bytes, start: int, end: int) -> None:
         n = len(self.steps) + 2  # the line's number in the file
         if not self.header:
-            try:
-                header = parse_header(self.path, data[start:end].decode("utf-8"))
-            except UnicodeDecodeError:
-                raise TraceError(f"{self.path} is not a nanoengine trace (not UTF-8 text)") from None
+            header = parse_header_line(self.path, data[start:end])
             check_claims(self.path, header, None)
             validate_line(self.path, 1, header, validators()[0])
             self.header = header
-            self.requests = {r["seq_id"]: r for r in header.get("requests", [])}
+            self.requests = merge_requests(header, ())
             return
         marks = marks_from_line(self.path, n, data, start, end)
         if self.marks and marks.step <= self.marks[-1].step:
-            raise TraceError(
-                f"{self.path}: line {n} has step number {marks.step} after step {self.marks[-1].step}: "
-                "step numbers must rise"
-            )
+            raise step_order_error(self.path, n, marks.step, self.marks[-1].step)
         step = None
         if not self.marks or has_new_requests(data, start, end):
             step = parse_step_line(self.path, n, data[start:end])
             if not self.marks:
                 validate_line(self.path, n, step, validators()[1])
-            for r in step.get("new_requests", ()):
-                self.requests.setdefault(r["seq_id"], r)
+            add_new_requests(self.requests, step)
         self.steps.append(self.offset + start, self.offset + end)
         self.marks.append(marks)
 

@@ -195,16 +195,27 @@ def regular_file_size(path: Path) -> int:
     writer would be waited on forever, a device such as /dev/zero read without end)."""
     try:
         info = path.stat()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace file") from None
     except OSError as e:
-        raise TraceError(f"{path}: cannot read it ({e.strerror})") from None
+        raise open_error(path, e) from None
     if stat.S_ISDIR(info.st_mode):
         raise TraceError(f"{path} is a folder, not a trace file (*.jsonl)")
     if not stat.S_ISREG(info.st_mode):
         kind = NOT_REGULAR.get(stat.S_IFMT(info.st_mode), "a socket")
         raise TraceError(f"{path} is {kind}, not a trace file: save the trace to a file first, then open that")
     return info.st_size
+
+
+def open_error(path: Path, e: OSError) -> TraceError:
+    """Why the trace file at path could not be opened or read, in one line."""
+    if isinstance(e, FileNotFoundError):
+        return TraceError(f"{path}: no such trace file")
+    if isinstance(e, IsADirectoryError):
+        return TraceError(f"{path} is a folder, not a trace file (*.jsonl)")
+    return TraceError(f"{path}: cannot read it ({e.strerror})")
+
+
+def not_utf8_error(path: Path) -> TraceError:
+    return TraceError(f"{path} is not a nanoengine trace (not UTF-8 text)")
 
 
 def check_claims(path: Path, header: dict, first_step: dict | None) -> None:
@@ -238,14 +249,10 @@ def read_lines(path: Path) -> tuple[list[str], bool]:
     """The file's lines, and whether a cut-short last line was dropped."""
     try:
         text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path} is a folder, not a trace file (*.jsonl)") from None
     except UnicodeDecodeError:
-        raise TraceError(f"{path} is not a nanoengine trace (not UTF-8 text)") from None
+        raise not_utf8_error(path) from None
     except OSError as e:
-        raise TraceError(f"{path}: cannot read it ({e.strerror})") from None
+        raise open_error(path, e) from None
     if not text.strip():
         raise TraceError(f"{path} is empty: not a trace (record one with `nanoengine trace`)")
     lines = text.split("\n")
@@ -293,6 +300,13 @@ def parse_header(path: Path, line: str) -> dict:
     return header
 
 
+def parse_header_line(path: Path, line: bytes) -> dict:
+    try:
+        return parse_header(path, line.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise not_utf8_error(path) from None
+
+
 def parse_step(path: Path, n: int, line: str) -> dict:
     try:
         step = loads(line)
@@ -317,8 +331,12 @@ def check_order(path: Path, numbers: Iterable) -> None:
     last = None
     for n, number in enumerate(numbers, start=2):
         if not isinstance(number, int) or (last is not None and number <= last):
-            raise TraceError(f"{path}: line {n} has step number {number!r} after step {last}: step numbers must rise")
+            raise step_order_error(path, n, number, last)
         last = number
+
+
+def step_order_error(path: Path, n: int, number: object, last: int | None) -> TraceError:
+    return TraceError(f"{path}: line {n} has step number {number!r} after step {last}: step numbers must rise")
 
 
 @cache
@@ -398,41 +416,60 @@ def check_step(trace: Trace, index: int) -> dict:
 def merge_requests(header: dict, steps: Iterable[dict]) -> dict[int, dict]:
     requests = {r["seq_id"]: r for r in header.get("requests", [])}
     for step in steps:
-        for r in step.get("new_requests", ()):
-            requests.setdefault(r["seq_id"], r)
+        add_new_requests(requests, step)
     return requests
 
 
-# ---- big files: steps parsed when used ----------------------------------------------------
-class LazySteps(Sequence):
-    """Step dicts parsed from the mapped file on first access; the last CACHE_STEPS stay parsed."""
+def add_new_requests(requests: dict[int, dict], step: dict) -> None:
+    """The requests a step line lists as new, added to requests (the first listing wins)."""
+    for r in step.get("new_requests", ()):
+        requests.setdefault(r["seq_id"], r)
 
-    def __init__(self, path: Path, data, spans: list[tuple[int, int]]):
+
+# ---- big files: steps parsed when used ----------------------------------------------------
+class LineSteps(Sequence):
+    """Step dicts parsed from their lines on first access; the last CACHE_STEPS stay parsed.
+    A subclass says how many steps there are (__len__) and reads a step's line (line)."""
+
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.data = data  # an mmap (or bytes) of the whole file
-        self.spans = spans  # (start, end) byte offsets of each step line
         self.cache: OrderedDict[int, dict] = OrderedDict()
 
-    def __len__(self) -> int:
-        return len(self.spans)
+    def line(self, index: int) -> bytes:
+        raise NotImplementedError
 
-    def __getitem__(self, index):
+    def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
             index += len(self)
-        if not 0 <= index < len(self.spans):
+        if not 0 <= index < len(self):
             raise IndexError(index)
         step = self.cache.get(index)
         if step is None:
-            start, end = self.spans[index]
-            step = parse_step_line(self.path, index + 2, self.data[start:end])
+            step = parse_step_line(self.path, index + 2, self.line(index))
             self.cache[index] = step
             if len(self.cache) > CACHE_STEPS:
                 self.cache.popitem(last=False)
         else:
             self.cache.move_to_end(index)
         return step
+
+
+class LazySteps(LineSteps):
+    """The steps of a mapped file."""
+
+    def __init__(self, path: Path, data, spans: list[tuple[int, int]]):
+        super().__init__(path)
+        self.data = data  # an mmap (or bytes) of the whole file
+        self.spans = spans  # (start, end) byte offsets of each step line
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def line(self, index: int) -> bytes:
+        start, end = self.spans[index]
+        return self.data[start:end]
 
 
 def load_lazy(path: Path) -> Trace:
@@ -443,10 +480,7 @@ def load_lazy(path: Path) -> Trace:
     if len(spans) > 1 and data[-1:] != b"\n" and not parses(data[spans[-1][0] : spans[-1][1]]):
         spans.pop()  # no newline and not JSON: the write was interrupted
         warning = cut_short_warning(path, len(spans))
-    try:
-        header = parse_header(path, data[spans[0][0] : spans[0][1]].decode("utf-8"))
-    except UnicodeDecodeError:
-        raise TraceError(f"{path} is not a nanoengine trace (not UTF-8 text)") from None
+    header = parse_header_line(path, data[spans[0][0] : spans[0][1]])
     steps = LazySteps(path, data, spans[1:])
     check_claims(path, header, steps[0] if len(steps) else None)
     header_validator, step_validator = validators()
