@@ -120,7 +120,7 @@ def event_code(event: dict, sources: dict) -> DecisionCode:
     sections = [
         replace(s, deciding=s.marked[0]) if s.name == decider else s for s in reversed(sections)
     ]  # outermost first: the reader follows the call down
-    sections += called_swaps(sections, sources)
+    sections = with_called_swaps(sections, sources)
     line = dict(where)[decider]
     return DecisionCode(
         f"{title} · decided in {decider}, line {line}", vllm_line([name for name, _ in where]), sections
@@ -158,20 +158,22 @@ def section_of(name: str, entry: dict, marked: tuple[int, ...], role: str) -> Se
     )
 
 
-def called_swaps(sections: list[Section], sources: dict) -> list[Section]:
-    """Swapped-in functions (a lesson's) that the shown functions call: they decided, then returned."""
+def with_called_swaps(sections: list[Section], sources: dict) -> list[Section]:
+    """The sections, each followed by the swapped-in functions (a lesson's) it calls: they decided,
+    then returned, so no event's lines name them."""
     shown = {s.name for s in sections}
     by_short = {name.rsplit(".", 1)[-1]: name for name, entry in sources.items() if not entry.get("engine", True)}
-    found: list[Section] = []
+    out: list[Section] = []
     for section in sections:
+        out.append(section)
         for i, text in enumerate(section.lines):
             for short in CALL.findall(text):
                 name = by_short.get(short)
                 if name is not None and name not in shown:
                     shown.add(name)
                     role = f"called by {section.name} at line {section.first_line + i}"
-                    found.append(section_of(name, sources[name], (), role))
-    return found
+                    out.append(section_of(name, sources[name], (), role))
+    return out
 
 
 def checks_of(violation: dict) -> tuple[str, ...]:
