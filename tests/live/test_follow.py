@@ -99,6 +99,31 @@ async def test_the_view_follows_new_steps_and_browsing_stops_following(tmp_path)
 
 
 @run_async
+async def test_steps_that_arrive_while_a_dialog_is_open_are_taken_behind_it(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(LINES[:4]))
+    source = GrowingTrace(path)
+    source.poll()
+    app = FollowApp(source, animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")  # the help screen covers the views
+        await pilot.pause()
+        assert app.screen is not app.screen_stack[0]
+        append(path, b"".join(LINES[4:7]))
+        app.poll()
+        await pilot.pause()
+        assert app.is_running and not app.broken
+        assert app.step_index == 5 and app.current_step["step"] == 5
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.query_one(TimelineView).step_numbers[-1] == 5
+        assert app.query_one("#narration").content.plain.startswith("Step 5")
+    append(path, b"".join(LINES[7:9]))
+    app.poll()  # the poll timer may fire once more while the app closes: it waits, nothing is lost
+    assert not app.broken and len(app.steps) == 6
+
+
+@run_async
 async def test_an_empty_file_waits_for_its_first_step(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(LINES[0])

@@ -53,8 +53,8 @@ class FollowApp(ReplayApp):
     # ---- reading the file -----------------------------------------------------------------
     def poll(self) -> None:
         """Take the steps appended since the last poll; follow the newest if following."""
-        if self.broken:
-            return
+        if self.broken or not self.query(TimelineView):
+            return  # broken, or the app is closing and its views are gone: the steps stay unread
         try:
             new = self.source.poll()
         except TraceError as e:
