@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import json
 import time
 from pathlib import Path
 
 import pytest
+from conftest import run_async
 
 from tracer.replay.app import EVENT_KINDS, ReplayApp, run_replay
 from tracer.replay.predict import PredictScreen
@@ -31,16 +31,6 @@ SIZE = (100, 30)
 @pytest.fixture(scope="module")
 def trace():
     return load_trace(TRACE)
-
-
-def run_async(test):
-    """Run an async test with asyncio (no pytest async plugin needed)."""
-
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
 
 
 def make_app(trace, tmp_path=None, **kwargs) -> ReplayApp:

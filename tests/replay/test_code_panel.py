@@ -4,11 +4,10 @@ trace; "no source recorded" on traces from before sources were recorded."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from pathlib import Path
 
 import pytest
+from conftest import run_async
 from textual.containers import ScrollableContainer
 
 from tracer.cli.main import main
@@ -29,14 +28,6 @@ def choose_victim(running):
     newest = running[-1]
     return newest
 '''
-
-
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,8 @@ offending cells of the sequences table are marked ✗."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-
 import pytest
+from conftest import run_async
 from textual.widgets import OptionList, Static
 
 from tracer.replay.app import ReplayApp
@@ -18,14 +16,6 @@ from tracer.teach.scenarios import load_scenario, run_scenario
 from tracer.teach.swap import plugged
 from tracer.trace.invariants.rule import rule_named
 from tracer.trace.trace_file import load_trace
-
-
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
 
 
 @pytest.fixture(scope="module")
