@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,6 +67,15 @@ def torch_threads(n: int) -> Iterator[None]:
 def one_torch_thread() -> Iterator[None]:
     with torch_threads(1):
         yield
+
+
+def sigint_as_in_a_terminal() -> None:
+    """A child's preexec_fn: Ctrl-C (SIGINT) reaches it as it reaches a command typed in a terminal.
+
+    A shell starts a background job (`cmd &`, nohup, a CI runner's script) with SIGINT ignored, its
+    children inherit that, and Python then installs no KeyboardInterrupt handler: a test that
+    interrupts its child would wait for an exit that never comes."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def one_line_error(text: str) -> str:

@@ -75,6 +75,8 @@ def install(fd: int, point: str) -> None:
 
 def interrupted_at(point: str, argv: list[str], env: dict[str, str], timeout: float = 600):
     """Run `nanoengine ARGV`, send SIGINT once it stands at point; the finished CompletedProcess."""
+    from conftest import sigint_as_in_a_terminal
+
     read_fd, write_fd = os.pipe()
     child = subprocess.Popen(
         [sys.executable, str(Path(__file__)), str(write_fd), point, *argv],
@@ -83,6 +85,7 @@ def interrupted_at(point: str, argv: list[str], env: dict[str, str], timeout: fl
         text=True,
         env=env,
         pass_fds=[write_fd],
+        preexec_fn=sigint_as_in_a_terminal,
     )
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as announced:

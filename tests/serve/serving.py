@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-from conftest import HANG_S, torch_threads
+from conftest import HANG_S, sigint_as_in_a_terminal, torch_threads
 
 from nanoengine.engine import LLMEngine
 from tracer.serve.server import Server, bind
@@ -61,7 +61,8 @@ class ServeProcess:
     """The server process, its stdout read line by line in a thread (waits are bounded)."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([*CLI, *args], **pipes, preexec_fn=sigint_as_in_a_terminal)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self.read, daemon=True).start()
 
