@@ -16,7 +16,7 @@ from torch import nn
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig, idle_cores
 from nanoengine.loader import load_model
-from nanoengine.model import CausalLM, ModelConfig, head_dim_of, pack_for_onednn
+from nanoengine.model import STACKED, CausalLM, ModelConfig, head_dim_of, pack_for_onednn
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
@@ -45,14 +45,12 @@ class LLMEngine:
     machine more threads than idle cores make every step many times slower."""
 
     def __init__(self, model: str = "default", **options: Any):
-        config = EngineConfig.from_kwargs(model=model, **options)
-        self.config = config
+        self.config = config = EngineConfig.from_kwargs(model=model, **options)
         # process-wide: see the class docstring
         torch.set_num_threads(config.num_threads or idle_cores())
         device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.device = torch.device(device)
-        on_cuda = self.device.type == "cuda"
-        dtype = getattr(torch, config.dtype or ("bfloat16" if on_cuda else "float32"))
+        dtype = getattr(torch, config.dtype or ("bfloat16" if "cuda" in device else "float32"))
         loaded = load_model(config.model)
         self.model_name = loaded.name
         self.tokenizer = loaded.tokenizer
@@ -384,7 +382,7 @@ def build_model(
 
 def load_weights(model: CausalLM, state_dict: dict[str, torch.Tensor]) -> None:
     try:
-        missing, _ = model.load_state_dict(state_dict, strict=False, assign=True)
+        missing, _ = model.load_state_dict(stack_weights(state_dict), strict=False, assign=True)
     except RuntimeError as e:  # a weight whose shape config.json does not describe
         lines = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
         mismatch = lines[0] if lines else str(e)
@@ -398,6 +396,16 @@ def load_weights(model: CausalLM, state_dict: dict[str, torch.Tensor]) -> None:
         raise ValueError(f"checkpoint lacks weights: {', '.join(missing[:3])} ...")
 
 
+def stack_weights(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A checkpoint's separate q, k, v_proj (gate, up_proj) weights and biases, concatenated."""
+    out = dict(state_dict)
+    for fused, parts in STACKED.items():
+        for name in [n for n in state_dict if f".{parts[0]}." in n]:
+            names = [name.replace(parts[0], part) for part in parts]
+            out[name.replace(parts[0], fused)] = torch.cat([out.pop(n) for n in names if n in out])
+    return out
+
+
 @contextmanager
 def skip_random_init() -> Iterator[None]:
     """Leave the weights uninitialised: a checkpoint or init_tiny_weights fills them.
@@ -405,16 +413,12 @@ def skip_random_init() -> Iterator[None]:
     Not the meta device: its first use is slow to import (docs/benchmarks.md)."""
     saved = {cls: cls.reset_parameters for cls in (nn.Linear, nn.Embedding)}
     for cls in saved:
-        cls.reset_parameters = no_init  # type: ignore[method-assign,assignment]
+        cls.reset_parameters = lambda self: None  # type: ignore[method-assign]
     try:
         yield
     finally:
         for cls, init in saved.items():
             cls.reset_parameters = init  # type: ignore[method-assign]
-
-
-def no_init(module: nn.Module) -> None:
-    pass
 
 
 def check_kv_fits(num_kv_blocks: int, bytes_per_block: int, device: torch.device) -> None:

@@ -1,6 +1,8 @@
 """One decoder for the Llama family: Llama / SmolLM2, Qwen2 (qkv bias), Qwen3 (q/k RMSNorm).
 
-Module names mirror Hugging Face's, so a checkpoint's state dict loads as is.
+Module names mirror Hugging Face's, except that q, k, v_proj are one qkv_proj and gate, up_proj
+one gate_up_proj (as in vLLM: one matmul instead of three, or two): STACKED says how a checkpoint's
+weights are stacked into them.
 Tokens arrive flat ([num_tokens, hidden]): no batch dimension, no padding.
 """
 
@@ -21,6 +23,8 @@ Rope = tuple[Tensor, Tensor]  # cos, sin
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
+
+STACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 ONEDNN = X86 and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -119,11 +123,11 @@ class Attention(nn.Module):
         self.head_dim = head_dim_of(config)
         self.scale = self.head_dim**-0.5
         bias = getattr(config, "attention_bias", config.model_type == "qwen2")
-        h = config.hidden_size
-        self.q_proj = Linear(h, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = Linear(self.num_heads * self.head_dim, h, bias=False)
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.sizes = [q_size, kv_size, kv_size]
+        # HF's q_proj, k_proj and v_proj, stacked
+        self.qkv_proj = Linear(config.hidden_size, q_size + 2 * kv_size, bias=bias)
+        self.o_proj = Linear(q_size, config.hidden_size, bias=False)
         if config.model_type == "qwen3":
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -131,27 +135,26 @@ class Attention(nn.Module):
     def forward(
         self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
     ) -> Tensor:
-        T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x).split(self.sizes, -1)
+        q, k, v = (t.unflatten(-1, (-1, self.head_dim)) for t in qkv)  # [T, heads, head_dim]
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, k, rope)
         attend.write_kv(kv, k, v, meta.slot_mapping)
         o = attend(q, kv, meta, self.scale)
-        return self.o_proj(o.reshape(T, -1))
+        return self.o_proj(o.flatten(1))
 
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        # HF's gate_proj and up_proj, stacked
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, -1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):

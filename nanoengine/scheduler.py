@@ -16,8 +16,7 @@ def choose_victim(running: list[Sequence]) -> Sequence:
 
 
 def chunk_span(seq: Sequence) -> dict[str, int]:  # the tokens a prefill chunk computes
-    start = seq.num_cached_tokens
-    end = start + seq.num_scheduled_tokens
+    start, end = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_scheduled_tokens
     return {"chunk": seq.prefill_chunk, "start": start, "end": end, "num_tokens": seq.num_tokens}
 
 

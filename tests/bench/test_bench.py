@@ -212,3 +212,19 @@ def test_onednn_linears_swap_the_hf_layers_only_inside_the_block():
         assert {type(m) for m in hf.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
         assert {m.weight.layout for m in hf.modules() if isinstance(m, torch.nn.Linear)} == {torch.strided}
     torch.testing.assert_close(inside, before, rtol=1e-4, atol=1e-4)
+
+
+def test_decode_reach_is_the_bound_over_the_ceiling_time():
+    from tracer.bench.report import decode_reach, decode_reach_caption
+
+    phase = {"gflop": 1200.0, "bound_s": 6.0, "seconds": 25.0}
+    report = {
+        "gemm_peak": {"model_linears_gflop_s": {"16": 80.0, "32": 120.0}},
+        "efficiency": {"nanoengine": {"decode at batch >= 16": phase}},
+    }
+    share, seconds, _ = decode_reach(report)  # type: ignore[misc]
+    assert seconds == pytest.approx(10.0) and share == pytest.approx(0.6)  # 1200 GFLOP at 120 GFLOP/s
+    assert "exceed 60 %" in (decode_reach_caption(report) or "")
+    phase["gflop"] = 300.0  # the linears fit in the bound: the roofline itself is the limit
+    assert decode_reach(report)[0] == 1.0  # type: ignore[index]
+    assert decode_reach({"gemm_peak": {}, "efficiency": {}}) is None

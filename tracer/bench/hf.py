@@ -56,8 +56,24 @@ def tiny_hf_model(dtype: torch.dtype):
     config = tiny_config()
     ours = build_model(config, None, config.max_position_embeddings, torch.device("cpu"), torch.float32)
     hf = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    hf.load_state_dict(ours.state_dict())
+    hf.load_state_dict(hf_state_dict(ours))
     return hf.to(dtype).eval()
+
+
+def hf_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """nanoengine's weights under Hugging Face's names: its stacked linears split again."""
+    from nanoengine.model import STACKED
+
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        fused = next((f for f in STACKED if f".{f}." in name), None)
+        if fused is None:
+            weights[name] = tensor
+            continue
+        owner = model.get_submodule(name.rsplit(".", 2)[0])  # the attention or the MLP
+        parts = tensor.split(owner.sizes) if fused == "qkv_proj" else tensor.chunk(2)
+        weights.update({name.replace(fused, hf): part for hf, part in zip(STACKED[fused], parts)})
+    return weights
 
 
 def pad_token_id(hf_model) -> int:

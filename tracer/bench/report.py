@@ -188,7 +188,9 @@ def efficiency_table(report: dict):
         f"({library}{peak['shape']} at batch {peak['batch']}, {peak['threads']} threads; at batch 32: "
         + ", ".join(f"{name} {v:.1f}" for name, v in peak["at_batch_32"].items())
         + ")",
-        caption="\n".join(c for c in (ceiling_caption(peak), roofline_caption(report)) if c),
+        caption="\n".join(
+            c for c in (ceiling_caption(peak), decode_reach_caption(report), roofline_caption(report)) if c
+        ),
     )
     table.add_column("system")
     table.add_column("phase")
@@ -222,6 +224,30 @@ def ceiling_caption(peak: dict) -> str | None:
         for rows, rate in ceiling.items()
     )
     return f"Decode ceiling: the model's linear layers alone, weights read from memory as a decode step reads them: {rates}"
+
+
+def decode_reach(report: dict) -> tuple[float, float, dict] | None:
+    """The highest share of its roofline bound nanoengine's decode at batch >= FULL_BATCH could
+    reach on this machine: if its useful FLOPs all ran at the decode ceiling's best rate (the model's
+    linears alone) and nothing else took any time. Returns (share, those seconds, the phase)."""
+    ceiling = report.get("gemm_peak", {}).get("model_linears_gflop_s")
+    phase = report.get("efficiency", {}).get("nanoengine", {}).get(f"decode at batch >= {FULL_BATCH}")
+    if not ceiling or not phase or not phase.get("bound_s"):  # no such phase in a short workload
+        return None
+    seconds = phase["gflop"] / max(ceiling.values())
+    return phase["bound_s"] / max(phase["bound_s"], seconds), seconds, phase
+
+
+def decode_reach_caption(report: dict) -> str | None:
+    reach = decode_reach(report)
+    if reach is None:
+        return None
+    share, seconds, phase = reach
+    return (
+        f"Reach: at the decode ceiling's best rate, decode at batch >= {FULL_BATCH}'s {phase['gflop']:.0f} useful "
+        f"GFLOP alone take {seconds:.2f} s against its bound of {phase['bound_s']:.2f} s: no engine running these "
+        f"linears can exceed {share * 100:.0f} % of the roofline bound here"
+    )
 
 
 def roofline_caption(report: dict) -> str | None:
