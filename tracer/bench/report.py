@@ -172,6 +172,13 @@ def overhead_table(report: dict):
                 f"import {startup['import_s']:.2f} s + LLM() {startup['build_s']:.2f} s"
                 f" + 1 token {startup['first_token_s']:.2f} s; process with exit "
                 f"{startup.get('process_s', 0):.2f} s"
+                + (
+                    f"; median of {len(startup['runs_total_s'])} fresh processes: "
+                    + ", ".join(f"{t:.2f}" for t in startup["runs_total_s"])
+                    + " s"
+                    if startup.get("runs_total_s")
+                    else ""
+                )
             )
         )
         table.add_row("start-up to first token", text, how)
