@@ -17,13 +17,12 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from conftest import torch_threads
+from conftest import drive, torch_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from textual.app import App, ComposeResult
 
 from nanoengine.engine import LLMEngine
-from nanoengine.sampling_params import SamplingParams
 from tracer.replay.views.state_machine import StateMachineView, make_layout
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.trace_file import load_trace
@@ -58,13 +57,7 @@ def workloads(draw) -> tuple[dict, list[tuple[str, int, int]]]:
 def record(options: dict, requests: list[tuple[str, int, int]], path: Path):
     engine = LLMEngine("tiny", **options)
     with torch_threads(1), TraceRecorder(engine, path):
-        step = 0
-        while step == 0 or engine.has_unfinished() or any(arrive >= step for _, _, arrive in requests):
-            for prompt, max_tokens, arrive in requests:
-                if arrive == step:
-                    engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-            engine.step()
-            step += 1
+        drive(engine, requests, max_steps=10_000)
     return load_trace(path, validate="none")
 
 

@@ -171,18 +171,16 @@ def overhead_table(report: dict):
             else (
                 f"import {startup['import_s']:.2f} s + LLM() {startup['build_s']:.2f} s"
                 f" + 1 token {startup['first_token_s']:.2f} s; process with exit "
-                f"{startup.get('process_s', 0):.2f} s"
-                + (
-                    f"; median of {len(startup['runs_total_s'])} fresh processes: "
-                    + ", ".join(f"{t:.2f}" for t in startup["runs_total_s"])
-                    + " s"
-                    if startup.get("runs_total_s")
-                    else ""
-                )
+                f"{startup.get('process_s', 0):.2f} s{startup_runs(startup)}"
             )
         )
         table.add_row("start-up to first token", text, how)
     return table
+
+
+def startup_runs(startup: dict) -> str:
+    runs = startup.get("runs_total_s") or []  # absent in reports from before 2026-12-01 22:50
+    return f"; median of {len(runs)} fresh processes: {', '.join(f'{t:.2f}' for t in runs)} s" if runs else ""
 
 
 def efficiency_table(report: dict):

@@ -198,7 +198,7 @@ def regular_file_size(path: Path) -> int:
     except OSError as e:
         raise open_error(path, e) from None
     if stat.S_ISDIR(info.st_mode):
-        raise TraceError(f"{path} is a folder, not a trace file (*.jsonl)")
+        raise open_error(path, IsADirectoryError())
     if not stat.S_ISREG(info.st_mode):
         kind = NOT_REGULAR.get(stat.S_IFMT(info.st_mode), "a socket")
         raise TraceError(f"{path} is {kind}, not a trace file: save the trace to a file first, then open that")
