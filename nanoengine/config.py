@@ -38,13 +38,11 @@ class EngineConfig:
         return config
 
     def validate(self) -> None:
-        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        least = dict(block_size=1, max_num_batched_tokens=1, max_num_seqs=1, num_kv_blocks=1)
+        for name, low in {**least, "max_model_len": 2}.items():
+            value = getattr(self, name)
+            if value is not None and int(value) < low:  # None: chosen when the engine starts
+                raise ValueError(f"{name} must be >= {low}, got {value}")
         if self.attention_backend not in ("auto", "torch", "flash"):
             raise ValueError(
                 f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}"

@@ -383,6 +383,8 @@ def build_model(
 def load_weights(model: CausalLM, state_dict: dict[str, torch.Tensor]) -> None:
     try:
         missing, _ = model.load_state_dict(stack_weights(state_dict), strict=False, assign=True)
+    except KeyError as e:  # one part of a stacked weight (stack_weights)
+        raise ValueError(f"checkpoint lacks weights: {e}; re-download the model") from None
     except RuntimeError as e:  # a weight whose shape config.json does not describe
         lines = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
         mismatch = lines[0] if lines else str(e)
@@ -402,7 +404,7 @@ def stack_weights(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     for fused, parts in STACKED.items():
         for name in [n for n in state_dict if f".{parts[0]}." in n]:
             names = [name.replace(parts[0], part) for part in parts]
-            out[name.replace(parts[0], fused)] = torch.cat([out.pop(n) for n in names if n in out])
+            out[name.replace(parts[0], fused)] = torch.cat([out.pop(n) for n in names])
     return out
 
 

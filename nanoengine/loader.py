@@ -134,14 +134,9 @@ def read_config(path: Path) -> Any:
         from transformers import AutoConfig
 
         return AutoConfig.from_pretrained(path, trust_remote_code=False)
-    defaults = dict(
-        num_key_value_heads=raw.get("num_attention_heads"),
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=2048,
-        eos_token_id=None,
-    )
+    # transformers' defaults for the fields a config.json may leave out
+    defaults = dict(rms_norm_eps=1e-6, rope_theta=1e4, eos_token_id=None, tie_word_embeddings=False)
+    defaults.update(max_position_embeddings=2048, num_key_value_heads=raw["num_attention_heads"])
     return SimpleNamespace(**{**defaults, **raw})
 
 

@@ -112,12 +112,11 @@ class ModelRunner:
         )
 
     def decode_group(self, seqs: list[int], starts: list[int], inputs: StepInputs) -> DecodeGroup:
-        index = torch.tensor(seqs)
-        lens = inputs.seq_lens[index]
+        lens = inputs.seq_lens[seqs]
         num_blocks = (int(lens.max()) + self.block_size - 1) // self.block_size
         pad = torch.arange(num_blocks * self.block_size)[None, :] >= lens[:, None]
         rows = torch.tensor([starts[i] for i in seqs], device=self.device)
-        block_ids = inputs.block_tables[index, :num_blocks].flatten().to(self.device)
+        block_ids = inputs.block_tables[seqs, :num_blocks].flatten().to(self.device)
         return DecodeGroup(rows, block_ids, pad.to(self.device))
 
     @torch.inference_mode()

@@ -111,15 +111,28 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == "nanoengine 0.1.0"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["generate", "--help"], ["trace", "--help"], ["check", "--help"]])
-def test_help_does_not_import_torch(argv):
+def torch_loaded_by(argv: list[str]) -> bool:
+    """Does `nanoengine ARGV` import torch (2 s of start-up)? Run in a fresh process."""
     code = (
         "import sys\nfrom tracer.cli.main import main\n"
-        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-        "print('torch loaded' if 'torch' in sys.modules else 'no torch')"
+        f"try:\n    rc = main({argv!r})\nexcept SystemExit as e:\n    rc = e.code\n"
+        "print('exit', rc or 0, 'torch' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
-    assert result.returncode == 0 and result.stdout.strip().endswith("no torch"), result.stderr
+    *_, exit_code, loaded = result.stdout.split()
+    assert result.returncode == 0 and exit_code == "0", result.stdout + result.stderr
+    return loaded == "True"
+
+
+@pytest.mark.parametrize("command", ["", "generate", "trace", "check", "replay", "run", "demo", "diff", "lesson"])
+def test_help_does_not_import_torch(command):
+    assert not torch_loaded_by([command, "--help"] if command else ["--help"])
+
+
+def test_reading_a_trace_does_not_import_torch(tiny_trace_path):
+    assert not torch_loaded_by(["replay", str(tiny_trace_path), "--text", "--step", "1"])
+    assert not torch_loaded_by(["check", str(tiny_trace_path)])
+    assert torch_loaded_by(["generate", "hi", *TINY])  # the probe can tell
 
 
 def test_a_kv_pool_bigger_than_memory_is_one_line(capsys):

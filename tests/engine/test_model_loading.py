@@ -136,3 +136,15 @@ def test_the_tiny_model_leaves_the_global_rng_alone_and_is_the_same_every_time()
     for (name, a), b in zip(first.state_dict().items(), second.state_dict().values()):
         assert torch.equal(a, b), f"{name} differs between two builds of the tiny model"
     assert first.lm_head.weight.std() > 0, "the tiny model's weights are random, not left empty"
+
+
+def test_a_checkpoint_missing_one_part_of_a_stacked_weight_names_that_part(tmp_path):
+    from tracer.bench.hf import hf_state_dict  # the tiny model's weights under Hugging Face's names
+
+    model = build_model(tiny_config(), None, 64, torch.device("cpu"), torch.float32)
+    weights = {k: v.clone() for k, v in hf_state_dict(model).items()}
+    assert LLM(str(make_folder(tmp_path / "whole", weights)))  # split and stacked again: loads
+    del weights["model.layers.1.self_attn.k_proj.weight"]
+    with pytest.raises(ValueError, match="checkpoint lacks weights: 'model.layers.1.self_attn.k_proj.weight'") as info:
+        LLM(str(make_folder(tmp_path / "m", weights)))
+    assert "\n" not in str(info.value) and "re-download" in str(info.value)

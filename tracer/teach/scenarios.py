@@ -20,13 +20,16 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nanoengine.engine import LLMEngine, RequestOutput
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
 from tracer.loop.arrivals import Arrival, add_due, sorted_arrivals
 from tracer.trace.trace_file import read_json_file
+
+if TYPE_CHECKING:  # the engine loads torch (2 s): `run --help` and `demo --help` stay quick
+    from nanoengine.engine import LLMEngine, RequestOutput
 
 DEFAULT_MAX_STEPS = 2000
 FOCUS_EVENTS = tuple(EventKind)
@@ -165,6 +168,7 @@ def run_scenario(
     trace_path None: record into a temporary file that is removed afterwards (violations are
     still checked live). Raises ScenarioError if the engine has not finished after max_steps.
     """
+    from nanoengine.engine import LLMEngine
     from tracer.trace.recorder import TraceRecorder  # the recorder imports the engine; keep this module light
 
     model = model or scenario.model

@@ -12,6 +12,7 @@ modules are left alone on purpose: the invariant checker must keep using the rea
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from collections.abc import Callable, Iterator
@@ -77,7 +78,7 @@ def lookup(name: str) -> Callable:
 def original(name: str) -> Callable:
     """The engine's own implementation of a target, even while a replacement is plugged in."""
     parse_target(name)
-    return ORIGINALS[name]
+    return originals()[name]
 
 
 def resolve_owner(module: str, qualname: str) -> tuple[object, str]:
@@ -107,6 +108,7 @@ def slots_for(name: str) -> list[Slot]:
 @contextmanager
 def plugged(replacements: dict[str, Callable]) -> Iterator[None]:
     """Run the engine with replacements[name] in place of each named target; restore on exit."""
+    originals()  # before anything is swapped
     saved: list[tuple[Slot, object]] = []
     try:
         for name, fn in replacements.items():
@@ -128,10 +130,13 @@ def plugged(replacements: dict[str, Callable]) -> Iterator[None]:
             setattr(slot.owner, slot.attr, value)
 
 
-for _module in ENGINE_MODULES:
-    importlib.import_module(_module)
-# The engine's own functions, taken once at import, before any lesson swaps anything.
-ORIGINALS: dict[str, Callable] = {name: lookup(name) for name in SWAPPABLE}
+@functools.cache
+def originals() -> dict[str, Callable]:
+    """The engine's own functions, taken once, before the first swap: at the first call of
+    `original` or `plugged`, not at import (the engine imports torch: `lesson list` stays quick)."""
+    for module in ENGINE_MODULES:
+        importlib.import_module(module)
+    return {name: lookup(name) for name in SWAPPABLE}
 
 
 def replacements_for(targets: dict[str, str], functions: dict[str, Callable]) -> dict[str, Callable]:
