@@ -129,6 +129,14 @@ def test_baselines_compute_the_same_greedy_tokens(report):
         assert report["runs"][key]["matching_requests"] >= n - 1
 
 
+def test_the_report_names_its_cpu_and_prints_the_name_as_text(report, capsys):
+    from tracer.bench.report import print_report
+
+    assert report["cpu"]["model"] and report["cpu"]["cores"] >= 1 and report["cpu"]["isa"]
+    print_report({**report, "cpu": {**report["cpu"], "model": "[red]Evil[/red] CPU"}})
+    assert "CPU [red]Evil[/red] CPU" in capsys.readouterr().out
+
+
 def test_tables_show_every_system_and_target(report, capsys):
     from tracer.bench.report import print_report
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from rich.markup import escape
+
 from tracer.bench.efficiency import FULL_BATCH
+from tracer.bench.machine import cpu_line
 
 
 @dataclass(slots=True)
@@ -305,6 +308,8 @@ def print_report(report: dict) -> None:
         f"{report['threads']} threads, torch {report['versions']['torch']}, "
         f"transformers {report['versions']['transformers']}"
     )
+    if cpu := cpu_line(report.get("cpu")):
+        console.print(escape(cpu))
     console.print(throughput_table(report))
     console.print(latency_table(report))
     console.print(overhead_table(report))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tracer.bench.machine import describe_cpu
 from tracer.bench.metrics import RunResult, count_matching
 from tracer.bench.workload import STANDARD, BenchRequest, WorkloadSpec, build_workload, workload_summary
 
@@ -163,6 +164,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
         "device": device.type,
         "dtype": dtype,
         "threads": torch.get_num_threads(),
+        "cpu": describe_cpu(),
         "versions": {
             "nanoengine": nanoengine.__version__,
             "torch": torch.__version__,
