@@ -133,8 +133,17 @@ def test_the_report_names_its_cpu_and_prints_the_name_as_text(report, capsys):
     from tracer.bench.report import print_report
 
     assert report["cpu"]["model"] and report["cpu"]["cores"] >= 1 and report["cpu"]["isa"]
-    print_report({**report, "cpu": {**report["cpu"], "model": "[red]Evil[/red] CPU"}})
-    assert "CPU [red]Evil[/red] CPU" in capsys.readouterr().out
+    print_report({**report, "model": "[red]m[/red]", "cpu": {**report["cpu"], "model": "[red]Evil[/red] CPU"}})
+    out = capsys.readouterr().out
+    assert "CPU [red]Evil[/red] CPU" in out and "model [red]m[/red]," in out
+
+
+def test_a_report_written_to_a_file_keeps_the_efficiency_headers_whole(report, capsys):
+    from tracer.bench.report import print_report
+
+    print_report(report)  # capsys: not a terminal, as `nanoengine bench > bench.txt`
+    out = capsys.readouterr().out
+    assert "system" in out and "phase" in out and "sys…" not in out and "pha…" not in out
 
 
 def test_tables_show_every_system_and_target(report, capsys):

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from tracer.bench.efficiency import FULL_BATCH
 from tracer.bench.machine import cpu_line
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(slots=True)
@@ -299,12 +304,18 @@ def targets_table(report: dict):
     return table
 
 
-def print_report(report: dict) -> None:
+def report_console() -> Console:
+    """The terminal's width; 160 columns when the report goes to a file or a pipe (rich's 80-column
+    default there cuts the efficiency table's headers to a letter or two)."""
     from rich.console import Console
 
-    console = Console()
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def print_report(report: dict) -> None:
+    console = report_console()
     console.print(
-        f"[bold]nanoengine bench[/]  model {report['model']}, {report['device']}, {report['dtype']}, "
+        f"[bold]nanoengine bench[/]  model {escape(report['model'])}, {report['device']}, {report['dtype']}, "
         f"{report['threads']} threads, torch {report['versions']['torch']}, "
         f"transformers {report['versions']['transformers']}"
     )

@@ -284,8 +284,9 @@ def run_serving_bench(settings: ServingSettings, log: Callable[[str], None] = pr
 
 
 def print_serving_report(report: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from tracer.bench.report import report_console
 
     slo = report["slo"]
     table = Table(
@@ -312,7 +313,7 @@ def print_serving_report(report: dict) -> None:
                 triple(r["itl_ms"]),
                 f"{r['goodput']:.2f}",
             )
-    Console().print(table)
+    report_console().print(table)
 
 
 def triple(p: dict) -> str:
