@@ -132,6 +132,7 @@ def test_help_does_not_import_torch(command):
 def test_reading_a_trace_does_not_import_torch(tiny_trace_path):
     assert not torch_loaded_by(["replay", str(tiny_trace_path), "--text", "--step", "1"])
     assert not torch_loaded_by(["check", str(tiny_trace_path)])
+    assert not torch_loaded_by(["lesson", "list"])  # the lessons' TARGETS read without running check.py
     assert torch_loaded_by(["generate", "hi", *TINY])  # the probe can tell
 
 

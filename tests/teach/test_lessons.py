@@ -439,3 +439,14 @@ def test_lesson_1_explains_the_chat_template_where_students_first_meet_it():
     text = find_lesson("1").readme.read_text(encoding="utf-8")
     section = text.split("## What the model reads: the chat template")[1].split("\n## ")[0]
     assert "<|im_start|>assistant" in section and "`--raw`" in section and "dimmed" in section
+
+
+def test_a_students_error_text_and_folder_are_printed_as_text_not_markup(tmp_path, capsys):
+    folder = tmp_path / "[red]mine"
+    folder.mkdir()
+    mine = folder / "exercise.py"
+    mine.write_text('def check_stop(self, seq, token_id):\n    raise ValueError("[bold]boom[/bold]")\n')
+    code = lesson_main(["trace", "1", "--file", str(mine), "--no-tui", "--out", str(tmp_path / "t.jsonl")])
+    out = capsys.readouterr().out.replace("\n", "")
+    assert code != 0 and "your code raised" in out
+    assert "[bold]boom[/bold]" in out and "[red]mine" in out

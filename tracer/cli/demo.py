@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -40,7 +41,7 @@ def demo_main(argv: list[str]) -> int:
             wanted = steps or [run.focus_step]
             assert run.trace_path is not None, "demos always record a trace"
             paths = export_frames(run.trace_path, wanted, Path(args.export), prefix, size, console)
-            console.print(f"{len(paths)} frame(s) of the {variant or demo.name} run → {args.export}")
+            console.print(f"{len(paths)} frame(s) of the {variant or demo.name} run → {escape(str(args.export))}")
         return 0
     assert runs[0].trace_path is not None, "demos always record a trace"
     if vllm_trace is not None:

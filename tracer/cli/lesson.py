@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -54,7 +55,7 @@ def lesson_main(argv: list[str]) -> int:
     try:
         return args.handler(args, console)
     except LessonError as e:
-        console.print(f"[red]nanoengine lesson: {e}[/]", soft_wrap=True)
+        console.print(f"[red]nanoengine lesson: {escape(str(e))}[/]", soft_wrap=True)
         return 2
 
 
@@ -221,7 +222,7 @@ def cmd_list(args, console: Console) -> int:
                 try:
                     save_progress(folder, lesson, path, run_lesson_checks(lesson, None, path))
                 except LessonError as e:
-                    console.print(f"[red]{lesson.name}: {e}[/]")
+                    console.print(f"[red]{lesson.name}: {escape(str(e))}[/]")
     progress = load_progress(folder)
     table = Table(title="nanoengine lessons", title_justify="left")
     table.add_column("#", justify="right")
@@ -237,7 +238,9 @@ def cmd_list(args, console: Console) -> int:
         )
     console.print(table)
     if not folder.is_dir():
-        console.print(f"Start with [bold]nanoengine lesson start[/] (copies the exercises to {shorten(folder)}).")
+        console.print(
+            f"Start with [bold]nanoengine lesson start[/] (copies the exercises to {escape(shorten(folder))})."
+        )
     return 0
 
 
@@ -292,7 +295,7 @@ def cmd_check(args, console: Console) -> int:
     lesson = find_lesson(args.lesson)
     path = working_file(args, lesson)
     check_python_file(path)  # the child imports it: here only what can be found without running it
-    console.print(f"[bold]{lesson.title}[/]: checking {shorten(path)}")
+    console.print(f"[bold]{escape(lesson.title)}[/]: checking {escape(shorten(path))}")
 
     skip_reasons: set[str] = set()
 
@@ -344,7 +347,9 @@ def cmd_trace(args, console: Console) -> int:
         path = working_file(args, lesson)
         functions, source = student_functions(lesson, path), f"your code ({shorten(path)})"
     out = args.out or trace_path(workdir(args), lesson)
-    console.print(f"[bold]{scenario.title}[/]: running with {source}, model {args.model or scenario.model}")
+    console.print(
+        f"[bold]{escape(scenario.title)}[/]: running with {escape(source)}, model {escape(args.model or scenario.model)}"
+    )
     try:
         with plugged(replacements_for(lesson.targets, functions)):
             run = run_scenario(scenario, out, model=args.model)
@@ -357,14 +362,16 @@ def cmd_trace(args, console: Console) -> int:
     except ScenarioError:
         raise
     except Exception as e:
-        console.print(f"[red]the run stopped: your code raised {describe_exception(e, path)}[/]")
+        console.print(f"[red]the run stopped: your code raised {escape(describe_exception(e, path))}[/]")
         return open_partial(out, args, console)
-    console.print(f"{run.num_steps} steps → {shorten(out)}; the step that matters: {run.focus_step}")
+    console.print(f"{run.num_steps} steps → {escape(shorten(out))}; the step that matters: {run.focus_step}")
     if scenario.look_for:
-        console.print(f"[bold]Look for:[/] {scenario.look_for}")
+        console.print(f"[bold]Look for:[/] {escape(scenario.look_for)}")
     if run.violations:
         v = run.violations[0]
-        console.print(f"[red]{len(run.violations)} invariant violation(s); the first, at step {v.step}: {v.message}[/]")
+        console.print(
+            f"[red]{len(run.violations)} invariant violation(s); the first, at step {v.step}: {escape(v.message)}[/]"
+        )
     if args.no_tui:
         return 0 if not run.violations else 1
     from tracer.replay.app import run_replay
@@ -387,7 +394,7 @@ def open_partial(out: Path, args, console: Console) -> int:
         steps = []
     if not steps:
         return 1
-    console.print(f"The trace up to the crash ({len(steps)} steps) is in {shorten(out)}.")
+    console.print(f"The trace up to the crash ({len(steps)} steps) is in {escape(shorten(out))}.")
     if args.no_tui:
         return 1
     from tracer.replay.app import run_replay
@@ -405,9 +412,9 @@ def cmd_reset(args, console: Console) -> int:
     target.parent.mkdir(exist_ok=True)
     if target.exists():
         shutil.copyfile(target, target.with_name("exercise.py.bak"))
-        console.print(f"Your version is saved as {shorten(target.with_name('exercise.py.bak'))}.")
+        console.print(f"Your version is saved as {escape(shorten(target.with_name('exercise.py.bak')))}.")
     shutil.copyfile(lesson.exercise, target)
-    console.print(f"{shorten(target)} is the stub again.")
+    console.print(f"{escape(shorten(target))} is the stub again.")
     return 0
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nanoengine.sequence import EventKind
@@ -332,7 +333,9 @@ def run_demo(
     for n, variant in enumerate(demo.variants):
         path = out_dir / f"demo-{demo.name}{'-' + variant if n else ''}.jsonl"
         if console:
-            console.print(f"[bold]{scenario.title}[/]{' (' + variant + ')' if variant else ''}: model {model} ...")
+            console.print(
+                f"[bold]{escape(scenario.title)}[/]{' (' + variant + ')' if variant else ''}: model {escape(model)} ..."
+            )
         swaps = static_batching() if variant == "static" else {}
         with plugged(swaps):
             run = run_scenario(
@@ -344,7 +347,7 @@ def run_demo(
             )
         set_header_fields(path, look_for=look_for(run))  # this run's steps and sequences, named
         if console:
-            console.print(f"  {run.num_steps} steps → {path}; the step that matters: {run.focus_step}")
+            console.print(f"  {run.num_steps} steps → {escape(str(path))}; the step that matters: {run.focus_step}")
             if run.violations:  # an engine bug: say so, and still show the run
                 v = run.violations[0]
                 console.print(
@@ -374,7 +377,7 @@ def export_frames(
         if len(missing) == len(steps):
             raise ValueError(message + ": choose steps inside the trace")
         if console:
-            console.print(f"[yellow]skipping {message}[/]")
+            console.print(f"[yellow]skipping {escape(message)}[/]")
     wanted = [s for s in steps if s in index]
     out_dir.mkdir(parents=True, exist_ok=True)
     return asyncio.run(screenshots(trace, [(s, index[s]) for s in wanted], out_dir, prefix, size))
