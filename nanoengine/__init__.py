@@ -3,20 +3,26 @@
 LLM, LLMEngine and RequestOutput load the engine, and with it torch (about 2 s), when first used:
 importing a light module such as nanoengine.sequence (the replay does) does not pay for it."""
 
+import importlib
 from typing import TYPE_CHECKING
 
 from nanoengine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from nanoengine.engine import LLM, LLMEngine, RequestOutput
+    from nanoengine.engine import LLMEngine
+    from nanoengine.llm import LLM
+    from nanoengine.outputs import RequestOutput
 
 __version__ = "0.1.0"
 __all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "__version__"]
+LAZY = {
+    "LLM": "nanoengine.llm",
+    "LLMEngine": "nanoengine.engine",
+    "RequestOutput": "nanoengine.outputs",
+}
 
 
 def __getattr__(name: str) -> object:
-    if name not in __all__:
+    if name not in LAZY:
         raise AttributeError(f"module 'nanoengine' has no attribute {name!r}")
-    from nanoengine import engine
-
-    return getattr(engine, name)
+    return getattr(importlib.import_module(LAZY[name]), name)

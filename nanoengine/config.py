@@ -4,8 +4,6 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
-import torch
-
 
 @dataclass(slots=True)
 class EngineConfig:
@@ -54,5 +52,7 @@ def idle_cores() -> int:
     own choice).
 
     On a busy machine OpenMP threads wait for descheduled peers (docs/benchmarks.md)."""
+    import torch  # here: `nanoengine --help` reads EngineConfig's defaults without torch
+
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))

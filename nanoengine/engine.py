@@ -5,36 +5,20 @@ Each step is schedule -> run -> postprocess -> publish (to the step hooks)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig, idle_cores
-from nanoengine.loader import load_model
-from nanoengine.model import STACKED, CausalLM, ModelConfig, head_dim_of, pack_for_onednn
+from nanoengine.loading import load_engine_parts
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
+from nanoengine.outputs import RequestOutput, output_of, stop_string_in_tail
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import EventKind, FinishReason, Sequence
 from nanoengine.step_record import NO_WATCH, QueueOrder, StepHook, StepWatch
-from nanoengine.tiny import init_tiny_weights
 from nanoengine.validation import first_line, is_int, short_repr
-
-
-@dataclass(slots=True)
-class RequestOutput:
-    seq_id: int
-    prompt: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-    error: str = ""  # why it failed, when finish_reason is 'error'
 
 
 class LLMEngine:
@@ -48,33 +32,25 @@ class LLMEngine:
         self.config = config = EngineConfig.from_kwargs(model=model, **options)
         # process-wide: see the class docstring
         torch.set_num_threads(config.num_threads or idle_cores())
-        device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.device = torch.device(device)
-        dtype = getattr(torch, config.dtype or ("bfloat16" if "cuda" in device else "float32"))
-        loaded = load_model(config.model)
-        self.model_name = loaded.name
-        self.tokenizer = loaded.tokenizer
-        hf_config = loaded.config
-        # The knobs left None are decided now, from the model and the machine.
-        max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
-        config.max_model_len = max_model_len
-        num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
-        config.num_kv_blocks = num_kv_blocks
-        check_kv_fits(num_kv_blocks, bytes_per_block(config, hf_config, dtype), self.device)
-        self.model = build_model(hf_config, loaded.state_dict, max_model_len, self.device, dtype)
-        pack_for_onednn(self.model)
+        parts = load_engine_parts(config)  # decides max_model_len and num_kv_blocks if None
+        assert config.num_kv_blocks is not None and config.max_model_len is not None
+        self.model_name = parts.model_name
+        self.model = parts.model
+        self.tokenizer = parts.tokenizer
+        self.device = parts.device
+        self.eos_token_ids = parts.eos_token_ids
         self.vocab_size: int = self.model.model.embed_tokens.num_embeddings
-        self.eos_token_ids = eos_ids(hf_config, self.tokenizer)
-        block_size = config.block_size
-        self.block_manager = BlockManager(num_kv_blocks, block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(
+            config.num_kv_blocks, config.block_size, config.enable_prefix_caching
+        )
         self.scheduler = Scheduler(
             self.block_manager,
             config.max_num_batched_tokens,
             config.max_num_seqs,
-            max_model_len,
+            config.max_model_len,
             self.eos_token_ids,
         )
-        self.runner = ModelRunner(self.model, config, self.device, dtype)
+        self.runner = ModelRunner(self.model, config, self.device, parts.dtype)
         self.sequences: dict[int, Sequence] = {}  # every request not yet collected
         self.step_hooks: list[StepHook] = []
         self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
@@ -109,7 +85,11 @@ class LLMEngine:
                 )
         return [int(t) for t in token_ids]
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+    def check_request(
+        self, prompt: str | list[int], params: SamplingParams | None = None
+    ) -> list[int]:
+        """The one place a request is validated: its token ids, or a one-line ValueError saying
+        what was wrong and what to do."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -126,9 +106,14 @@ class LLMEngine:
         if need > self.block_manager.num_kv_blocks:
             raise ValueError(
                 f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
-                f"{need} KV blocks but the pool has {self.config.num_kv_blocks}: "
+                f"{need} KV blocks but the pool has {self.block_manager.num_kv_blocks}: "
                 "raise num_kv_blocks or lower max_tokens"
             )
+        return token_ids
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+        params = SamplingParams() if params is None else params
+        token_ids = self.check_request(prompt, params)
         seq = Sequence(token_ids, params, prompt if isinstance(prompt, str) else "")
         self.sequences[seq.seq_id] = seq
         self.scheduler.add(seq)
@@ -155,6 +140,10 @@ class LLMEngine:
     def add_step_hook(self, fn: StepHook) -> None:
         self.step_hooks.append(fn)
         self.new_hook = True
+
+    def remove_step_hook(self, fn: StepHook) -> None:
+        if fn in self.step_hooks:
+            self.step_hooks.remove(fn)
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
@@ -203,7 +192,8 @@ class LLMEngine:
         for seq, token_id in zip(out.seqs, token_ids):
             if token_id is None:
                 self.fail(seq, out)
-        succeeded = SchedulerOutput([s for s in out.seqs if not s.is_finished], out.events)
+        ran = [s for s in out.seqs if not s.is_finished]
+        succeeded = SchedulerOutput(seqs=ran, events=out.events)  # its events go to out's list
         appended = self.scheduler.postprocess(succeeded, [t for t in token_ids if t is not None])
         self.check_stop_strings(appended, out)
         return appended
@@ -242,7 +232,7 @@ class LLMEngine:
     def fail(self, seq: Sequence, out: SchedulerOutput) -> None:
         """Finish a request whose step failed and free its blocks; the engine goes on without it."""
         seq.num_scheduled_tokens = 0
-        seq.prefill_chunk = 0
+        seq.is_prefilling = False
         self.block_manager.forget_uncomputed(seq)
         self.scheduler.finish(seq, FinishReason.ERROR)
         out.add_event(EventKind.FINISHED, seq, reason=FinishReason.ERROR.value, error=seq.error)
@@ -277,34 +267,10 @@ class LLMEngine:
 
     def check_stop_strings(self, appended: list[Sequence], out: SchedulerOutput) -> None:
         for seq in appended:
-            if seq.params.stop and not seq.is_finished and self.stop_string_in_tail(seq):
+            if seq.params.stop and not seq.is_finished and stop_string_in_tail(seq, self.tokenizer):
                 self.scheduler.finish(seq, FinishReason.STOP, out)
 
-    def stop_string_in_tail(self, seq: Sequence) -> bool:
-        """Does the newest text hold a stop string? Decodes just enough last tokens for the longest
-        one plus 4 characters (the first may be cut mid-character): from 1 token per character,
-        doubling up to 4 (bytes), so the cost depends on the stop strings, not the completion."""
-        need = max(len(s) for s in seq.params.stop) + 4
-        limit = min(4 * need, seq.num_completion_tokens)
-        n = min(need, limit)
-        while True:
-            tail = self.tokenizer.decode(seq.token_ids[-n:], skip_special_tokens=True)
-            if len(tail) >= need or n >= limit:
-                return any(s in tail for s in seq.params.stop)
-            n = min(2 * n, limit)
-
     # ---- results --------------------------------------------------------------------------
-    def output(self, seq: Sequence) -> RequestOutput:
-        text = self.tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
-        for s in seq.params.stop:
-            if s in text:  # cut at the first stop string
-                text = text[: text.index(s)]
-        reason = seq.finish_reason.value if seq.finish_reason else None
-        prompt_ids = seq.token_ids[: seq.num_prompt_tokens]
-        return RequestOutput(
-            seq.seq_id, seq.prompt, prompt_ids, seq.completion_token_ids, text, reason, seq.error
-        )
-
     def collect(self, seq_id: int) -> RequestOutput:
         """The finished request's output; it is then forgotten."""
         seq = self.sequences.get(seq_id)
@@ -317,139 +283,4 @@ class LLMEngine:
                 f"request {seq_id} is still {seq.status.value}: "
                 "step() until it finishes, or abort() it first"
             )
-        return self.output(self.sequences.pop(seq_id))
-
-
-class LLM:
-    """The simple API: LLM(model=...).generate(prompts, params) -> outputs in input order."""
-
-    def __init__(self, model: str = "default", **options: Any):
-        self.engine = LLMEngine(model, **options)
-
-    def generate(
-        self,
-        prompts: str | Iterable[str | list[int]],
-        params: SamplingParams | list[SamplingParams] | None = None,
-    ) -> list[RequestOutput]:
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        if not isinstance(params, list):
-            params = [params or SamplingParams()] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
-        ids: list[int] = []
-        try:
-            for prompt, sp in zip(prompts, params):
-                ids.append(self.engine.add_request(prompt, sp))
-            while self.engine.has_unfinished():
-                self.engine.step()
-        except BaseException:
-            # Ctrl-C or an error: leave the engine empty, not holding half-done requests.
-            for seq_id in ids:
-                self.engine.drop(seq_id)
-            raise
-        return [self.engine.collect(i) for i in ids]
-
-
-def bytes_per_block(config: EngineConfig, hf_config: ModelConfig, dtype: torch.dtype) -> int:
-    """K and V of block_size tokens in every layer."""
-    per_block = 2 * hf_config.num_hidden_layers * config.block_size * hf_config.num_key_value_heads
-    return int(per_block * head_dim_of(hf_config) * dtype.itemsize)
-
-
-def kv_blocks_that_fit(config: EngineConfig, hf_config: ModelConfig, dtype: torch.dtype) -> int:
-    """As many blocks as kv_cache_memory_gb holds, but no more than max_num_seqs full-length
-    requests need."""
-    by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block(config, hf_config, dtype))
-    by_need = config.max_num_seqs * blocks_needed(config.max_model_len or 0, config.block_size)
-    return max(1, min(by_memory, by_need))
-
-
-def build_model(
-    hf_config: ModelConfig,
-    state_dict: dict[str, torch.Tensor] | None,
-    max_positions: int,
-    device: torch.device,
-    dtype: torch.dtype,
-) -> CausalLM:
-    with skip_random_init():
-        model = CausalLM(hf_config, max_positions)
-    if state_dict is None:
-        init_tiny_weights(model)
-    else:
-        load_weights(model, state_dict)
-    return model.to(device=device, dtype=dtype).eval()
-
-
-def load_weights(model: CausalLM, state_dict: dict[str, torch.Tensor]) -> None:
-    try:
-        missing, _ = model.load_state_dict(stack_weights(state_dict), strict=False, assign=True)
-    except KeyError as e:  # one part of a stacked weight (stack_weights)
-        raise ValueError(f"checkpoint lacks weights: {e}; re-download the model") from None
-    except RuntimeError as e:  # a weight whose shape config.json does not describe
-        lines = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
-        mismatch = lines[0] if lines else str(e)
-        raise ValueError(
-            f"the weights do not fit config.json: {mismatch[:200]}; re-download the model"
-        ) from None
-    if model.config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-        missing = [k for k in missing if k != "lm_head.weight"]
-    if missing:
-        raise ValueError(f"checkpoint lacks weights: {', '.join(missing[:3])} ...")
-
-
-def stack_weights(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A checkpoint's separate q, k, v_proj (gate, up_proj) weights and biases, concatenated."""
-    out = dict(state_dict)
-    for fused, parts in STACKED.items():
-        for name in [n for n in state_dict if f".{parts[0]}." in n]:
-            names = [name.replace(parts[0], part) for part in parts]
-            out[name.replace(parts[0], fused)] = torch.cat([out.pop(n) for n in names])
-    return out
-
-
-@contextmanager
-def skip_random_init() -> Iterator[None]:
-    """Leave the weights uninitialised: a checkpoint or init_tiny_weights fills them.
-
-    Not the meta device: its first use is slow to import (docs/benchmarks.md)."""
-    saved = {cls: cls.reset_parameters for cls in (nn.Linear, nn.Embedding)}
-    for cls in saved:
-        cls.reset_parameters = lambda self: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for cls, init in saved.items():
-            cls.reset_parameters = init  # type: ignore[method-assign]
-
-
-def check_kv_fits(num_kv_blocks: int, bytes_per_block: int, device: torch.device) -> None:
-    """Refuse a KV pool bigger than the free memory before allocating it (the OS would kill us)."""
-    need = num_kv_blocks * bytes_per_block
-    free = free_memory(device)
-    if free is not None and need > free:
-        raise ValueError(
-            f"num_kv_blocks={num_kv_blocks} needs {need / 2**30:.1f} GiB of KV cache but only "
-            f"{free / 2**30:.1f} GiB of {device.type} memory is free: lower num_kv_blocks "
-            "(or leave it unset to size the pool by kv_cache_memory_gb)"
-        )
-
-
-def free_memory(device: torch.device) -> int | None:
-    """Bytes free on the device now; None if unknown."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            info = dict(line.split(":", 1) for line in f)
-        return int(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def eos_ids(hf_config: ModelConfig, tokenizer: Any) -> frozenset[int]:
-    """The config's EOS id or ids, and the tokenizer's."""
-    configured = hf_config.eos_token_id
-    ids = list(configured) if isinstance(configured, list) else [configured]
-    ids.append(getattr(tokenizer, "eos_token_id", None))
-    return frozenset(i for i in ids if i is not None)
+        return output_of(self.sequences.pop(seq_id), self.tokenizer)

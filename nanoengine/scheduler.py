@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 from nanoengine.block_manager import BlockManager, blocks_needed
@@ -17,17 +19,39 @@ def choose_victim(running: list[Sequence]) -> Sequence:
 
 def chunk_span(seq: Sequence) -> dict[str, int]:  # the tokens a prefill chunk computes
     start, end = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_scheduled_tokens
-    return {"chunk": seq.prefill_chunk, "start": start, "end": end, "num_tokens": seq.num_tokens}
+    chunk = seq.num_prefill_chunks + 1
+    return {"chunk": chunk, "start": start, "end": end, "num_tokens": seq.num_tokens}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What a step did to a sequence, with the numbers the decision was taken on."""
+
+    kind: EventKind
+    seq_id: int
+    detail: dict[str, Any]  # kind-specific: see docs/trace-format.md
+    # The lines that emitted it, innermost first: the emitting function and its two callers, as
+    # a log record notes its line (the replay shows the code that decided).
+    where: tuple[tuple[CodeType, int], ...] = field(default=(), repr=False, compare=False)
+
+
+def emitted_from(frame: Any, depth: int = 3) -> tuple[tuple[CodeType, int], ...]:
+    lines: list[tuple[CodeType, int]] = []
+    while frame is not None and len(lines) < depth:
+        lines.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(lines)
 
 
 @dataclass(slots=True)
 class SchedulerOutput:
     # batch order; each has num_scheduled_tokens > 0
     seqs: list[Sequence] = field(default_factory=list)
-    events: list[tuple[EventKind, int, dict[str, Any]]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)  # this step, in preemption order
+    events: list[Event] = field(default_factory=list)
 
     def add_event(self, kind: EventKind, seq: Sequence, **detail: Any) -> None:
-        self.events.append((kind, seq.seq_id, detail))
+        self.events.append(Event(kind, seq.seq_id, detail, emitted_from(sys._getframe(1))))
 
 
 @dataclass(slots=True, eq=False)
@@ -59,15 +83,15 @@ class Scheduler:
             num_new = min(seq.num_uncomputed_tokens, budget)
             if self.make_room(seq, num_new, out):
                 self.block_manager.allocate(seq, num_new)
-                budget -= self.schedule_tokens(seq, num_new, out)
+                budget -= self.schedule_tokens(seq, num_new, budget, out)
         # 2. Then admit waiting sequences (preempted ones are at the head) while budget and blocks
         # last; none after a preemption (vLLM v1): the pool is short, they would go out again.
-        admit = not any(kind == EventKind.PREEMPTED for kind, _, _ in out.events)
+        admit = not out.preempted
         while admit and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if not self.try_admit(seq, budget, out):
                 break
-            budget -= self.schedule_tokens(seq, seq.num_scheduled_tokens, out)
+            budget -= self.schedule_tokens(seq, seq.num_scheduled_tokens, budget, out)
         return out
 
     def make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
@@ -96,16 +120,21 @@ class Scheduler:
         bm.allocate(seq, num_new)
         seq.status = SequenceStatus.RUNNING
         seq.num_scheduled_tokens = num_new
-        seq.prefill_chunk = 1
+        seq.is_prefilling = True
+        seq.num_prefill_chunks = 0
         self.running.append(seq)
         if hit_blocks:
             out.add_event(EventKind.PREFIX_HIT, seq, blocks=hit_blocks, tokens_saved=num_cached)
         return True
 
-    def schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
+    def schedule_tokens(
+        self, seq: Sequence, num_new: int, budget: int, out: SchedulerOutput
+    ) -> int:
+        """Put num_new of seq's tokens in this step's batch; budget: the tokens left before them.
+
+        Returns num_new, the tokens to take off the budget."""
         seq.num_scheduled_tokens = num_new
-        if seq.prefill_chunk:  # budget: the tokens left before this chunk
-            budget = self.max_num_batched_tokens - sum(s.num_scheduled_tokens for s in out.seqs)
+        if seq.is_prefilling:
             out.add_event(EventKind.PREFILL_CHUNK, seq, budget=budget, **chunk_span(seq))
         out.seqs.append(seq)
         self.block_manager.register_full_blocks(seq)  # findable now: later admissions may hit them
@@ -116,10 +145,11 @@ class Scheduler:
         num_free = self.block_manager.num_free_blocks  # too few for needed_by's new blocks
         self.block_manager.free(seq)
         seq.num_cached_tokens = 0
-        seq.prefill_chunk = 0
+        seq.is_prefilling = False
         seq.status = SequenceStatus.WAITING
         self.running.remove(seq)
         self.waiting.appendleft(seq)
+        out.preempted.append(seq)
         out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id, free=num_free)
 
     def postprocess(self, out: SchedulerOutput, token_ids: list[int]) -> list[Sequence]:
@@ -131,12 +161,13 @@ class Scheduler:
         for seq, token_id in zip(out.seqs, token_ids):
             seq.num_cached_tokens += seq.num_scheduled_tokens
             seq.num_scheduled_tokens = 0
+            if seq.is_prefilling:
+                seq.num_prefill_chunks += 1
             if seq.num_cached_tokens < seq.num_tokens:  # mid-prefill: its logits were discarded
-                seq.prefill_chunk += 1
                 continue
-            if seq.prefill_chunk:
-                out.add_event(EventKind.PREFILL_DONE, seq, chunks=seq.prefill_chunk)
-                seq.prefill_chunk = 0
+            if seq.is_prefilling:
+                out.add_event(EventKind.PREFILL_DONE, seq, chunks=seq.num_prefill_chunks)
+                seq.is_prefilling = False
             seq.token_ids.append(token_id)
             appended.append(seq)
             reason = self.check_stop(seq, token_id)
@@ -160,7 +191,6 @@ class Scheduler:
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.block_manager.free(seq)
-        seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = reason
+        seq.finish(reason)
         if out is not None:
             out.add_event(EventKind.FINISHED, seq, reason=reason.value)

@@ -52,7 +52,10 @@ class Sequence:
     num_scheduled_tokens: int = 0  # tokens computed this step; 0 outside a step
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hash per full cached block
-    prefill_chunk: int = 0  # 1-based chunk number while prefilling; 0 when decoding
+    # True from admission until every token it must prefill (the prompt, or all its tokens
+    # after a preemption) has KV; False while decoding, waiting or finished
+    is_prefilling: bool = False
+    num_prefill_chunks: int = 0  # chunks of the current prefill computed so far
     error: str = ""  # why it failed, when finish_reason is ERROR
 
     def __post_init__(self) -> None:
@@ -77,3 +80,7 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status == SequenceStatus.FINISHED
+
+    def finish(self, reason: FinishReason) -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = reason

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nanoengine.block_manager import BlockManager
     from nanoengine.model_runner import StepInputs
-    from nanoengine.scheduler import SchedulerOutput
-    from nanoengine.sequence import EventKind, Sequence
+    from nanoengine.scheduler import Event, SchedulerOutput
+    from nanoengine.sequence import Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +43,6 @@ class SeqStep:
 
 
 @dataclass(frozen=True, slots=True)
-class StepEvent:
-    kind: EventKind
-    seq_id: int
-    detail: dict[str, Any]  # kind-specific: see docs/trace-format.md
-
-
-@dataclass(frozen=True, slots=True)
 class InputsRecord:
     """The flat, unpadded batch the model ran on (see model_runner.prepare_inputs)."""
 
@@ -62,6 +55,11 @@ class InputsRecord:
     block_tables: tuple[tuple[int, ...], ...]
     logits_indices: tuple[int, ...]  # one per sequence: its last scheduled token
     discard: tuple[bool, ...]  # True where the sequence is mid-prefill
+
+    @classmethod
+    def empty(cls) -> InputsRecord:
+        """A step that ran no model: no sequence batched."""
+        return cls((), (), (), (0,), (), (), (), (), ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +88,23 @@ class StepRecord:
     wall_time: float  # seconds for the whole step
     model_time: float  # seconds in the model forward + sampling
     seqs: tuple[SeqStep, ...]  # by seq_id: see StepWatch for which
-    events: tuple[StepEvent, ...]
+    events: tuple[Event, ...]  # each with the lines that emitted it
     inputs: InputsRecord
     pool: BlockPool
     queues: QueueOrder
 
 
 StepHook = Callable[[StepRecord], None]
-# num_tokens, num_cached_tokens, num_scheduled_tokens, block_table
-Scheduled = tuple[int, int, int, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A sequence's counters as the step inputs were built from them."""
+
+    num_tokens: int
+    num_cached_tokens: int
+    num_scheduled_tokens: int
+    block_table: tuple[int, ...]
 
 
 @dataclass(slots=True)
@@ -140,42 +146,44 @@ class StepWatch:
     def record(self, out: SchedulerOutput, bm: BlockManager) -> StepRecord:
         # taken before the record is built: building it is the tracer's cost, not the step's
         wall_time = time.perf_counter() - self.start
-        touched = [s.seq_id for s in out.seqs] + [seq_id for _, seq_id, _ in out.events]
+        touched = [s.seq_id for s in out.seqs] + [e.seq_id for e in out.events]
         listed = self.status_before.keys() | (set(touched) & self.sequences.keys())
         return StepRecord(
             step=self.step,
             wall_time=wall_time,
             model_time=self.model_time,
             seqs=tuple(self.seq_step(self.sequences[seq_id]) for seq_id in sorted(listed)),
-            events=tuple(StepEvent(kind, seq_id, detail) for kind, seq_id, detail in out.events),
+            events=tuple(out.events),
             inputs=record_inputs(out.seqs, self.inputs, self.scheduled),
             pool=record_pool(bm),
             queues=self.queues,
         )
 
     def seq_step(self, s: Sequence) -> SeqStep:
-        after = (s.num_tokens, s.num_cached_tokens, 0, tuple(s.block_table))
-        num_tokens, num_cached, num_scheduled, table = self.scheduled.get(s.seq_id, after)
+        after = Scheduled(s.num_tokens, s.num_cached_tokens, 0, tuple(s.block_table))
+        before = self.scheduled.get(s.seq_id, after)
         return SeqStep(
             seq_id=s.seq_id,
             num_prompt_tokens=s.num_prompt_tokens,
             status_before=self.status_before.get(s.seq_id, "WAITING"),
             status_after=s.status.value,
-            num_tokens=num_tokens,
-            num_cached_tokens=num_cached,
-            num_scheduled_tokens=num_scheduled,
-            block_table=table,
+            num_tokens=before.num_tokens,
+            num_cached_tokens=before.num_cached_tokens,
+            num_scheduled_tokens=before.num_scheduled_tokens,
+            block_table=before.block_table,
             num_tokens_after=s.num_tokens,
             num_cached_tokens_after=s.num_cached_tokens,
             num_scheduled_tokens_after=s.num_scheduled_tokens,
             block_table_after=tuple(s.block_table),
-            new_token_ids=tuple(s.token_ids[num_tokens:]),
+            new_token_ids=tuple(s.token_ids[before.num_tokens :]),
             finish_reason=s.finish_reason.value if s.finish_reason else None,
         )
 
 
 def counters(s: Sequence) -> Scheduled:
-    return (s.num_tokens, s.num_cached_tokens, s.num_scheduled_tokens, tuple(s.block_table))
+    return Scheduled(
+        s.num_tokens, s.num_cached_tokens, s.num_scheduled_tokens, tuple(s.block_table)
+    )
 
 
 class NoWatch(StepWatch):
@@ -205,7 +213,7 @@ def record_inputs(
     seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, Scheduled]
 ) -> InputsRecord:
     if inputs is None:
-        return InputsRecord((), (), (), (0,), (), (), (), (), ())
+        return InputsRecord.empty()
     return InputsRecord(
         seq_ids=tuple(s.seq_id for s in seqs),
         input_ids=tuple(inputs.input_ids.tolist()),
@@ -214,7 +222,7 @@ def record_inputs(
         seq_lens=tuple(inputs.seq_lens.tolist()),
         slot_mapping=tuple(inputs.slot_mapping.tolist()),
         # unpadded, as the step saw them
-        block_tables=tuple(scheduled[s.seq_id][3] for s in seqs),
+        block_tables=tuple(scheduled[s.seq_id].block_table for s in seqs),
         logits_indices=tuple(inputs.logits_indices.tolist()),
         discard=tuple(inputs.discard.tolist()),
     )

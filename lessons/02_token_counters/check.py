@@ -60,8 +60,9 @@ def check_mid_prefill_keeps_no_token(fns):
         f"no sequence gained a token, but postprocess returned {len(appended)} sequence(s)",
     )
     expect(
-        seq.prefill_chunk == 2,
-        f"prefill_chunk is {seq.prefill_chunk} after chunk 1; expected 2 (count the chunk: seq.prefill_chunk += 1)",
+        seq.num_prefill_chunks == 1 and seq.is_prefilling,
+        f"after chunk 1 num_prefill_chunks is {seq.num_prefill_chunks} and is_prefilling is "
+        f"{seq.is_prefilling}; expected 1 and True (count the chunk: seq.num_prefill_chunks += 1)",
     )
     expect(
         "prefill_done" not in event_kinds(out),
@@ -87,15 +88,14 @@ def check_last_chunk_keeps_token(fns):
         appended == [seq],
         "postprocess must return the sequences that gained a token: [seq]",
     )
-    done = [d for kind, _, d in out.events if kind == "prefill_done"]
+    done = [e.detail for e in out.events if e.kind == "prefill_done"]
     expect(
         done == [{"chunks": 2}],
-        f"expected one event ('prefill_done', seq_id, {{'chunks': 2}}), got "
-        f"{[e for e in out.events if e[0] == 'prefill_done']}",
+        f"expected one 'prefill_done' event with detail {{'chunks': 2}}, got {done}",
     )
     expect(
-        seq.prefill_chunk == 0,
-        f"prefill_chunk must go back to 0 once the prefill is done, got {seq.prefill_chunk}",
+        not seq.is_prefilling,
+        "is_prefilling must be False once the prefill is done, got True",
     )
 
 

@@ -20,11 +20,11 @@ def postprocess(
 
     self is the Scheduler. out.seqs[i] ran this step and token_ids[i] was
     sampled for it. Helpers you need: self.check_stop(seq, token_id),
-    self.finish(seq, reason, out). The README lists the five steps, in order.
+    self.finish(seq, reason, out). The README lists the six steps, in order.
     """
     # TODO: for each (seq, token_id): num_cached_tokens += num_scheduled_tokens;
-    #       num_scheduled_tokens = 0; mid-prefill ->
-    #       prefill_chunk += 1 and skip; prefill just done -> PREFILL_DONE
-    #       event and prefill_chunk = 0; append the token; finish it if
-    #       check_stop says so.
+    #       num_scheduled_tokens = 0; while prefilling, count the chunk
+    #       (num_prefill_chunks += 1); mid-prefill -> skip; prefill just
+    #       done -> PREFILL_DONE event and is_prefilling = False; append the
+    #       token; finish it if check_stop says so.
     raise NotImplementedError("postprocess is not written yet")

@@ -86,6 +86,20 @@ def check_token_budget(fns):
     )
 
 
+def check_passes_the_budget_left(fns):
+    """schedule_tokens is given the budget left before each sequence (its chunk's event records it)."""
+    sched = make(budget=16)
+    add_sequences(sched, 10, 10, 10)
+    out, got = batch_now(fns, sched)
+    budgets = [e.detail.get("budget") for e in out.events if e.kind == "prefill_chunk"]
+    expect(
+        budgets == [16, 6],
+        f"budget 16, three 10-token prompts: A's chunk starts with 16 tokens of budget left, B's "
+        f"with 6; the prefill_chunk events recorded {budgets}. Pass schedule_tokens the budget "
+        f"as it is before you take the sequence's tokens off it",
+    )
+
+
 def check_continues_a_chunked_prefill(fns):
     """A running sequence mid-prefill gets the rest of its prompt, up to the budget."""
     sched = make(budget=16)
@@ -143,13 +157,7 @@ def check_uses_make_room(fns):
     add_sequences(sched, 8, 8)  # 2 blocks each: the pool is full
     step(fns, sched)
     out, got = batch_now(fns, sched)  # A's 9th token needs a 3rd block
-    preempted = [
-        seq
-        for seq in out.seqs
-        if any(
-            kind == "preempted" and i == seq.seq_id for kind, i, _ in out.events
-        )
-    ]
+    preempted = [seq for seq in out.seqs if seq in out.preempted]
     if preempted:
         name = batch_of(out)[out.seqs.index(preempted[0])][0]
         raise AssertionError(

@@ -5,6 +5,7 @@ from nanoengine.sequence import Sequence, SequenceStatus
 from tracer.teach.kit import (
     add_request,
     cache_prefix,
+    event_kinds,
     expect,
     expect_engine_matches,
     lesson_scenario,
@@ -59,11 +60,12 @@ def check_admits_whole_prompt(fns):
         f"10 tokens need 3 blocks of 4; the table is {seq.block_table}",
     )
     expect(
-        seq.prefill_chunk == 1,
-        f"prefill_chunk must be 1 (the first chunk), got {seq.prefill_chunk}",
+        seq.is_prefilling and seq.num_prefill_chunks == 0,
+        f"an admitted sequence starts its prefill: is_prefilling must be True and "
+        f"num_prefill_chunks 0, got {seq.is_prefilling} and {seq.num_prefill_chunks}",
     )
     expect(
-        [k for k, _, _ in out.events] == ["admitted"],
+        event_kinds(out) == ["admitted"],
         f"expected one 'admitted' event, got {out.events}",
     )
 
@@ -104,7 +106,7 @@ def check_rejects_without_blocks(fns):
     )
     expect(
         seq.status == SequenceStatus.WAITING
-        and all(kind == "not_admitted" for kind, _, _ in out.events),
+        and all(kind == "not_admitted" for kind in event_kinds(out)),
         "a rejected sequence stays WAITING, with no event (or only 'not_admitted')",
     )
 
@@ -127,7 +129,7 @@ def check_prefix_hit(fns):
         seq.block_table[:3] == [0, 1, 2],
         f"the table must start with the cached blocks [0, 1, 2], got {seq.block_table}",
     )
-    hits = [d for k, _, d in out.events if k == "prefix_hit"]
+    hits = [e.detail for e in out.events if e.kind == "prefix_hit"]
     expect(
         hits == [{"blocks": [0, 1, 2], "tokens_saved": 12}],
         f"expected the event ('prefix_hit', seq_id, {{'blocks': [0, 1, 2], 'tokens_saved': 12}}), got {out.events}",

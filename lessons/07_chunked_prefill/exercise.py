@@ -23,7 +23,7 @@ def try_admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> bool:
     bm = self.block_manager
     # TODO: 1 prefix-cache lookup, 2 chunk size, 3 block check (count
     #       bm.num_free_in(hit_blocks)), 4 commit (popleft, use_cached_prefix,
-    #       allocate, status/num_scheduled_tokens/prefill_chunk,
+    #       allocate, status/num_scheduled_tokens/is_prefilling,
     #       running.append), 5 events (EventKind.ADMITTED, and PREFIX_HIT
     #       when blocks were reused).
     raise NotImplementedError("try_admit is not written yet")

@@ -51,8 +51,8 @@ def check_preempt_resets_the_sequence(fns):
         f"B's KV is gone: num_cached_tokens must be 0, got {b.num_cached_tokens}",
     )
     expect(
-        b.prefill_chunk == 0,
-        f"prefill_chunk must be reset to 0, got {b.prefill_chunk}",
+        not b.is_prefilling,
+        "B no longer prefills: is_prefilling must be False (set it with the other counters)",
     )
     expect(
         b.status == SequenceStatus.WAITING,
@@ -77,14 +77,18 @@ def check_preempt_queues_at_head(fns):
         list(sched.waiting) == [b, later],
         "B must go to the HEAD of self.waiting (appendleft), before the request that was already waiting",
     )
-    kinds = [(k, sid) for k, sid, _ in out.events]
+    expect(
+        out.preempted == [b],
+        f"list B in out.preempted (schedule admits nobody in a step that preempted); got {out.preempted}",
+    )
+    kinds = [(e.kind, e.seq_id) for e in out.events]
     expect(
         kinds == [("preempted", b.seq_id)],
         f"expected one event ('preempted', B's seq_id, {{...}}), got {kinds}",
     )
     expect(
-        isinstance(out.events[0][2], dict)
-        and ("by" in out.events[0][2] or "reason" in out.events[0][2]),
+        isinstance(out.events[0].detail, dict)
+        and ("by" in out.events[0].detail or "reason" in out.events[0].detail),
         "the event's detail must be a dict saying who needed the room "
         "(by=needed_by.seq_id, or a 'reason')",
     )

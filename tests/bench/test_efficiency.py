@@ -7,20 +7,20 @@ import torch
 
 from tracer.bench.efficiency import (
     FULL_BATCH,
-    ModelShape,
     gemm_libraries,
     measure_linear_ceiling,
     request_token_flops,
     run_efficiency,
     split_phases,
 )
+from tracer.bench.model_shape import ModelShape
 from tracer.bench.workload import BenchRequest
 
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    from nanoengine.engine import build_model
-    from nanoengine.tiny import tiny_config
+    from nanoengine.loading.build import build_model
+    from nanoengine.loading.tiny import tiny_config
 
     config = tiny_config()
     return build_model(config, None, 64, torch.device("cpu"), torch.float32)

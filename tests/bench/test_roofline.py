@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 
-from tracer.bench.efficiency import ModelShape, Roofline, run_efficiency
+import tracer.bench
+from tracer.bench.efficiency import Roofline, run_efficiency
+from tracer.bench.model_shape import ModelShape
 from tracer.bench.roofline import ByteModel, bound_seconds, measure_memory_bandwidth
 from tracer.bench.workload import BenchRequest
 
@@ -13,8 +18,8 @@ SHAPE = ModelShape(2, 64, 4, 2, 16, 128, 300)
 
 
 def test_weight_bytes_are_every_linear_and_the_lm_head_once():
-    from nanoengine.engine import build_model
-    from nanoengine.tiny import tiny_config
+    from nanoengine.loading.build import build_model
+    from nanoengine.loading.tiny import tiny_config
 
     config = tiny_config()
     model = build_model(config, None, 64, torch.device("cpu"), torch.float32)
@@ -59,3 +64,21 @@ def test_bandwidth_is_measured_by_every_kernel_and_the_best_wins():
     bw = measure_memory_bandwidth(torch.device("cpu"), nbytes=8 * 2**20)
     assert set(bw["by_kernel"]) == {"read", "copy", "triad"}
     assert bw["gb_s"] == max(bw["by_kernel"].values()) > 0
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every tracer module a file imports, at its top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_roofline_and_what_it_uses_never_import_the_efficiency_module():
+    """efficiency.py builds on roofline.py, timing.py and model_shape.py, one way: no import circle."""
+    bench = Path(tracer.bench.__file__).parent
+    for name in ("roofline", "timing", "model_shape"):
+        assert "tracer.bench.efficiency" not in imported_modules(bench / f"{name}.py"), name

@@ -197,7 +197,7 @@ def test_flash_backend_matches_hf_greedy_on_smollm2(monkeypatch, one_torch_threa
     from test_golden import hf_greedy
     from transformers import AutoModelForCausalLM
 
-    from nanoengine.loader import ensure_default_model
+    from nanoengine.loading.checkpoint import ensure_default_model
 
     install(monkeypatch, allow_fp32=True)
     prompts = ["What is the capital of France?", "Explain how a paged KV cache works, step by step."]

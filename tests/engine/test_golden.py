@@ -20,7 +20,7 @@ def hf_greedy(hf_model, prompt_ids: list[int], num_new: int = NUM_NEW) -> list[i
 
 @pytest.mark.real_model
 def test_smollm2_batch_matches_hf():
-    from nanoengine.loader import ensure_default_model
+    from nanoengine.loading.checkpoint import ensure_default_model
 
     prompts = [
         "What is the capital of France?",

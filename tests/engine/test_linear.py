@@ -44,8 +44,8 @@ def test_other_dtypes_keep_f_linear() -> None:
 
 
 def test_packed_weights_give_the_same_model_outputs():
-    from nanoengine.engine import build_model
-    from nanoengine.tiny import tiny_config
+    from nanoengine.loading.build import build_model
+    from nanoengine.loading.tiny import tiny_config
 
     config = tiny_config()
     config.tie_word_embeddings = True

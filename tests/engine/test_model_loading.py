@@ -15,9 +15,9 @@ from safetensors.torch import save_file
 
 from nanoengine import LLM, SamplingParams
 from nanoengine.block_manager import compute_block_hash
-from nanoengine.engine import build_model
-from nanoengine.loader import DEFAULT_MODEL, ModelLoadError, verify_wheel
-from nanoengine.tiny import tiny_config
+from nanoengine.loading.build import build_model
+from nanoengine.loading.checkpoint import DEFAULT_MODEL, ModelLoadError, verify_wheel
+from nanoengine.loading.tiny import tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""nanoengine reads a tokenizer folder with the `tokenizers` library (nanoengine/loader.py: Tokenizer),
+"""nanoengine reads a tokenizer folder with the `tokenizers` library (nanoengine/loading/tokenizer.py: Tokenizer),
 not through transformers: the same ids, text and chat prompts as transformers' own tokenizer of the
 folder, and no transformers import on the way to the first token."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nanoengine.loader import Tokenizer, load_tokenizer
+from nanoengine.loading.tokenizer import Tokenizer, load_tokenizer
 
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"}],
@@ -73,7 +73,7 @@ def test_a_small_saved_tokenizer_reads_as_transformers_reads_it(tmp_path):
 
 @pytest.mark.real_model
 def test_the_default_models_tokenizer_reads_as_transformers_reads_it():
-    from nanoengine.loader import ensure_default_model
+    from nanoengine.loading.checkpoint import ensure_default_model
 
     assert_same_as_transformers(ensure_default_model(), num_ids=3000)
 

@@ -10,7 +10,7 @@ import time
 import httpx
 from serving import SERVE_OPTIONS, WAIT, pool_state, running_server
 
-from nanoengine.engine import LLM
+from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from tracer.trace.invariants import check_trace

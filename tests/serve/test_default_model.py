@@ -13,7 +13,7 @@ import pytest
 from openai import OpenAI
 from serving import WAIT, ServeProcess
 
-from nanoengine.engine import LLM
+from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.real_model

@@ -7,7 +7,7 @@ import pytest
 from openai import OpenAI
 from serving import SERVE_OPTIONS, running_server
 
-from nanoengine.engine import LLM
+from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 
 PROMPT = "The cat sat on the"

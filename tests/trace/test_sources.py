@@ -9,7 +9,6 @@ from nanoengine.scheduler import SchedulerOutput
 from nanoengine.sequence import EventKind
 from tests.conftest import make_tiny_engine
 from tracer.teach.swap import plugged
-from tracer.trace import event_where
 from tracer.trace.invariants.rule import REGISTRY, rule_named
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.sources import ENGINE_FUNCTIONS
@@ -67,9 +66,23 @@ def test_a_swapped_in_function_is_recorded_as_it_was_run(tmp_path):
     assert trace.header["sources"]["Scheduler.preempt"]["engine"] is True
 
 
-def test_the_engine_is_left_as_it_was_when_the_recorder_closes(tmp_path):
+def test_recording_patches_nothing_in_the_engine(tmp_path):
+    """Each event carries where it was emitted from the engine itself: no recorder wraps add_event."""
+    before = SchedulerOutput.add_event
     record_preemption(tmp_path / "t.jsonl")
-    assert SchedulerOutput.add_event is event_where.ORIGINAL and not event_where.NOTES
+    assert SchedulerOutput.add_event is before
+
+
+def test_an_engine_without_a_recorder_notes_where_each_event_was_emitted():
+    engine = make_tiny_engine(num_kv_blocks=6, block_size=4, max_num_batched_tokens=64)
+    records = []
+    engine.add_step_hook(records.append)
+    for prompt in ([5] * 9, [6] * 9):
+        engine.add_request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    preempted = [e for r in records for e in r.events if e.kind == EventKind.PREEMPTED]
+    assert preempted and [code.co_name for code, _ in preempted[0].where] == ["preempt", "make_room", "schedule"]
 
 
 def test_what_an_invariant_says_it_checks_is_named_as_the_trace_names_it():

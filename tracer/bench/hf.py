@@ -34,7 +34,7 @@ def load_hf_model(model: str, device: torch.device, dtype: torch.dtype):
     options = dict(dtype=dtype, attn_implementation="sdpa")
     if model == "tiny":
         return tiny_hf_model(dtype).to(device)
-    from nanoengine.loader import DEFAULT_MODEL, ensure_default_model
+    from nanoengine.loading.checkpoint import DEFAULT_MODEL, ensure_default_model
 
     if model in ("default", DEFAULT_MODEL):
         model = str(ensure_default_model())
@@ -50,8 +50,8 @@ def tiny_hf_model(dtype: torch.dtype):
     """nanoengine's tiny random model as a transformers Llama with identical weights."""
     from transformers import AutoModelForCausalLM
 
-    from nanoengine.engine import build_model
-    from nanoengine.tiny import tiny_config
+    from nanoengine.loading.build import build_model
+    from nanoengine.loading.tiny import tiny_config
 
     config = tiny_config()
     ours = build_model(config, None, config.max_position_embeddings, torch.device("cpu"), torch.float32)

@@ -55,8 +55,8 @@ def resolve_device(settings: BenchSettings):
 
 
 def vocab_size_of(model: str) -> int:
-    from nanoengine.loader import DEFAULT_MODEL, ensure_default_model, load_model
-    from nanoengine.tiny import tiny_config
+    from nanoengine.loading.checkpoint import DEFAULT_MODEL, ensure_default_model, load_model
+    from nanoengine.loading.tiny import tiny_config
 
     if model == "tiny":
         return tiny_config().vocab_size

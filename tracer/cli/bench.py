@@ -9,8 +9,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from nanoengine.config import EngineConfig
 from tracer.bench.run import BenchSettings, run_benchmark
 from tracer.bench.workload import QUICK, STANDARD
+from tracer.cli.defaults import SHOWN, default_of
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -19,7 +21,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Benchmark nanoengine against Hugging Face transformers on the standard workload "
         "(see docs/benchmarks.md).",
     )
-    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny' or a model folder")
+    p.add_argument(
+        "--model",
+        default=default_of(EngineConfig, "model"),
+        help=f"'default' (SmolLM2-135M-Instruct), 'tiny' or a model folder {SHOWN}",
+    )
     p.add_argument("--quick", action="store_true", help="a short run: 8 requests, prompts 16-64, outputs 8-32 tokens")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     p.add_argument("--out", type=Path, help="also write the JSON results to this file")
@@ -131,7 +137,7 @@ def parse_rates(text: str) -> list[float]:
 
 
 def serving_main(args: argparse.Namespace) -> dict:
-    from nanoengine.loader import ensure_default_model, load_model
+    from nanoengine.loading.checkpoint import ensure_default_model, load_model
     from tracer.bench.serving import ServingSettings, run_serving_bench
     from tracer.bench.workload import build_workload
 

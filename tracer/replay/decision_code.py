@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from nanoengine.decisions import DECISIONS, SCHEDULES_TOKENS, Role
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_tag
 from tracer.replay.glossary import vllm_counterpart
@@ -37,11 +38,11 @@ EVENT_ORDER = (
 )
 MAX_FRAMES = 3
 # Functions that carry out a decision their caller took: the caller's line is the deciding one.
-EFFECTORS = frozenset({"Scheduler.preempt", "Scheduler.finish", "Scheduler.schedule_tokens"})
+EFFECTORS = frozenset(name for name, d in DECISIONS.items() if d.role == Role.CARRIES_OUT)
 NO_SOURCE = "no source recorded in this trace (an older trace, or another engine's): the code is not in it"
 CANNOT_TELL = "the checker cannot tell which function broke this invariant"
 PHASE = "Scheduler.schedule"  # a step without events: its running loop gave each sequence a token
-PHASE_LINE = "schedule_tokens("  # the running loop's line that schedules a decode
+PHASE_LINE = SCHEDULES_TOKENS.rsplit(".", 1)[-1] + "("  # the running loop's line that schedules a decode
 CALL = re.compile(r"\b(\w+)\(")
 
 

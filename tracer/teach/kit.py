@@ -141,7 +141,7 @@ def batch_of(out: SchedulerOutput) -> list[tuple[str, int]]:
 
 
 def event_kinds(out: SchedulerOutput) -> list[str]:
-    return [kind for kind, _, _ in out.events]
+    return [e.kind for e in out.events]
 
 
 # ---- failing a check -----------------------------------------------------------------------

@@ -19,29 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-# The engine functions a lesson may swap: the name a lesson uses -> "module:qualified name".
-# (A lesson's own TARGETS maps its exercise functions to these names.)
-SWAPPABLE: dict[str, str] = {
-    "blocks_needed": "nanoengine.block_manager:blocks_needed",
-    "compute_block_hash": "nanoengine.block_manager:compute_block_hash",
-    "BlockManager.can_allocate": "nanoengine.block_manager:BlockManager.can_allocate",
-    "BlockManager.allocate": "nanoengine.block_manager:BlockManager.allocate",
-    "BlockManager.take_free_block": "nanoengine.block_manager:BlockManager.take_free_block",
-    "BlockManager.free": "nanoengine.block_manager:BlockManager.free",
-    "BlockManager.find_cached_prefix": "nanoengine.block_manager:BlockManager.find_cached_prefix",
-    "BlockManager.register_full_blocks": "nanoengine.block_manager:BlockManager.register_full_blocks",
-    "choose_victim": "nanoengine.scheduler:choose_victim",
-    "Scheduler.schedule": "nanoengine.scheduler:Scheduler.schedule",
-    "Scheduler.try_admit": "nanoengine.scheduler:Scheduler.try_admit",
-    "Scheduler.make_room": "nanoengine.scheduler:Scheduler.make_room",
-    "Scheduler.preempt": "nanoengine.scheduler:Scheduler.preempt",
-    "Scheduler.postprocess": "nanoengine.scheduler:Scheduler.postprocess",
-    "Scheduler.check_stop": "nanoengine.scheduler:Scheduler.check_stop",
-    "compute_slot_mapping": "nanoengine.model_runner:compute_slot_mapping",
-    "prepare_inputs": "nanoengine.model_runner:prepare_inputs",
-    "sample": "nanoengine.sampler:sample",
-    "sample_one": "nanoengine.sampler:sample_one",
-}
+from nanoengine.decisions import DECISIONS
+
+# The engine functions a lesson may swap: the name a lesson uses -> "module:qualified name", from
+# the engine's table of its decision functions. (A lesson's own TARGETS maps its exercise
+# functions to these names.)
+SWAPPABLE: dict[str, str] = {name: f"{d.module}:{name}" for name, d in DECISIONS.items() if d.swappable}
 
 # Imported so that every module which may hold a copy of a target is loaded before we look.
 ENGINE_MODULES = (

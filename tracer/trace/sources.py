@@ -1,8 +1,9 @@
 """The engine code behind a trace: each decision function's source, written once in the header,
-and each event's `where` (the lines that emitted it), so a replay shows the line that took a
+and each event's `where` (the lines that emitted it, as the engine noted them on the event), so a replay shows the line that took a
 decision on a machine without the engine's source (docs/trace-format.md, "Sources").
 
-    ENGINE_FUNCTIONS: qualified name -> module, for every engine function a trace records
+    ENGINE_FUNCTIONS: qualified name -> module, for every engine function a trace records (from
+        nanoengine/decisions.py, the engine's one table of them)
     SourceBook(): the functions as the engine holds them now (a lesson's swapped-in function is
         recorded as the student's own code, from their exercise.py)
         .entries -> {"Scheduler.preempt": {"file": ..., "line": ..., "source": ..., "engine": ...}}
@@ -19,37 +20,10 @@ from types import CodeType
 from typing import Any
 
 import nanoengine
+from nanoengine.decisions import DECISIONS
 
 # Every function that emits an event, runs a step phase or takes a decision one of them calls.
-ENGINE_FUNCTIONS: dict[str, str] = {
-    "LLMEngine.schedule": "nanoengine.engine",
-    "LLMEngine.postprocess": "nanoengine.engine",
-    "LLMEngine.fail": "nanoengine.engine",
-    "LLMEngine.check_stop_strings": "nanoengine.engine",
-    "Scheduler.schedule": "nanoengine.scheduler",
-    "Scheduler.make_room": "nanoengine.scheduler",
-    "choose_victim": "nanoengine.scheduler",
-    "Scheduler.preempt": "nanoengine.scheduler",
-    "Scheduler.try_admit": "nanoengine.scheduler",
-    "Scheduler.schedule_tokens": "nanoengine.scheduler",
-    "Scheduler.postprocess": "nanoengine.scheduler",
-    "Scheduler.check_stop": "nanoengine.scheduler",
-    "Scheduler.finish": "nanoengine.scheduler",
-    "BlockManager.can_allocate": "nanoengine.block_manager",
-    "BlockManager.blocks_to_schedule": "nanoengine.block_manager",
-    "BlockManager.find_cached_prefix": "nanoengine.block_manager",
-    "BlockManager.use_cached_prefix": "nanoengine.block_manager",
-    "BlockManager.allocate": "nanoengine.block_manager",
-    "BlockManager.take_free_block": "nanoengine.block_manager",
-    "BlockManager.free": "nanoengine.block_manager",
-    "BlockManager.register_full_blocks": "nanoengine.block_manager",
-    "blocks_needed": "nanoengine.block_manager",
-    "compute_block_hash": "nanoengine.block_manager",
-    "prepare_inputs": "nanoengine.model_runner",
-    "compute_slot_mapping": "nanoengine.model_runner",
-    "sample": "nanoengine.sampler",
-    "sample_one": "nanoengine.sampler",
-}
+ENGINE_FUNCTIONS: dict[str, str] = {name: d.module for name, d in DECISIONS.items()}
 ENGINE_ROOT = Path(nanoengine.__file__).resolve().parent.parent
 ENTRIES: dict[Any, dict | None] = {}  # function -> its entry, read once per process
 

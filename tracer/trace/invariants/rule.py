@@ -11,8 +11,9 @@ rule yields (seq_id or None, message) pairs; the checker turns each into a Viola
 rule's name and the step.
 
 Where the checker can tell, a rule also says which engine functions make what it checks
-(`checks=("Scheduler.preempt",)`, names of tracer/trace/sources.py's ENGINE_FUNCTIONS: the
-replay's code panel shows the first the trace holds) and which sequence field a violation
+(`checks=("Scheduler.preempt",)`, names from the engine's one table of its decision functions,
+nanoengine/decisions.py, refused at import when the table has no such name: the replay's code
+panel shows the first the trace holds) and which sequence field a violation
 is about (`field="num_cached_tokens"`: the replay marks that cell of the sequence's row).
 """
 
@@ -23,7 +24,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from nanoengine.decisions import decision_named
 from tracer.trace.kv_shadow import KvShadow
+from tracer.trace.step_line import ViolationLine
 
 Findings = Iterator[tuple[int | None, str]]
 
@@ -35,7 +38,7 @@ class Violation:
     invariant: str
     message: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ViolationLine:
         return {"step": self.step, "seq_id": self.seq_id, "invariant": self.invariant, "message": self.message}
 
     @classmethod
@@ -86,6 +89,9 @@ def invariant(
 ) -> Callable[[Find], Find]:
     """Register the decorated function as the invariant named after it (or `name`, for an
     engine's variant of a rule)."""
+
+    for function in checks:
+        decision_named(function)  # a KeyError for a name the engine's table does not have
 
     def register(find: Find) -> Find:
         rule = Rule(name or find.__name__, text, find, checks, field)

@@ -1,4 +1,4 @@
-"""Find a model, read its config, tokenizer and weights.
+"""Find a checkpoint (the tiny model, a folder, a GGUF file, the hub), read its config and weights.
 
 The default model is fetched once into a cache."""
 
@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +19,8 @@ from typing import Any
 
 import torch
 
-from nanoengine.tiny import ByteTokenizer, tiny_config
+from nanoengine.loading.tiny import ByteTokenizer, tiny_config
+from nanoengine.loading.tokenizer import load_tokenizer
 from nanoengine.validation import first_line
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
@@ -138,51 +138,6 @@ def read_config(path: Path) -> Any:
     defaults = dict(rms_norm_eps=1e-6, rope_theta=1e4, eos_token_id=None, tie_word_embeddings=False)
     defaults.update(max_position_embeddings=2048, num_key_value_heads=raw["num_attention_heads"])
     return SimpleNamespace(**{**defaults, **raw})
-
-
-def load_tokenizer(path: Path, **kwargs: Any) -> Any:
-    files = ("tokenizer.json", "tokenizer_config.json")
-    if not kwargs and not any((path / f).exists() for f in files):
-        return ByteTokenizer()  # e.g. a tiny test checkpoint saved without a tokenizer
-    if not kwargs and (path / files[0]).exists():
-        config = json.loads((path / files[1]).read_bytes()) if (path / files[1]).exists() else {}
-        if not config.get("clean_up_tokenization_spaces"):  # transformers' decode tidies spaces
-            return Tokenizer(path, config)
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
-
-
-class Tokenizer:
-    """A tokenizer.json read with the `tokenizers` library as transformers' fast tokenizer reads it
-    (the same ids, text and chat prompts) without importing transformers, which took most of a
-    second of start-up (docs/benchmarks.md)."""
-
-    def __init__(self, path: Path, config: dict[str, Any]):
-        from tokenizers import Tokenizer as Backend
-
-        self.backend_tokenizer = Backend.from_file(str(path / "tokenizer.json"))
-        file = path / "chat_template.jinja"
-        self.chat_template = file.read_text() if file.exists() else config.get("chat_template")
-        tokens = {k: v.get("content") if isinstance(v, dict) else v for k, v in config.items()}
-        self.special_tokens = {k: v for k, v in tokens.items() if k.endswith("_token")}
-        self.eos_token_id = self.backend_tokenizer.token_to_id(tokens.get("eos_token") or "")
-        self.vocab_size = self.backend_tokenizer.get_vocab_size()
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
-
-    def decode(self, token_ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        return self.backend_tokenizer.decode([*token_ids], skip_special_tokens=skip_special_tokens)
-
-    def apply_chat_template(self, chat: Any, tokenize: bool, add_generation_prompt: bool) -> str:
-        """As transformers renders a chat without tools: sandboxed jinja2 with its options."""
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.add_extension("jinja2.ext.loopcontrols")
-        context = dict(messages=chat, add_generation_prompt=add_generation_prompt)
-        return env.from_string(self.chat_template or "").render(**context, **self.special_tokens)
 
 
 def load_gguf(path: Path) -> LoadedModel:

@@ -1,0 +1,46 @@
+"""Everything the engine needs before its first step and nothing after: the checkpoint, the
+tokenizer, the model on its device, and the KV pool's size. Outside the inference core's budget.
+
+    load_engine_parts(config) -> EngineParts    (fills in config.max_model_len and num_kv_blocks)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from nanoengine.config import EngineConfig
+from nanoengine.loading.build import build_model, eos_ids
+from nanoengine.loading.checkpoint import load_model
+from nanoengine.loading.kv_pool_size import bytes_per_block, check_kv_fits, kv_blocks_that_fit
+from nanoengine.model import CausalLM, pack_for_onednn
+
+
+@dataclass(slots=True)
+class EngineParts:
+    model_name: str
+    model: CausalLM
+    tokenizer: Any
+    eos_token_ids: frozenset[int]
+    device: torch.device
+    dtype: torch.dtype
+
+
+def load_engine_parts(config: EngineConfig) -> EngineParts:
+    """Load the model named by config.model, and decide the knobs config left None from the
+    model and the machine."""
+    device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    default_dtype = "bfloat16" if device.type == "cuda" else "float32"
+    dtype = getattr(torch, config.dtype or default_dtype)
+    loaded = load_model(config.model)
+    hf_config = loaded.config
+    config.max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
+    per_block = bytes_per_block(config, hf_config, dtype)
+    config.num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
+    check_kv_fits(config.num_kv_blocks, per_block, device)
+    model = build_model(hf_config, loaded.state_dict, config.max_model_len, device, dtype)
+    pack_for_onednn(model)
+    tokenizer = loaded.tokenizer
+    return EngineParts(loaded.name, model, tokenizer, eos_ids(hf_config, tokenizer), device, dtype)
