@@ -80,7 +80,7 @@ GLOSSARY: tuple[Term, ...] = (
         "Scheduler.schedule (nanovllm/engine/scheduler.py): prefill pass or decode pass",
     ),
     Term(
-        "Scheduler.make_room, preempt, choose_victim",
+        "choose_victim, Scheduler.make_room, preempt",
         "in Scheduler.schedule: KVCacheManager.allocate_slots fails → self.running.pop() → Scheduler._preempt_request",
         "Scheduler.schedule → Scheduler.preempt(self.running.pop())",
     ),
