@@ -4,6 +4,9 @@ check` find it in the recorded trace, and the engine's own code (the fix) passes
 
 from __future__ import annotations
 
+import ast
+import re
+
 import pytest
 
 from tracer.cli.lesson import lesson_main
@@ -14,6 +17,7 @@ from tracer.teach.lessons import (
     run_lesson_checks,
     student_functions,
 )
+from tracer.teach.plant import engine_source, planted_source, same_code
 from tracer.teach.scenarios import load_scenario, run_scenario
 from tracer.teach.swap import SWAPPABLE
 from tracer.trace.invariants import INVARIANTS, check_trace
@@ -42,6 +46,36 @@ def test_four_bug_hunts_after_the_ten_lessons():
         for path in (lesson.readme, lesson.hint, lesson.exercise, lesson.solved):
             wide = [n for n, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 80]
             assert not wide, f"{path}: lines {wide} are wider than 80 columns"
+
+
+def exercise_function(lesson) -> str:
+    """The source of the exercise's function (the one the lesson plugs in)."""
+    source = lesson.exercise.read_text(encoding="utf-8")
+    (name,) = lesson.targets
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return ast.get_source_segment(source, node) or ""
+
+
+@pytest.mark.parametrize("lesson", BUG_HUNTS, ids=lambda l: l.name)
+def test_the_exercise_is_the_engines_function_with_the_planted_bug(lesson):
+    """exercise.py cannot drift from the engine: its function is the engine's current one with the
+    lesson's patch (planted.py) applied, laid out for 80 columns."""
+    patch = lesson.planted_bug
+    assert patch is not None and patch.target == lesson.targets[next(iter(lesson.targets))]
+    expected = planted_source(patch)
+    assert same_code(exercise_function(lesson), expected), (
+        f"{lesson.exercise} no longer matches the engine's {patch.target} with its planted bug: "
+        f"replace its function with this one (wrapped to 80 columns):\n{expected}"
+    )
+
+
+@pytest.mark.parametrize("lesson", BUG_HUNTS, ids=lambda l: l.name)
+def test_the_fix_in_the_last_hint_is_the_engines_own_code(lesson):
+    engine = {line.strip() for line in engine_source(lesson.planted_bug.target).splitlines()}
+    code = re.search(r"```python\n(.*?)```", lesson.hint_tiers()[-1], re.S)
+    assert code, f"{lesson.hint}: the last tier shows no code"
+    shown = [line.strip() for line in code.group(1).splitlines() if line.strip()]
+    assert [line for line in shown if line not in engine] == []
 
 
 @pytest.mark.parametrize("lesson", BUG_HUNTS, ids=lambda l: l.name)

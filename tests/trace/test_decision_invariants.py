@@ -20,6 +20,7 @@ from engine_bugs import (
 from nanoengine.engine import LLMEngine
 from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import EventKind
+from tracer.teach.plant import planted
 from tracer.trace.invariants import InvariantChecker
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.trace_file import load_trace
@@ -60,7 +61,7 @@ def test_the_real_engine_keeps_every_decision_invariant(requests, tmp_path):
     ids=["chunk_budget", "chunk_size", "admission_blocks", "preemption_need"],
 )
 def test_a_planted_bug_is_named_by_its_invariant(method, broken, requests, invariant, monkeypatch, tmp_path):
-    monkeypatch.setattr(Scheduler, method, broken)
+    monkeypatch.setattr(Scheduler, method, planted(broken))
     violations, _ = run(requests, tmp=tmp_path)
     assert invariant in {v.invariant for v in violations}, violations[:3]
 

@@ -1,7 +1,8 @@
 """Plant a real engine bug (one per test), run random tiny-model workloads, and see the checker name it.
 
 The trace mutations in test_invariants.py break a recorded step by hand; here the *engine* is
-broken (tests/trace/engine_bugs.py, plugged in with tracer.teach.swap) and the recorder's live
+broken (a patch of tests/trace/engine_bugs.py planted into the engine's current function with
+tracer.teach.plant, plugged in with tracer.teach.swap) and the recorder's live
 checker must notice from the step records alone. For each workload the test also watches the
 engine's own state for the moment the bug actually bites (not every workload exercises it: a
 preemption needs a full pool, a stale hash needs an eviction and a later prefix hit), and asserts
@@ -31,6 +32,7 @@ from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.engine import LLMEngine
 from nanoengine.model_runner import compute_slot_mapping
 from nanoengine.scheduler import Scheduler
+from tracer.teach.plant import planted
 from tracer.teach.swap import original, plugged
 from tracer.trace.recorder import TraceRecorder
 
@@ -76,7 +78,7 @@ class Bites:
     def watch(self, key: str, engine: LLMEngine, monkeypatch) -> dict:
         """Patches that count bites for this bug; returns the broken functions to plug in."""
         bug = BUGS[key]
-        broken = bug.make(engine)
+        broken = planted(bug.patch)
         return getattr(self, key)(engine, broken, monkeypatch, bug)
 
     def stale_hash_entry(self, engine, broken, monkeypatch, bug: Bug) -> dict:
@@ -126,14 +128,17 @@ class Bites:
         return {bug.target: watched}
 
     def decode_into_shared_block(self, engine, broken, monkeypatch, bug: Bug) -> dict:
-        prepare = original("prepare_inputs")
+        def watched(eng: LLMEngine, out, watch):
+            bs, refs = eng.config.block_size, eng.block_manager.ref_counts
+            # a decode whose first block is shared, at a position outside that block
+            self.count += sum(
+                s.num_scheduled_tokens == 1 and refs[s.block_table[0]] > 1 and s.num_cached_tokens >= bs
+                for s in out.seqs
+            )
+            return broken(eng, out, watch)
 
-        def watched(seqs, block_size):
-            inputs = broken(seqs, block_size)
-            self.count += int((inputs.slot_mapping != prepare(seqs, block_size).slot_mapping).sum())
-            return inputs
-
-        return {bug.target: watched}
+        monkeypatch.setattr(LLMEngine, "run", watched)  # not a lesson's target: plugged in by hand
+        return {}
 
 
 def run_with_bug(key: str, w: Workload, monkeypatch) -> tuple[set[str], int, list]:

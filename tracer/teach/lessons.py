@@ -37,6 +37,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import tracer
+from tracer.teach.plant import Patch
 from tracer.teach.sandbox import MEMORY_LIMIT_BYTES, Send, messages_from_child
 from tracer.teach.swap import original, plugged, replacements_for
 
@@ -85,6 +86,13 @@ class Lesson:
     @property
     def exercise(self) -> Path:
         return self.path / "exercise.py"
+
+    @property
+    def planted_bug(self) -> Patch | None:
+        """A bug hunt's bug, planted.py's BUG: its exercise.py is the engine's current function with
+        this patch applied (laid out for 80 columns; tests/teach/test_bughunt_lessons.py checks it)."""
+        path = self.path / "planted.py"
+        return load_module(path, f"nanoengine_lesson_bug_{self.name}").BUG if path.is_file() else None
 
     @property
     def scenario_file(self) -> Path:
