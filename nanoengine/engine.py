@@ -18,7 +18,7 @@ from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import EventKind, FinishReason, Sequence
 from nanoengine.step_record import NO_WATCH, QueueOrder, StepHook, StepWatch
-from nanoengine.validation import first_line, is_int, short_repr
+from nanoengine.validation import check_text, first_line, is_int, short_repr
 
 
 class LLMEngine:
@@ -64,6 +64,7 @@ class LLMEngine:
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise ValueError("empty prompt: give at least one token of text")
+            check_text(prompt, "the prompt")
             if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
                 chat = [{"role": "user", "content": prompt}]
                 prompt = self.tokenizer.apply_chat_template(

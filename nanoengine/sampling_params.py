@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nanoengine.validation import is_int, is_real, short_repr
+from nanoengine.validation import check_text, is_int, is_real, short_repr
 
 MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: use 0 (greedy)
 # The sampler seeds each draw with seed * 1_000_003 + num_tokens, which must fit 64 bits.
@@ -49,6 +49,8 @@ class SamplingParams:
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             shown = short_repr(self.stop)
             raise ValueError(f"stop must be a list of non-empty strings, got {shown}")
+        for s in self.stop:
+            check_text(s, "a stop string")
 
     @property
     def greedy(self) -> bool:

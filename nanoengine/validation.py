@@ -20,6 +20,18 @@ def short_repr(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def check_text(value: str, what: str) -> None:
+    """A ValueError for text no tokenizer can read: a lone surrogate (valid JSON, not UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = short_repr(value[e.start : e.end])
+        raise ValueError(
+            f"{what} holds {bad} at index {e.start}, a lone surrogate that is not text: "
+            "send valid UTF-8"
+        ) from None
+
+
 def first_line(error: Exception) -> str:
     """An exception in one short line: its type and the first line of its message."""
     lines = str(error).strip().splitlines()

@@ -48,6 +48,7 @@ def assert_empty(engine: LLMEngine) -> None:
         (dict(max_tokens=True), "max_tokens"),
         (dict(max_tokens=3.0), "max_tokens"),
         (dict(ignore_eos="yes"), "ignore_eos"),
+        (dict(stop=["\udfff"]), "a stop string holds '\\\\udfff' at index 0, a lone surrogate"),
     ],
 )
 def test_bad_sampling_params_are_one_line_value_errors(kwargs, message):
@@ -73,6 +74,7 @@ def test_stop_accepts_none_a_string_or_a_tuple():
         (None, "a prompt is a string or a list of token ids"),
         (b"abc", "a prompt is a string or a list of token ids"),
         (7, "a prompt is a string or a list of token ids"),
+        ("a\ud800", "the prompt holds '\\\\ud800' at index 1, a lone surrogate that is not text"),
     ],
 )
 def test_bad_prompts_are_refused_before_they_reach_the_scheduler(prompt, message):
