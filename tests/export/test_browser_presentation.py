@@ -81,7 +81,7 @@ def test_the_page_fits_a_16_9_screen_and_opens_at_the_focus_step(demo_browser, d
 
 def test_n_and_p_go_to_the_next_and_previous_events_step(demo_browser, demo_page):
     out, header = demo_page
-    from tracer.replay.app import EVENT_KINDS
+    from tracer.replay.marks import EVENT_KINDS
     from tracer.trace.trace_file import load_trace
 
     trace = load_trace(Path(str(out).replace("preemption.html", "demo-preemption.jsonl")))

@@ -22,7 +22,7 @@ from tracer.export.frame_pack import (
     unpack_frame,
 )
 from tracer.export.frames import render_frames
-from tracer.export.html import viewer_header
+from tracer.replay.model import viewer_header
 from tracer.replay.narration import narrate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import run_async
 
-from tracer.live.follow import FollowApp, followed_path
+from tracer.live.follow import follow_app, followed_path
 from tracer.live.source import GrowingTrace
 from tracer.replay.views.timeline import TimelineView
 from tracer.trace.trace_file import CACHE_STEPS, TraceError
@@ -74,24 +74,24 @@ async def test_the_view_follows_new_steps_and_browsing_stops_following(tmp_path)
     path.write_bytes(b"".join(LINES[:4]))  # header + 3 steps
     source = GrowingTrace(path)
     source.poll()
-    app = FollowApp(source, animations=False)
+    app = follow_app(source, animations=False)
     async with app.run_test(size=SIZE) as pilot:
-        assert app.step_index == 2 and app.following  # opens at the newest step
+        assert app.step_index == 2 and app.model.following  # opens at the newest step
         append(path, b"".join(LINES[4:6]) + LINES[6][:50])  # two steps and half of a third
         app.poll()
         await pilot.pause()
-        assert len(app.steps) == 5 and app.following and app.step_index == 4
+        assert len(app.steps) == 5 and app.model.following and app.step_index == 4
         assert app.current_step["step"] == 4
-        assert not app.broken
+        assert not app.model.broken
         await pilot.press("left", "left")
-        assert app.step_index == 2 and not app.following
+        assert app.step_index == 2 and not app.model.following
         append(path, LINES[6][50:] + LINES[7])
         app.poll()
         await pilot.pause()
         assert len(app.steps) == 7 and app.step_index == 2  # browsing: the view stays
         assert app.query_one(TimelineView).step_numbers[-1] == 6  # the timeline grew
         await pilot.press("end")
-        assert app.following and app.step_index == 6
+        assert app.model.following and app.step_index == 6
         append(path, b"".join(LINES[8:]))
         app.poll()
         await pilot.pause()
@@ -104,7 +104,7 @@ async def test_steps_that_arrive_while_a_dialog_is_open_are_taken_behind_it(tmp_
     path.write_bytes(b"".join(LINES[:4]))
     source = GrowingTrace(path)
     source.poll()
-    app = FollowApp(source, animations=False)
+    app = follow_app(source, animations=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")  # the help screen covers the views
         await pilot.pause()
@@ -112,7 +112,7 @@ async def test_steps_that_arrive_while_a_dialog_is_open_are_taken_behind_it(tmp_
         append(path, b"".join(LINES[4:7]))
         app.poll()
         await pilot.pause()
-        assert app.is_running and not app.broken
+        assert app.is_running and not app.model.broken
         assert app.step_index == 5 and app.current_step["step"] == 5
         await pilot.press("escape")
         await pilot.pause()
@@ -120,7 +120,7 @@ async def test_steps_that_arrive_while_a_dialog_is_open_are_taken_behind_it(tmp_
         assert app.query_one("#narration").content.plain.startswith("Step 5")
     append(path, b"".join(LINES[7:9]))
     app.poll()  # the poll timer may fire once more while the app closes: it waits, nothing is lost
-    assert not app.broken and len(app.steps) == 6
+    assert not app.model.broken and len(app.steps) == 6
 
 
 @run_async
@@ -129,14 +129,14 @@ async def test_an_empty_file_waits_for_its_first_step(tmp_path):
     path.write_bytes(LINES[0])
     source = GrowingTrace(path)
     source.poll()
-    app = FollowApp(source, animations=False)
+    app = follow_app(source, animations=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("right", "g", "space", "end", "s")  # nothing to show yet: no crash
         assert app.is_running and not app.steps
         append(path, b"".join(LINES[1:4]))  # three steps in one read: the newest is shown
         app.poll()
         await pilot.pause()
-        assert app.current_step["step"] == 2 and app.step_index == 2 and app.following
+        assert app.current_step["step"] == 2 and app.step_index == 2 and app.model.following
         assert app.query_one("#narration").content.plain.startswith("Step 2")
 
 

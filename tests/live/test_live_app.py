@@ -70,8 +70,8 @@ async def test_pause_holds_the_engine_and_right_runs_exactly_one_step(session):
         await pilot.pause()
         assert engine_steps(session) == count  # were it running, a step would lie between two round trips
         app.poll()
-        assert len(app.steps) == count and app.step_index == count - 1 and app.following
-        assert "PAUSED" in app.control.state() and "PAUSED" in app.badge().plain
+        assert len(app.steps) == count and app.step_index == count - 1 and app.model.following
+        assert "PAUSED" in session.control.state() and "PAUSED" in app.badge().plain
         await pilot.press("right")
         await wait_until(pilot, app, lambda: len(app.steps) == count + 1, "the single step")
         assert engine_steps(session) == count + 1 and engine_steps(session) == count + 1
@@ -85,7 +85,7 @@ async def test_browsing_history_while_the_engine_steps_and_end_follows_again(ses
     async with app.run_test(size=SIZE) as pilot:
         await run_steps(pilot, app, session, 4)
         await pilot.press("home", "right")
-        assert app.step_index == 1 and not app.following
+        assert app.step_index == 1 and not app.model.following
         session.loop.step_once()  # the engine moves on while the view stays in the past
         session.loop.step_once()
         await wait_until(pilot, app, lambda: len(app.steps) == 6, "two more steps")
@@ -93,7 +93,7 @@ async def test_browsing_history_while_the_engine_steps_and_end_follows_again(ses
         await pilot.press("right")  # → in history browses; it runs no step
         assert app.step_index == 2 and engine_steps(session) == 6
         await pilot.press("end")
-        assert app.following and app.step_index == 5
+        assert app.model.following and app.step_index == 5
 
 
 @run_async

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import run_async
 
-from tracer.replay.app import EVENT_KINDS, ReplayApp, run_replay
+from tracer.replay.app import ReplayApp, run_replay
+from tracer.replay.marks import EVENT_KINDS
 from tracer.replay.predict import PredictScreen
 from tracer.replay.views.batch import LABEL_WIDTH, BatchView
 from tracer.replay.views.kv_pages import CELL, KVPagesView
@@ -240,12 +241,12 @@ async def test_predict_mode_asks_then_reveals_and_scores(trace):
         assert isinstance(app.screen, PredictScreen)
         assert app.step_index == 0  # the next step stays hidden
         await answer(pilot, app.screen.question, right=True)
-        assert app.step_index == 1 and (app.score_right, app.score_asked) == (1, 1)
+        assert app.step_index == 1 and (app.quiz.right, app.quiz.asked) == (1, 1)
         await pilot.press("right")  # a question about step 2
         await answer(pilot, app.screen.question, right=False)
-        assert app.step_index == 2 and (app.score_right, app.score_asked) == (1, 2)
+        assert app.step_index == 2 and (app.quiz.right, app.quiz.asked) == (1, 2)
         await pilot.press("right", "escape")  # Esc reveals without scoring
-        assert app.step_index == 3 and app.score_asked == 2
+        assert app.step_index == 3 and app.quiz.asked == 2
 
 
 @run_async

@@ -19,33 +19,24 @@ from pathlib import Path
 
 from tracer.export.frame_pack import PackedFrames, add_frame, compress, frame_ops
 from tracer.export.frames import DEFAULT_SIZE, stream_frames
-from tracer.replay.app import EVENT_KINDS
+from tracer.replay.model import ReplayModel, focus_index
 from tracer.replay.narration import narrate
 from tracer.trace.trace_file import Trace
 
 PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
-def viewer_header(trace: Trace) -> dict:
-    """The header as the replay app reads it: every request, including those added mid-run."""
-    return dict(trace.header, requests=list(trace.requests.values()) or trace.header.get("requests", []))
-
-
-def is_event_step(step: dict) -> bool:
-    """The steps the page's n / p stop at: those the replay's n / p stop at."""
-    return bool(step.get("violations")) or any(e["kind"] in EVENT_KINDS for e in step.get("events", []))
-
-
 def html_page(trace: Trace, indices: Sequence[int], packed: PackedFrames) -> str:
-    header = viewer_header(trace)
-    steps = [trace.steps[i] for i in indices]
-    numbers = [step["step"] for step in steps]
-    focus = trace.header.get("focus_step")
+    """The page: the replay model's step numbers, narration and n / p stops for the chosen steps."""
+    model = ReplayModel(trace)
+    numbers = [model.step_numbers[i] for i in indices]
+    events = set(model.event_indices)
+    focus = focus_index(trace)
     payload: dict[str, object] = {
         "steps": numbers,
-        "narration": [narrate(step, header) for step in steps],
-        "events": [i for i, step in enumerate(steps) if is_event_step(step)],
-        "focus": numbers.index(focus) if focus in numbers else None,
+        "narration": [narrate(trace.steps[i], model.header) for i in indices],
+        "events": [n for n, i in enumerate(indices) if i in events],
+        "focus": indices.index(focus) if focus in indices else None,
         "look_for": trace.header.get("look_for") or "",
         "pieces": packed.pieces,
         "frame_ops": frame_ops(packed.frames),

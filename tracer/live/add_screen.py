@@ -19,6 +19,7 @@ class NewRequest:
 
 
 class AddRequestScreen(ModalScreen[NewRequest | None]):
+    CSS_PATH = "live.tcss"
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     def __init__(self, default_max_tokens: int) -> None:

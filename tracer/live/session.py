@@ -2,7 +2,7 @@
 reading that file as it grows.
 
     session = LiveSession.start(engine, path, params, arrivals)   # the loop runs from here
-    app = session.app()                                            # LiveApp; app.run() in a terminal
+    app = session.app()                                            # the live app; app.run() in a terminal
     session.close()                                                # stops the loop, closes the trace
 
     LiveSession.over_loop(loop, recorder, params, served=True)     # `serve --tui`: the server's loop
@@ -18,12 +18,13 @@ from pathlib import Path
 
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
-from tracer.live.app import LiveApp
+from tracer.live.app import live_app
 from tracer.live.control import EngineControl
 from tracer.live.feed import ArrivalFeed
 from tracer.live.source import GrowingTrace
 from tracer.loop.arrivals import Arrival
 from tracer.loop.engine_loop import EngineLoop
+from tracer.replay.app import ReplayApp
 from tracer.trace.recorder import TraceRecorder
 
 STOP_S = 60.0  # how long close() waits for the step in flight (the default model's is < 1 s)
@@ -67,8 +68,8 @@ class LiveSession:
         control = EngineControl(loop, params, served=True)
         return cls(loop, recorder, control, opened(recorder.path), owns_loop=False)
 
-    def app(self, **kwargs) -> LiveApp:
-        return LiveApp(self.source, self.control, **kwargs)
+    def app(self, **kwargs) -> ReplayApp:
+        return live_app(self.source, self.control, **kwargs)
 
     def close(self) -> None:
         if self.owns_loop:

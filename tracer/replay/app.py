@@ -2,17 +2,20 @@
 
     run_replay(path, start_step=0, predict=False) -> exit code      (`nanoengine replay FILE`)
     ReplayApp(trace, start_step=0, predict=False)                   (tests, lessons)
+    ReplayApp(growing_trace, last, live=LiveControls(control))      (follow and live: tracer/live)
 
-Every view is redrawn from one step dict (plus the previous one, for "what changed"), so
-stepping back or jumping anywhere costs the same as stepping forward.
+The app is a view over a ReplayModel (model.py: the step shown, navigation, selection, comparison).
+Every view is redrawn from one step dict (plus the previous one, for "what changed"), so stepping
+back or jumping anywhere costs the same as stepping forward. A source that grows (a file still
+being written) is read on a timer and followed; live controls add the engine's keys.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -25,13 +28,13 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static
 
-from nanoengine.sequence import EventKind
 from tracer.replay.colors import VIOLATION, seq_tag
 from tracer.replay.decision_code import ordered_violations
 from tracer.replay.help import HelpScreen
 from tracer.replay.messages import SeqSelected
+from tracer.replay.model import ReplayModel, focus_index
 from tracer.replay.narration import narrate
-from tracer.replay.predict import PredictScreen, Question, is_correct, make_question
+from tracer.replay.predict import PredictScreen, Quiz
 from tracer.replay.views.banner import Banner
 from tracer.replay.views.batch import BatchView
 from tracer.replay.views.code import CodeView
@@ -40,22 +43,21 @@ from tracer.replay.views.kv_pages import KVPagesView
 from tracer.replay.views.queues import QueuesView
 from tracer.replay.views.sequences import SequencesView
 from tracer.replay.views.state_machine import StateMachineView
-from tracer.replay.views.timeline import TimelineView, step_mark
+from tracer.replay.views.timeline import TimelineView
 from tracer.replay.violations import ViolationsScreen
-from tracer.trace.diff import DiffError, Side, diff_traces, null_blocks, request_order
-from tracer.trace.trace_file import StepMarks, TraceError, check_step, load_trace
+from tracer.trace.diff import DiffError
+from tracer.trace.trace_file import TraceError, load_trace
+
+if TYPE_CHECKING:
+    from tracer.live.app import LiveControls
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
 ROOMY_ROWS = 44  # from this height the code panel (c) shows below the state machine, not in its place
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
-# the steps `n` and `p` stop at: not a chunk, nor a wait (not_admitted changes nothing; a long wait
-# would stop at every step)
-EVENT_KINDS = frozenset(EventKind) - {EventKind.PREFILL_CHUNK, EventKind.NOT_ADMITTED}
-
-
-def is_event_step(summary: StepMarks) -> bool:
-    """Steps `n` / `p` stop at: a state change, a prefix hit, or a violation."""
-    return summary.has_violations or bool(summary.kinds & EVENT_KINDS)
+POLL_S = 0.1  # how often a growing source is read (a few stat calls a second when nothing changed)
+FOLLOW_ACTIONS = frozenset({"follow"})  # keys a growing source adds
+LIVE_ACTIONS = frozenset({"toggle_engine", "add_request", "abort_selected"})  # keys live controls add
+REPLACED_BY_LIVE = frozenset({"toggle_play", "toggle_animations", "hide_banner"})  # their keys: space, a, x
 
 
 def violation_text(violation) -> str:
@@ -96,11 +98,15 @@ class ReplayApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall"), (ROOMY_ROWS, "-roomy")]
 
+    # A key with two bindings runs the first one check_action allows: a growing source's End follows,
+    # live controls' space / a / x drive the engine; without them those bindings are hidden.
     BINDINGS = [
         Binding("left", "step(-1)", "step", key_display="←", priority=True),
         Binding("right", "step(1)", "step", key_display="→", priority=True),
         Binding("home", "jump_end(0)", "first", show=False, priority=True),
+        Binding("end", "follow", "follow", key_display="End", priority=True),
         Binding("end", "jump_end(1)", "last", show=False, priority=True),
+        Binding("space", "toggle_engine", "pause/resume engine", priority=True),
         Binding("space", "toggle_play", "play", priority=True),
         Binding("plus,equals_sign", "speed(1)", "faster", key_display="+"),
         Binding("minus", "speed(-1)", "slower", key_display="-"),
@@ -110,8 +116,10 @@ class ReplayApp(App[int]):
         Binding("c", "toggle_code", "code"),
         Binding("v", "violations", "violations", show=False),  # the violation bar says so
         Binding("z", "zoom", "zoom", show=False),
+        Binding("a", "add_request", "add request"),
         Binding("a", "toggle_animations", "animations", show=False),
         Binding("escape", "deselect", "deselect", show=False),
+        Binding("x", "abort_selected", "abort seq"),
         Binding("x", "hide_banner", "hide banner", show=False),
         Binding("s", "screenshot", "svg", show=False),  # in the help: the footer has room for `c`
         Binding("question_mark", "help", "help", key_display="?"),
@@ -120,7 +128,6 @@ class ReplayApp(App[int]):
     # the main view's keys do nothing while a dialog (help, go to, predict) is open; q still quits
     MAIN_VIEW_ACTIONS = frozenset(b.action.partition("(")[0] for b in Binding.make_bindings(BINDINGS)) - {"quit"}
 
-    step_index = var(0, init=False)  # the step shown: setting it redraws every view
     playing = var(False, init=False)  # the play timer runs while True
     speed_index = var(1, init=False)  # into SPEEDS
 
@@ -134,43 +141,34 @@ class ReplayApp(App[int]):
         screenshot_dir: str | Path = ".",
         guide: str = "",
         compare=None,
+        live: LiveControls | None = None,
     ) -> None:
+        """trace: a Trace, or a GrowingTrace (followed: read on a timer). compare: a second run of the
+        same workload, shown step for step beside this one. live: a running engine's controls."""
         super().__init__()
+        self.model = ReplayModel(trace, start_step, compare)
         self.guide = guide or trace.header.get("look_for") or ""  # a lesson's or demo's "Look for" text
-        self.trace = trace
-        self.compare = compare  # a second run of the same workload, shown step for step beside this one
-        self.diff = diff_traces(trace, compare) if compare is not None else None
-        self.steps = trace.steps  # a list, or a LazySteps parsing each step when first shown
-        summaries = trace.marks
-        self.step_numbers = [summary.step for summary in summaries]
-        self.marks = [step_mark(summary.kinds, summary.has_violations) for summary in summaries]
-        self.event_indices = [i for i, summary in enumerate(summaries) if is_event_step(summary)]
-        requests = getattr(trace, "requests", None) or {}
-        self.header = dict(trace.header, requests=list(requests.values()) or trace.header.get("requests", []))
-        self.set_reactive(ReplayApp.step_index, max(0, min(start_step, len(self.steps) - 1)))
-        self.predict = predict
+        self.quiz = Quiz() if predict else None
+        self.live = live
+        if live is not None:
+            self.title = "nanoengine live"
+        elif self.model.grows:
+            self.title = "nanoengine replay --follow"
         self.animations = animations
         self.screenshot_dir = Path(screenshot_dir)
-        self.selected_seq: int | None = None
-        self.selected_block: int | None = None
         self.play_timer: Timer | None = None
-        self.score_right = 0
-        self.score_asked = 0
-        self.asking = False
-        self.last_reveal = ""  # the previous predict answer, repeated above the next question
-        self.last_kind = ""  # the previous question's kind: the next asks something else
+        self.poll_timer: Timer | None = None
         self.last_screenshot: Path | None = None
-        self.checked: set[int] = set()  # step indices validated against the schema
         self.failure: str | None = None  # why the app stopped, when a step could not be shown
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
-        yield TimelineView(self.marks, self.step_numbers, id="timeline")
+        yield TimelineView(self.model.marks, self.model.step_numbers, id="timeline")
         yield Static(id="narration")
-        yield Banner(self.guide, tuple(w for w in [getattr(self.trace, "warning", None)] if w), id="banner")
+        yield Banner(self.guide, tuple(w for w in [getattr(self.model.source, "warning", None)] if w), id="banner")
         yield Static(id="violations")
-        if self.compare is not None:
+        if self.model.compare is not None:
             yield CompareView(id="compare")
         yield QueuesView(id="queues")
         with Horizontal(id="upper"):
@@ -198,6 +196,8 @@ class ReplayApp(App[int]):
         self.machine.focus()
         self.show_step()
         self.update_topbar()
+        if self.model.grows:
+            self.poll_timer = self.set_interval(POLL_S, self.poll)
 
     def on_resize(self, event) -> None:
         small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
@@ -228,18 +228,40 @@ class ReplayApp(App[int]):
     def batch(self) -> BatchView:
         return self.query_one(BatchView)
 
+    # ---- the model's state, as the views and tests read it ----------------------------------
+    @property
+    def steps(self):
+        return self.model.steps
+
+    @property
+    def step_numbers(self) -> list[int]:
+        return self.model.step_numbers
+
+    @property
+    def header(self) -> dict:
+        return self.model.header
+
+    @property
+    def step_index(self) -> int:
+        return self.model.index
+
     @property
     def current_step(self) -> dict:
-        return self.steps[self.step_index]
+        return self.model.current
 
     @property
     def step_number(self) -> int:
-        return self.step_numbers[self.step_index]
+        return self.model.step_number
+
+    @property
+    def selected_seq(self) -> int | None:
+        return self.model.selection.seq
+
+    @property
+    def selected_block(self) -> int | None:
+        return self.model.selection.block
 
     # ---- reactive state -------------------------------------------------------------------
-    def watch_step_index(self) -> None:
-        self.show_step()
-
     def watch_playing(self, playing: bool) -> None:
         if playing:
             self.restart_timer()
@@ -253,50 +275,44 @@ class ReplayApp(App[int]):
         self.update_status()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Keys of the main view do nothing while a dialog (help, go to, predict) is open."""
-        return action not in self.MAIN_VIEW_ACTIONS or not isinstance(self.screen, ModalScreen)
+        """Keys of the main view do nothing while a dialog (help, go to, predict) is open; a growing
+        source's and live controls' keys exist only with them (and take over End, space, a, x)."""
+        if action in self.MAIN_VIEW_ACTIONS and isinstance(self.screen, ModalScreen):
+            return False
+        if action in FOLLOW_ACTIONS:
+            return self.model.grows
+        if action in LIVE_ACTIONS:
+            return self.live is not None
+        if action in REPLACED_BY_LIVE:
+            return self.live is None
+        return True
 
     # ---- redrawing ------------------------------------------------------------------------
-    def check(self, index: int) -> None:
-        """Validate a step against the schema the first time it is shown (a TraceError names the field)."""
-        if index not in self.checked:
-            check_step(self.trace, index)
-            self.checked.add(index)
-
     def show_step(self) -> None:
+        if not self.steps:  # a growing source before its first step
+            self.query_one("#narration", Static).update(Content(self.waiting_text()))
+            self.update_status()
+            return
         try:
             self.draw_step()
         except Exception as e:  # a value the schema allows but a view cannot show: stop with one line
             self.failure = (
-                f"{self.trace.path}: step {self.step_number} (line {self.step_index + 2}) cannot be shown "
+                f"{self.model.source.path}: step {self.step_number} (line {self.step_index + 2}) cannot be shown "
                 f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
             )
             self.exit(return_code=2)
 
     def draw_step(self) -> None:
         """Redraw every view from the current step (and the previous one, for highlights)."""
-        step = self.current_step
-        prev = self.steps[self.step_index - 1] if self.step_index > 0 else None
+        step, prev = self.model.current, self.model.previous
         for view in (self.machine, self.kv, self.seqs, self.batch, self.query_one(QueuesView), self.code):
             view.show(step, prev, self.header)
         self.query_one("#narration", Static).update(Content(narrate(step, self.header)))
         self.show_violations(step)
-        self.show_compare(step, prev)
+        if self.model.diff is not None:
+            mine, theirs = self.model.compare_sides()
+            self.query_one(CompareView).show_pair(self.model.diff, mine, theirs, self.step_index, self.step_number)
         self.update_status()
-
-    def show_compare(self, step: dict, prev: dict | None) -> None:
-        if self.compare is None or self.diff is None:
-            return
-        i, other = self.step_index, self.compare.steps
-        a = Side(self.trace, step, request_order(self.trace), null_blocks(self.trace), prev)
-        b = Side(
-            self.compare,
-            other[i] if i < len(other) else None,
-            request_order(self.compare),
-            null_blocks(self.compare),
-            other[i - 1] if 0 < i <= len(other) else None,
-        )
-        self.query_one(CompareView).show_pair(self.diff, a, b, i, self.step_number)
 
     def show_violations(self, step: dict) -> None:
         bar = self.query_one("#violations", Static)
@@ -309,20 +325,30 @@ class ReplayApp(App[int]):
             bar.update(text)
 
     def update_status(self) -> None:
-        """The timeline: the current step and the playback state."""
-        speed = SPEEDS[self.speed_index]
-        state = f"{'▶ playing' if self.playing else '■ paused'} {speed:g} step{'' if speed == 1 else 's'}/s"
-        self.query_one(TimelineView).show_position(self.step_index, state)
+        """The timeline: the current step and the playback (or following) state."""
+        self.query_one(TimelineView).show_position(self.step_index, self.status_text())
+
+    def status_text(self) -> str:
+        if not self.model.grows:
+            speed = SPEEDS[self.speed_index]
+            return f"{'▶ playing' if self.playing else '■ paused'} {speed:g} step{'' if speed == 1 else 's'}/s"
+        if self.model.broken:
+            text = "✗ stopped following (the file is damaged or was rewritten)"
+        elif self.model.following:
+            text = "● following the newest step"
+        else:
+            text = "◼ browsing history (End: follow the newest step)"
+        return text if self.live is None else f"{text} · {self.live.status()}"
 
     def update_topbar(self) -> None:
         """The trace's title and config, the selection and the predict score: none of them change with the step."""
         header = self.header
-        title = header.get("title") or Path(str(getattr(self.trace, "path", "trace"))).name
+        title = header.get("title") or Path(str(getattr(self.model.source, "path", "trace"))).name
         config = header.get("config", {})
         bar = Text(no_wrap=True, overflow="ellipsis")
         bar.append_text(self.badge())
-        if self.predict:
-            bar.append(f" predict score {self.score_right}/{self.score_asked} ", "bold black on #ffd23f")
+        if self.quiz is not None:
+            bar.append(f" predict score {self.quiz.score} ", "bold black on #ffd23f")
         bar.append(f" {title} ", "bold")
         bar.append(
             f"· {header.get('model', '?')} · block_size {config.get('block_size', '?')} · "
@@ -334,34 +360,80 @@ class ReplayApp(App[int]):
         self.query_one("#topbar", Static).update(bar)
 
     def badge(self) -> Text:
-        """The top bar's first mark: which app this is (a live or followed trace says so here)."""
+        """The top bar's first mark: what is shown (a followed trace or a live engine says so here)."""
+        if self.live is not None:
+            return self.live.badge()
+        if self.model.grows:
+            return Text(" ● FOLLOW ", "bold black on #ffd23f")
         return Text(" nanoengine replay ", "bold black on #2ec4b6")
 
+    def waiting_text(self) -> str:
+        if self.live is not None:
+            return self.live.WAITING
+        return f"Waiting for the first step of {self.model.source.path.name} ..."
+
     def go_to(self, index: int) -> None:
-        index = max(0, min(index, len(self.steps) - 1))
-        if index == self.step_index:
-            return
         try:  # a damaged line of a lazy trace, or odd values in any trace, fail here
-            self.check(index)
-            self.check(max(0, index - 1))
+            moved = self.model.go_to(index)
         except TraceError as e:
             self.playing = False
             self.notify(str(e), title="cannot show this step", severity="error", timeout=12, markup=False)
             return
-        self.step_index = index  # watch_step_index redraws
+        if moved:
+            self.show_step()
+
+    # ---- a growing source -----------------------------------------------------------------
+    def poll(self) -> None:
+        """Take the steps appended since the last poll; show the newest if following. The live
+        controls' notices and engine state come with it."""
+        if self.model.grows and not self.model.broken and self.query(TimelineView):  # none: closing
+            try:
+                if self.model.poll():
+                    self.take_steps()
+            except TraceError:
+                self.say_broken()
+        if self.live is not None:
+            self.live.after_poll(self)
+
+    def take_steps(self) -> None:
+        self.query_one(TimelineView).grow()
+        if not self.model.following:
+            self.update_status()
+            return
+        try:
+            self.model.show_newest()
+        except TraceError:
+            self.say_broken()
+            return
+        self.show_step()
+
+    def say_broken(self) -> None:
+        self.notify(self.model.broken, title="stopped following", severity="error", timeout=30, markup=False)
+        self.update_status()
+
+    def action_follow(self) -> None:
+        self.playing = False
+        if self.steps:
+            self.go_to(self.model.last)
+        self.model.following = True
+        self.update_status()
 
     # ---- actions --------------------------------------------------------------------------
     def action_step(self, delta: int) -> None:
-        if delta > 0 and self.predict:
-            self.advance_with_question()
+        if delta > 0 and self.model.at_newest and self.live is not None and self.live.step_engine():
+            self.model.following = True  # the step it runs is shown when it arrives
+        elif delta > 0:
+            self.advance()
         else:
             self.go_to(self.step_index + delta)
 
     def action_jump_end(self, last: int) -> None:
-        self.go_to(len(self.steps) - 1 if last else 0)
+        self.go_to(self.model.last if last else 0)
 
     def action_toggle_play(self) -> None:
-        if not self.playing and self.step_index >= len(self.steps) - 1:
+        if not self.steps:
+            return
+        if not self.playing and self.model.at_newest:
             self.go_to(0)
         self.playing = not self.playing
 
@@ -375,40 +447,30 @@ class ReplayApp(App[int]):
         self.play_timer = self.set_interval(1 / SPEEDS[self.speed_index], self.tick)
 
     def tick(self) -> None:
-        if self.step_index >= len(self.steps) - 1:
+        if self.model.at_newest:
             self.playing = False
             return
-        if self.predict:
-            self.playing = False
-            self.advance_with_question()
-        else:
-            self.go_to(self.step_index + 1)
+        if self.quiz is not None:
+            self.playing = False  # its question waits for an answer
+        self.advance()
 
     def action_speed(self, delta: int) -> None:
         self.speed_index = max(0, min(len(SPEEDS) - 1, self.speed_index + delta))
 
     def action_goto(self) -> None:
-        self.push_screen(GotoScreen(self.step_numbers[0], self.step_numbers[-1]), self.jump_to_number)
+        if self.steps:
+            self.push_screen(GotoScreen(self.step_numbers[0], self.step_numbers[-1]), self.jump_to_number)
 
     def jump_to_number(self, number: int | None) -> None:
         if number is None:
             return
-        index = bisect.bisect_left(self.step_numbers, number)
-        if index < len(self.step_numbers):
-            if self.step_numbers[index] != number:
-                self.notify(f"no step {number} in this trace; showing step {self.step_numbers[index]}")
-            self.go_to(index)
-            return
-        self.notify(f"step {number} is past the end; showing the last step", severity="warning")
-        self.go_to(len(self.steps) - 1)
+        index, note = self.model.index_of_number(number)
+        if note:
+            self.notify(note, severity="warning" if number > self.step_numbers[-1] else "information")
+        self.go_to(index)
 
     def action_event(self, direction: int) -> None:
-        if direction > 0:
-            later = [i for i in self.event_indices if i > self.step_index]
-            target = later[0] if later else None
-        else:
-            earlier = [i for i in self.event_indices if i < self.step_index]
-            target = earlier[-1] if earlier else None
+        target = self.model.event_from(direction)
         if target is None:
             self.notify(f"no {'later' if direction > 0 else 'earlier'} event")
         else:
@@ -453,49 +515,59 @@ class ReplayApp(App[int]):
         self.notify(f"animations {'on' if self.animations else 'off'}")
 
     def action_screenshot(self) -> None:  # type: ignore[override]  # no filename/path: always the trace's folder
+        if not self.steps:
+            return
         self.screenshot_dir.mkdir(parents=True, exist_ok=True)
         path = self.save_screenshot(filename=f"nanoengine-step-{self.step_number}.svg", path=str(self.screenshot_dir))
         self.last_screenshot = Path(path)
         self.notify(f"screenshot saved: {path}", markup=False)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.live.HELP if self.live is not None else None))
 
     async def action_quit(self) -> None:
         self.exit(0)
 
+    # ---- live controls' keys (check_action offers them only with live controls) -------------
+    def action_toggle_engine(self) -> None:
+        if self.live is not None:
+            self.live.toggle_engine(self)
+
+    def action_add_request(self) -> None:
+        if self.live is not None:
+            self.live.ask_for_request(self)
+
+    def action_abort_selected(self) -> None:
+        if self.live is not None:
+            self.live.abort_selected(self)
+
     # ---- predict mode ---------------------------------------------------------------------
-    def advance_with_question(self) -> None:
-        if self.step_index >= len(self.steps) - 1 or self.asking:
+    def advance(self) -> None:
+        """→ and play: the next step; in predict mode a question about it comes first."""
+        if self.quiz is None or self.model.at_newest:
+            self.go_to(self.step_index + 1)
             return
-        upcoming = self.steps[self.step_index + 1]
-        question = make_question(self.current_step, upcoming, self.header, avoid=self.last_kind)
+        if self.quiz.asking:
+            return
+        question = self.quiz.ask(self.current_step, self.steps[self.step_index + 1], self.header)
         if question is None:
             self.go_to(self.step_index + 1)
             return
-        self.asking = True
-        self.last_kind = question.kind
-        score = f"{self.score_right}/{self.score_asked}"
         self.clear_notifications()  # the previous answer's toast would cover this question
-        self.push_screen(PredictScreen(question, score, self.last_reveal), lambda answer: self.reveal(question, answer))
+        self.push_screen(PredictScreen(self.quiz, question), self.reveal)
 
-    def reveal(self, question: Question, answer: str | None) -> None:
-        self.asking = False
-        if answer is not None:
-            self.score_asked += 1
-            if is_correct(question, answer):
-                self.score_right += 1
-                self.last_reveal = f"✓ right: {question.answer}. {question.explanation}"
-                self.notify(self.last_reveal, timeout=8)
-            else:
-                self.last_reveal = f"✗ it was {question.answer} (you said {answer}). {question.explanation}"
-                self.notify(self.last_reveal, severity="warning", timeout=10)
+    def reveal(self, right: bool | None) -> None:
+        """The answer's verdict (None: skipped), then the step it was about."""
+        if self.quiz is not None and right is not None:
+            self.notify(
+                self.quiz.last_reveal, severity="information" if right else "warning", timeout=8 if right else 10
+            )
         self.go_to(self.step_index + 1)
         self.update_topbar()
 
     # ---- selection ------------------------------------------------------------------------
     def select(self, seq_id: int | None, block: int | None = None) -> None:
-        self.selected_seq, self.selected_block = seq_id, block
+        self.model.select(seq_id, block)
         self.machine.select(seq_id)
         self.kv.select(seq_id, block)
         self.seqs.select(seq_id)
@@ -509,9 +581,7 @@ class ReplayApp(App[int]):
 
     @on(KVPagesView.BlockClicked)
     def block_clicked(self, event: KVPagesView.BlockClicked) -> None:
-        owners = event.owners
-        seq_id = self.selected_seq if self.selected_seq in owners else (owners[0] if owners else None)
-        self.select(seq_id, event.block)
+        self.select(self.model.owner_to_select(event.owners), event.block)
 
     @on(TimelineView.Seek)
     def seek(self, event: TimelineView.Seek) -> None:
@@ -549,18 +619,16 @@ def run_replay(
             file=sys.stderr,
         )
         return 2
-    focus = trace.header.get("focus_step")
-    if start_step == 0 and isinstance(focus, int):
-        numbers = [marks.step for marks in trace.marks]
-        start_step = numbers.index(focus) if focus in numbers else 0
+    if start_step == 0:
+        start_step = focus_index(trace) or 0
     try:
         app = ReplayApp(trace, start_step, predict, guide=guide, compare=other)
     except DiffError as e:
         print(f"nanoengine: error: --compare: {e}", file=sys.stderr)
         return 2
     try:
-        app.check(app.step_index)
-        app.check(max(0, app.step_index - 1))
+        app.model.check(app.step_index)
+        app.model.check(max(0, app.step_index - 1))
     except TraceError as e:
         print(f"nanoengine: error: {e}", file=sys.stderr)
         return 2

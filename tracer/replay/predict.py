@@ -6,6 +6,10 @@ stop string could change it: the sequences panel shows gen/max_tokens and whethe
 the KV slot of a scheduled token whose block is already in its table, the block a sequence gets
 next (the free list's head), how many tokens a sequence or the whole step computes. The kind
 changes from one question to the next.
+
+    quiz = Quiz()                                      # the score, across questions
+    quiz.ask(shown, upcoming, header) -> Question | None
+    PredictScreen(quiz, question)                      # the app pushes it; dismisses with the verdict
 """
 
 from __future__ import annotations
@@ -50,6 +54,42 @@ def make_question(shown: dict, upcoming: dict, header: dict, avoid: str = "") ->
 
 def is_correct(question: Question, answer: str) -> bool:
     return answer.strip().lower() == question.answer.strip().lower()
+
+
+@dataclass(slots=True)
+class Quiz:
+    """Predict mode across its questions: the score, the last verdict (shown above the next
+    question), the kind asked last (the next asks another), and whether a question is open."""
+
+    right: int = 0
+    asked: int = 0
+    last_reveal: str = ""
+    last_kind: str = ""
+    asking: bool = False
+
+    @property
+    def score(self) -> str:
+        return f"{self.right}/{self.asked}"
+
+    def ask(self, shown: dict, upcoming: dict, header: dict) -> Question | None:
+        """The question to ask before `upcoming` is shown; None if nothing determinable can be asked."""
+        question = make_question(shown, upcoming, header, avoid=self.last_kind)
+        if question is not None:
+            self.asking, self.last_kind = True, question.kind
+        return question
+
+    def take(self, question: Question, answer: str | None) -> bool | None:
+        """Score an answer (None: skipped, not scored); its verdict becomes last_reveal."""
+        self.asking = False
+        if answer is None:
+            return None
+        self.asked += 1
+        if is_correct(question, answer):
+            self.right += 1
+            self.last_reveal = f"✓ right: {question.answer}. {question.explanation}"
+            return True
+        self.last_reveal = f"✗ it was {question.answer} (you said {answer}). {question.explanation}"
+        return False
 
 
 def params_of(header: dict, seq_id: int) -> dict:
@@ -198,22 +238,22 @@ MAKERS: tuple[Callable[[dict, dict, dict], Question | None], ...] = (
 )
 
 
-class PredictScreen(ModalScreen[str | None]):
-    """Asks one Question; dismisses with the answer, or None when skipped (Esc)."""
+class PredictScreen(ModalScreen[bool | None]):
+    """Predict mode's dialog: asks one Question over the step still shown, scores the answer in
+    the Quiz and dismisses with the verdict (True right, False wrong, None skipped with Esc)."""
 
     BINDINGS = [Binding("escape", "skip", "skip")]
 
-    def __init__(self, question: Question, score: str, previous: str = "") -> None:
+    def __init__(self, quiz: Quiz, question: Question) -> None:
         super().__init__()
+        self.quiz = quiz
         self.question = question
-        self.score = score
-        self.previous = previous  # the last answer's verdict: shown here, not as a toast over the question
 
     def compose(self) -> ComposeResult:
         with Vertical(id="predict-box"):
-            yield Label(f"Predict the next step  ·  score {self.score}", id="predict-title")
-            if self.previous:
-                yield Static(Text(self.previous), id="predict-previous")
+            yield Label(f"Predict the next step  ·  score {self.quiz.score}", id="predict-title")
+            if self.quiz.last_reveal:  # the last answer's verdict: shown here, not as a toast over the question
+                yield Static(Text(self.quiz.last_reveal), id="predict-previous")
             yield Static(self.question.prompt, id="predict-question")
             if self.question.choices:
                 yield OptionList(*self.question.choices, id="predict-choices")
@@ -222,14 +262,17 @@ class PredictScreen(ModalScreen[str | None]):
             yield Static("Enter answers · Esc reveals without scoring", classes="predict-hint")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(str(event.option.prompt))
+        self.answer(str(event.option.prompt))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.value.strip():
-            self.dismiss(event.value)
+            self.answer(event.value)
+
+    def answer(self, answer: str) -> None:
+        self.dismiss(self.quiz.take(self.question, answer))
 
     def action_skip(self) -> None:
-        self.dismiss(None)
+        self.dismiss(self.quiz.take(self.question, None))
 
 
 KINDS = ("status", "slot", "block", "scheduled", "batch")  # MAKERS' kinds, in turn order

@@ -11,19 +11,12 @@ from textual.widget import Widget
 
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import EVENT_MARKS
+from tracer.replay.marks import MARK_ORDER
 
-MARK_ORDER = ("violation", EventKind.PREEMPTED, EventKind.PREFIX_HIT, EventKind.FINISHED)  # most important first
 PLAYED = Style(color="#2ec4b6")
 AHEAD = Style(color="#6c6c6c")
 CURSOR = Style(color="black", bgcolor="#ffd23f", bold=True)
 BOLD = Style(bold=True)
-
-
-def step_mark(kinds: frozenset[str], has_violations: bool) -> str:
-    """The most important marker of a step, from its event kinds ('' if none)."""
-    if has_violations:
-        return "violation"
-    return next((kind for kind in MARK_ORDER if kind in kinds), "")
 
 
 class TimelineView(Widget):
