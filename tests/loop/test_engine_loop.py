@@ -9,7 +9,7 @@ import threading
 import pytest
 from conftest import HANG_S, TINY_OPTIONS, make_tiny_engine
 
-from nanoengine.engine import LLM
+from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 from tracer.loop.engine_loop import REJECTED, EngineLoop, RequestUpdate
 from tracer.trace.invariants import check_trace
@@ -112,7 +112,7 @@ def test_a_request_the_engine_refuses_is_rejected_and_the_loop_goes_on(loop):
 
 def test_a_failed_step_fails_the_live_requests_and_the_loop_goes_on(loop):
     def explode_once(record):
-        loop.engine.step_hooks.remove(explode_once)
+        loop.engine.remove_step_hook(explode_once)
         raise RuntimeError("planted hook failure")
 
     loop.call(lambda engine: engine.add_step_hook(explode_once)).result(WAIT)

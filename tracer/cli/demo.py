@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from nanoengine.config import EngineConfig
+from tracer.cli.defaults import SHOWN, default_of
 from tracer.replay.app import parse_terminal_size
 from tracer.teach.demos import DEFAULT_SIZE, DEMOS, export_frames, look_for, run_demo
 
@@ -112,7 +114,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "that record a trace and open the replay TUI at the step that matters.",
     )
     p.add_argument("name", help=f"list, or one of: {', '.join(DEMOS)}")
-    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M, real text) or 'tiny' (instant)")
+    p.add_argument(
+        "--model",
+        default=default_of(EngineConfig, "model"),
+        help=f"'default' (SmolLM2-135M, real text) or 'tiny' (instant) {SHOWN}",
+    )
     p.add_argument("--no-tui", action="store_true", help="record and report only")
     p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
     p.add_argument("--export", metavar="DIR", default=None, help="write SVG frames here instead of opening the TUI")

@@ -8,6 +8,7 @@ import importlib
 import sys
 import time
 
+from tracer.cli.defaults import SHOWN, add_field_arg
 from tracer.trace.readable import printable
 
 SUBCOMMANDS = {  # name -> (module, function taking argv)
@@ -25,21 +26,39 @@ SUBCOMMANDS = {  # name -> (module, function taking argv)
 
 
 def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
-    """Engine and sampling flags shared by generate, trace and demo (serve: the engine's only)."""
-    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny', a folder or .gguf")
+    """Engine and sampling flags shared by generate, trace and serve (serve: the engine's only); their
+    defaults are EngineConfig's and SamplingParams' own."""
+    from nanoengine.config import EngineConfig
+    from nanoengine.sampling_params import SamplingParams
+
+    add_field_arg(
+        p, EngineConfig, "model", str, f"'default' (SmolLM2-135M-Instruct), 'tiny', a folder or .gguf {SHOWN}"
+    )
     if sampling:
-        p.add_argument("--max-tokens", type=int, default=64)
-        p.add_argument("--temperature", type=float, default=0.0)
-        p.add_argument("--top-p", type=float, default=1.0)
-        p.add_argument("--top-k", type=int, default=0)
-        p.add_argument("--seed", type=int, default=None)
+        add_field_arg(p, SamplingParams, "max_tokens", int, f"new tokens per request at most {SHOWN}")
+        add_field_arg(p, SamplingParams, "temperature", float, f"0 = greedy {SHOWN}")
+        add_field_arg(p, SamplingParams, "top_p", float)
+        add_field_arg(p, SamplingParams, "top_k", int, f"0 = off {SHOWN}")
+        add_field_arg(p, SamplingParams, "seed", int, "seed each request's draws (default: %(default)s, unseeded)")
         p.add_argument("--ignore-eos", action="store_true")
         p.add_argument("--raw", action="store_true", help="do not wrap prompts in the chat template")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--num-kv-blocks", type=int, default=None)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-model-len", type=int, default=None)
+    add_field_arg(p, EngineConfig, "block_size", int, f"tokens per KV block {SHOWN}")
+    add_field_arg(
+        p,
+        EngineConfig,
+        "num_kv_blocks",
+        int,
+        f"KV pool size in blocks {SHOWN}; None: as many as kv_cache_memory_gb holds",
+    )
+    add_field_arg(p, EngineConfig, "max_num_batched_tokens", int, f"per-step token budget {SHOWN}")
+    add_field_arg(p, EngineConfig, "max_num_seqs", int, f"requests in one step at most {SHOWN}")
+    add_field_arg(
+        p,
+        EngineConfig,
+        "max_model_len",
+        int,
+        f"prompt + output tokens at most {SHOWN}; None: the model's context, capped",
+    )
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is much faster on a busy machine)")
 

@@ -12,11 +12,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from nanoengine.sampling_params import SamplingParams
 from tracer.cli.demo import ENGINE_FLAGS, engine_overrides
 from tracer.cli.trace import add_live_arg, check_live_args, record_and_show
-from tracer.loop.arrivals import Arrival
-from tracer.teach.scenarios import load_scenario
+from tracer.teach.scenarios import load_scenario, scenario_arrivals
 
 
 def run_main(argv: list[str]) -> int:
@@ -38,7 +36,7 @@ def run_main(argv: list[str]) -> int:
     check_live_args(args)
     scenario = load_scenario(args.scenario, name=args.scenario.stem)
     args.title = scenario.title
-    arrivals = [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]
+    arrivals = scenario_arrivals(scenario)
     options = {**scenario.engine, **engine_overrides(args)}
     if args.threads is not None:
         options["num_threads"] = args.threads

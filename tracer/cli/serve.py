@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tracer.cli.defaults import SHOWN
 from tracer.cli.main import add_engine_args, engine_options
 from tracer.trace.readable import printable
 
@@ -32,7 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     add_engine_args(p, sampling=False)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8000; 0: any free port)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port {SHOWN}; 0: any free port")
     p.add_argument("--trace", type=Path, default=None, help="record every engine step to this trace file")
     p.add_argument("--served-model-name", default=None, help="the model id clients send (default: the model's name)")
     p.add_argument(

@@ -25,7 +25,8 @@ from rich.markup import escape
 from rich.text import Text
 
 from tracer.cli.main import add_engine_args, engine_options, read_prompts, sampling_params
-from tracer.loop.arrivals import Arrival, add_due, parse_arrive, sorted_arrivals
+from tracer.loop.arrivals import Arrival, parse_arrive
+from tracer.loop.drive import drive
 from tracer.trace.readable import printable
 from tracer.trace.trace_file import Trace, TraceError, load_trace
 
@@ -97,8 +98,8 @@ def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, c
     """Record the arrivals' run into args.out (or a default path), then summarise or open the replay."""
     from tracer.trace.recorder import default_trace_path
 
-    for arrival in arrivals:  # bad prompts fail before any file
-        check_request(engine, arrival)
+    for arrival in arrivals:  # a bad request fails before any file (a late arrival joins mid-run)
+        engine.check_request(arrival.prompt, arrival.params)
     path = Path(args.out) if args.out else default_trace_path()
     target = out_target(path)
     if getattr(args, "live", False):
@@ -144,15 +145,6 @@ def record_live(engine, arrivals: list[Arrival], args: argparse.Namespace, targe
     publish(partial, target)
     print(f"Trace written to {printable(str(path))}")
     return code
-
-
-def check_request(engine, arrival: Arrival) -> None:
-    """The checks add_request makes on the prompt, made before the run (a late arrival joins mid-run)."""
-    arrival.params.validate()
-    num_tokens = len(engine.encode_prompt(arrival.prompt))
-    limit = engine.scheduler.max_model_len
-    if num_tokens >= limit:
-        raise ValueError(f"a prompt is {num_tokens} tokens, but max_model_len is {limit}: shorten it or raise it")
 
 
 FILE_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
@@ -219,7 +211,6 @@ def record(
 
     from tracer.trace.recorder import TraceRecorder
 
-    pending = sorted_arrivals(arrivals)
     with (
         TraceRecorder(engine, path, title=title) as recorder,
         Progress(
@@ -228,13 +219,14 @@ def record(
     ):
         task = progress.add_task("Recording")
         num_generated = 0
+
+        def show_progress(appended: list) -> None:
+            nonlocal num_generated
+            num_generated += len(appended)
+            progress.update(task, description=f"Recording step {recorder.num_steps}, {num_generated} tokens generated")
+
         try:
-            while pending or engine.has_unfinished():
-                ids.update((a.index, seq_id) for a, seq_id in add_due(engine, pending, recorder))
-                num_generated += len(engine.step())
-                progress.update(
-                    task, description=f"Recording step {recorder.num_steps}, {num_generated} tokens generated"
-                )
+            drive(engine, arrivals, recorder=recorder, on_step=show_progress, ids=ids)
         except KeyboardInterrupt:
             recorder.close()
             progress.stop()
@@ -248,8 +240,7 @@ def record(
 
 def close_quietly(recorder) -> None:
     """Detach a recorder whose file can no longer be written."""
-    engine = recorder.engine
-    engine.step_hooks[:] = [h for h in engine.step_hooks if h is not recorder]
+    recorder.engine.remove_step_hook(recorder)
     try:
         recorder.file.close()
     except OSError:
@@ -270,10 +261,7 @@ def keep_interrupted(partial: Path, path: Path, console: Console) -> int:
 
 def finish_without_recorder(engine, arrivals: list[Arrival], ids: dict[int, int]) -> None:
     """Run the requests to the end without a trace (the late ones join as they would have) and print their text."""
-    pending = sorted_arrivals([a for a in arrivals if a.index not in ids])
-    while pending or engine.has_unfinished():
-        ids.update((a.index, seq_id) for a, seq_id in add_due(engine, pending))
-        engine.step()
+    drive(engine, [a for a in arrivals if a.index not in ids], ids=ids)
     for i in range(len(arrivals)):
         out = engine.collect(ids[i])
         header = f"--- [{i}] {printable(out.prompt)}\n" if len(arrivals) > 1 else ""
@@ -343,6 +331,7 @@ def print_step_text(path: str, index: int) -> int:
     """`replay FILE --step N --text`: the narration of step index N, as the TUI shows it; then every
     violation in full and the code panel (the function behind the decision, its line marked ▶)."""
     from tracer.replay.decision_code import step_code_text
+    from tracer.replay.model import ReplayModel
     from tracer.replay.narration import narrate
 
     trace = load_or_report(path)
@@ -354,8 +343,9 @@ def print_step_text(path: str, index: int) -> int:
     if not 0 <= index < len(trace.steps):
         err(f"step {index} is outside the trace: choose 0 .. {len(trace.steps) - 1}")
         return 2
-    print(printable(narrate(trace.steps[index], trace.header)))
-    for line in step_code_text(trace.steps[index], trace.header):
+    model = ReplayModel(trace, index)
+    print(printable(narrate(model.current, model.header)))
+    for line in step_code_text(model.current, model.header):
         print(printable(line))
     return 0
 

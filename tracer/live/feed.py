@@ -1,6 +1,6 @@
 """The run's own requests in a live session: each joins the running loop at its arrival step
-(`nanoengine trace --live --arrive 0,0,4,9`, a scenario's `arrive`), as tracer.loop.arrivals'
-add_due does for a recorded run, but from inside the loop thread after each step.
+(`nanoengine trace --live --arrive 0,0,4,9`, a scenario's `arrive`), by tracer.loop.arrivals' is_due
+as tracer.loop.drive does for a recorded run, but from inside the loop thread after each step.
 
     ArrivalFeed(control, arrivals).start()
 """
@@ -8,7 +8,7 @@ add_due does for a recorded run, but from inside the loop thread after each step
 from __future__ import annotations
 
 from tracer.live.control import EngineControl
-from tracer.loop.arrivals import Arrival, sorted_arrivals
+from tracer.loop.arrivals import Arrival, is_due, sorted_arrivals
 from tracer.loop.engine_loop import LoopRequest
 
 
@@ -29,7 +29,7 @@ class ArrivalFeed:
         steps, so the next one joins at once, as in a recorded run)."""
         loop = self.control.loop
         engine = loop.engine
-        while self.pending and (self.pending[0].step <= engine.num_steps or not engine.has_unfinished()):
+        while self.pending and is_due(self.pending[0].step, engine.num_steps, not engine.has_unfinished()):
             arrival = self.pending.pop(0)
             request = LoopRequest(arrival.prompt, arrival.params, self.control.on_update, {"arrive": arrival.step})
             loop.admit(request)

@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
-from tracer.loop.arrivals import Arrival, add_due, sorted_arrivals
+from tracer.loop.arrivals import Arrival
+from tracer.loop.drive import StepLimitError, drive
 from tracer.trace.trace_file import read_json_file
 
 if TYPE_CHECKING:  # the engine loads torch (2 s): `run --help` and `demo --help` stay quick
-    from nanoengine.engine import LLMEngine, RequestOutput
+    from nanoengine.engine import LLMEngine
+    from nanoengine.outputs import RequestOutput
+    from tracer.trace.recorder import TraceRecorder
 
 DEFAULT_MAX_STEPS = 2000
 FOCUS_EVENTS = tuple(EventKind)
@@ -91,9 +94,6 @@ class ScenarioRun:
     def event_counts(self) -> Counter:
         return Counter(kind for s in self.steps for kind, _ in s.events)
 
-    def tokens_saved_by_prefix_cache(self) -> int:
-        return sum(self.prefix_hits.values())
-
 
 # ---- loading -------------------------------------------------------------------------------
 def load_scenario(path: str | Path, name: str | None = None) -> Scenario:
@@ -135,17 +135,22 @@ def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scena
     )
 
 
+def scenario_arrivals(scenario: Scenario) -> list[Arrival]:
+    """The scenario's requests as the driver's arrivals (index: the request's place in the file)."""
+    return [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]
+
+
 # ---- running -------------------------------------------------------------------------------
 class StepCollector:
     """A step hook that keeps a compact summary of each step, by request index."""
 
     def __init__(self) -> None:
-        self.index: dict[int, int] = {}  # seq_id -> request index
+        self.ids: dict[int, int] = {}  # request index -> seq_id, filled by the driver as requests join
         self.steps: list[StepSummary] = []
         self.prefix_hits: dict[int, int] = {}
 
     def __call__(self, record: StepRecord) -> None:
-        idx = self.index.get
+        idx = {seq_id: i for i, seq_id in self.ids.items()}.get
         scheduled = {s.seq_id: s.num_scheduled_tokens for s in record.seqs}
         batch = tuple((idx(sid, -1), scheduled.get(sid, 0)) for sid in record.inputs.seq_ids)
         # not_admitted explains a wait, it changes nothing: a student's try_admit need not record it
@@ -178,7 +183,7 @@ def run_scenario(
     with tempfile.TemporaryDirectory(prefix="nanoengine-scenario-") as tmp:
         path = Path(trace_path) if trace_path is not None else Path(tmp) / "trace.jsonl"
         with TraceRecorder(engine, path, title=title or scenario.title) as recorder:
-            ids = drive(engine, scenario, collector, recorder)
+            drive_scenario(engine, scenario, recorder, collector.ids)
         violations = list(recorder.violations)
         focus = find_focus(scenario.focus, collector.steps)
         if trace_path is not None:
@@ -187,7 +192,7 @@ def run_scenario(
         scenario,
         model,
         Path(trace_path) if trace_path is not None else None,
-        [engine.collect(i) for i in ids],
+        [engine.collect(collector.ids[i]) for i in range(len(scenario.requests))],
         collector.steps,
         violations,
         focus,
@@ -195,22 +200,12 @@ def run_scenario(
     )
 
 
-def drive(engine: LLMEngine, scenario: Scenario, collector: StepCollector, recorder=None) -> list[int]:
-    """Add each request at its arrival step and step until all are done; returns seq_ids in order."""
-    arrivals = [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]
-    pending = sorted_arrivals(arrivals)
-    ids: dict[int, int] = {}
-    while pending or engine.has_unfinished():
-        for arrival, seq_id in add_due(engine, pending, recorder):
-            ids[arrival.index] = seq_id
-            collector.index[seq_id] = arrival.index
-        if engine.num_steps >= scenario.max_steps:
-            raise ScenarioError(
-                f"the engine did not finish within {scenario.max_steps} steps "
-                f"(scenario {scenario.name!r}): is a request never scheduled, or never finished?"
-            )
-        engine.step()
-    return [ids[i] for i in range(len(scenario.requests))]
+def drive_scenario(engine: LLMEngine, scenario: Scenario, recorder: TraceRecorder, ids: dict[int, int]) -> None:
+    """Run the scenario's requests to the end (ids: request index -> seq_id, filled as they join)."""
+    try:
+        drive(engine, scenario_arrivals(scenario), recorder=recorder, max_steps=scenario.max_steps, ids=ids)
+    except StepLimitError as e:
+        raise ScenarioError(f"scenario {scenario.name!r}: {e}") from None
 
 
 def find_focus(focus: dict, steps: list[StepSummary]) -> int:

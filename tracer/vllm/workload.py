@@ -13,9 +13,10 @@
 
 Requests are in the order they were added (their seq_id order in the reference run). `arrive` is
 the engine step before which a request is added (a scenario's `arrive`; from a bare trace, the
-request's `first_step`); an idle engine takes the next arrival at once, as nanoengine's scenario
-driver does. `output_token_ids` are the tokens nanoengine's reference run sampled: the recorder
-feeds them to vLLM so both runs see the same tokens (and so the same EOS steps and block hashes).
+request's `first_step`); an idle engine takes the next arrival at once (is_due in
+tracer/loop/arrivals.py, the rule nanoengine's own driver keeps). `output_token_ids` are the tokens
+nanoengine's reference run sampled: the recorder feeds them to vLLM so both runs see the same tokens
+(and so the same EOS steps and block hashes).
 `token_texts` are those ids decoded by the reference run's tokenizer (for the replay's text).
 """
 
