@@ -26,9 +26,9 @@ def preempt(
     Free its blocks, forget its KV (num_cached_tokens = 0, is_prefilling =
     False), make it WAITING, move it from self.running to the head of
     self.waiting, list it in out.preempted (schedule admits nobody in a step
-    that preempted), and record out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id,
-    free=...) (who needed the room, and the free blocks before seq's were
-    given back).
+    that preempted), and record out.add_event(EventKind.PREEMPTED, seq,
+    by=needed_by.seq_id, free=...) (who needed the room, and the free blocks
+    before seq's were given back).
     """
     # TODO
     raise NotImplementedError("preempt is not written yet")

@@ -14,7 +14,7 @@ from conftest import (
     make_tiny_engine,
 )
 
-from nanoengine.engine import LLM
+from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 from tracer.trace.invariants import check_trace
 from tracer.trace.recorder import Detokenizer, TraceRecorder, default_trace_path, record_run
@@ -224,7 +224,7 @@ def growing_texts_match_full_decodes(tokenizer, ids: list[int]) -> None:
 
 
 def test_completion_texts_equal_a_full_decode_at_every_length():
-    from nanoengine.tiny import ByteTokenizer
+    from nanoengine.loading.tiny import ByteTokenizer
 
     tokenizer = ByteTokenizer()
     # multi-byte characters: a kept head never ends inside one (its text would end in U+FFFD)
@@ -234,7 +234,7 @@ def test_completion_texts_equal_a_full_decode_at_every_length():
 
 @pytest.mark.real_model
 def test_completion_texts_with_the_real_tokenizer():
-    from nanoengine.loader import load_model
+    from nanoengine.loading.checkpoint import load_model
 
     tokenizer = load_model("default").tokenizer
     text = "Paris is the capital of France. Le café coûte 3 €; 東京は日本の首都です 🙂. " * 3

@@ -161,3 +161,16 @@ def test_preempted_is_vllms_own_status_kept_beside_nanoengines():
     trace = load("08_preemption")
     rows = [r for s in trace.steps for r in s["seqs"] if r["vllm_status_after"] == "PREEMPTED"]
     assert rows and all(r["status_after"] == "WAITING" and r["block_table_after"] == [] for r in rows)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_committed_row_and_pool_layout_is_the_one_builders(name):
+    """vLLM's recorder writes with tracer/trace/step_line.py: its rows carry nanoengine's fields in
+    their order, then vLLM's own statuses; owners and fill are the layout nanoengine's recorder derives."""
+    from tracer.trace.step_line import pool_layout
+    from tracer.vllm.record import VllmRow
+
+    for step in load(name).steps:
+        assert all(tuple(row) == tuple(VllmRow.__annotations__) for row in step["seqs"])
+        layout = pool_layout(step["seqs"], step["pool"])
+        assert (step["pool"]["owners"], step["pool"]["filled"]) == (layout["owners"], layout["filled"])

@@ -15,7 +15,6 @@ where fewer than 16 requests still run: that is the "decode at batch >= 16" wind
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -24,74 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tracer.bench.model_shape import ModelShape
 from tracer.bench.roofline import ByteModel, bound_seconds
+from tracer.bench.timing import time_call
 from tracer.bench.workload import BenchRequest
 
 FULL_BATCH = 16  # "decode at batch >= 16": while at least this many requests still run
 PEAK_BATCHES = (32, 128, 512)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelShape:
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-
-    @classmethod
-    def of(cls, config) -> ModelShape:
-        from nanoengine.model import head_dim_of
-
-        return cls(
-            config.num_hidden_layers,
-            config.hidden_size,
-            config.num_attention_heads,
-            config.num_key_value_heads,
-            head_dim_of(config),
-            config.intermediate_size,
-            config.vocab_size,
-        )
-
-    @property
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each linear layer of one decoder layer, and the LM head."""
-        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        h, i = self.hidden_size, self.intermediate_size
-        return {
-            "q_proj": (h, q),
-            "k_proj": (h, kv),
-            "v_proj": (h, kv),
-            "o_proj": (q, h),
-            "gate_proj": (h, i),
-            "up_proj": (h, i),
-            "down_proj": (i, h),
-            "lm_head": (h, self.vocab_size),
-        }
-
-    def linear_flops(self) -> int:
-        """Per token, every decoder layer's linears: 2 FLOPs (multiply + add) per weight."""
-        per_layer = sum(a * b for name, (a, b) in self.linear_shapes.items() if name != "lm_head")
-        return 2 * per_layer * self.num_layers
-
-    def attention_flops(self, context: int) -> int:
-        """Per token attending to `context` keys, all layers: q.k and p.v, 2 FLOPs per multiply-add."""
-        return 2 * 2 * self.num_heads * self.head_dim * context * self.num_layers
-
-    def lm_head_flops(self) -> int:
-        return 2 * self.hidden_size * self.vocab_size
-
-    def token_flops(self, position: int) -> int:
-        """One token at `position` (0-based), without the LM head: it attends to position + 1 keys."""
-        return self.linear_flops() + self.attention_flops(position + 1)
-
-    def prefill_flops(self, num_prompt_tokens: int) -> int:
-        """A whole prompt, causal: sum over positions of linear + attention (closed form), one LM head."""
-        n = num_prompt_tokens
-        attention = 2 * 2 * self.num_heads * self.head_dim * self.num_layers * n * (n + 1) // 2
-        return n * self.linear_flops() + attention + self.lm_head_flops()
 
 
 def request_token_flops(shape: ModelShape, request: BenchRequest) -> list[int]:
@@ -192,22 +130,6 @@ def run_efficiency(
 
 
 # ---- the machine's limit ---------------------------------------------------------------------------
-def time_call(fn: Callable[[], object], device: torch.device, min_time: float = 0.15, max_reps: int = 50) -> float:
-    """The fastest of several timed calls (after one warm-up), at least min_time in all: the machine's
-    limit is its best rate, and on a shared machine slower repeats only measure other processes."""
-    from tracer.bench.metrics import synchronize
-
-    fn()
-    times: list[float] = []
-    while len(times) < 3 or (sum(times) < min_time and len(times) < max_reps):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def gemm_libraries(device: torch.device, dtype: torch.dtype) -> dict[str, Callable[[Tensor, Tensor], Tensor]]:
     """y = x @ W.T by each GEMM library torch can reach here: its default (F.linear: MKL on x86 CPUs,
     cuBLAS on CUDA) and, on CPU in float32, oneDNN (what nanoengine's Linear uses)."""

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tracer.bench.model_shape import ModelShape
+from tracer.bench.timing import time_call
 from tracer.bench.workload import BenchRequest
 
 STREAM_BYTES = 256 * 2**20  # per buffer: far larger than any x86 last-level cache
@@ -35,7 +37,7 @@ class ByteModel:
     kv_bytes_per_key: int  # K and V of one token position, all layers
 
     @classmethod
-    def of(cls, shape, itemsize: int) -> ByteModel:  # shape: efficiency.ModelShape
+    def of(cls, shape: ModelShape, itemsize: int) -> ByteModel:
         per_layer = sum(a * b for name, (a, b) in shape.linear_shapes.items() if name != "lm_head")
         h, vocab = shape.linear_shapes["lm_head"]
         weights = (per_layer * shape.num_layers + h * vocab) * itemsize
@@ -61,8 +63,6 @@ def measure_memory_bandwidth(device: torch.device, nbytes: int = STREAM_BYTES) -
     """STREAM-like rates in GB/s with torch on buffers far larger than the cache, with the threads
     torch uses now: read (a sum), copy (a -> b) and triad (a = b + s * c). The bandwidth is the best
     of them: the machine's limit, as the GEMM peak is the best GEMM."""
-    from tracer.bench.efficiency import time_call
-
     n = nbytes // 4
     a = torch.ones(n, device=device, dtype=torch.float32)
     b = torch.full((n,), 2.0, device=device, dtype=torch.float32)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanoengine.sequence import EventKind
+from tracer.trace.step_line import own_status_after
 
 KINDS = ("tokens", EventKind.ADMITTED, EventKind.PREEMPTED, EventKind.PREFIX_HIT, EventKind.FINISHED, "blocks")
 
@@ -165,7 +166,7 @@ class Side:
         row = self.rows().get(i)
         if row is None:
             return "not added yet"
-        status = row.get("vllm_status_after") or row["status_after"]
+        status = own_status_after(row)
         parts = [f"{row['num_scheduled_tokens']} tokens from {row['num_cached_tokens']} cached, now {status}"]
         kinds = (
             EventKind.ADMITTED,

@@ -42,13 +42,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import nanoengine
-from nanoengine.engine import LLMEngine, RequestOutput
+from nanoengine.engine import LLMEngine
+from nanoengine.outputs import RequestOutput
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.step_record import BlockPool, SeqStep, StepRecord
-from tracer.trace import event_where
 from tracer.trace.invariants import InvariantChecker, Violation
 from tracer.trace.sources import SourceBook
-from tracer.trace.step_line import PoolLayout, SeqRow, StepLine, line_from_record
+from tracer.trace.step_line import EngineRow, SeqRow, StepLine, engine_row, free_fill, idle_row, seq_row, step_line
 from tracer.trace.trace_file import SCHEDULER_CONFIG, SCHEMA_VERSION
 
 CONFIG_FIELDS = (*SCHEDULER_CONFIG, "use_chat_template")
@@ -129,7 +129,6 @@ class TraceRecorder:
         self.sources: SourceBook | None = None  # the engine's functions, read when the header is written
         self.num_steps = 0
         self.last_step = -1
-        event_where.listen()
         engine.add_step_hook(self)
 
     # ---- the hook -----------------------------------------------------------------------
@@ -140,7 +139,7 @@ class TraceRecorder:
         if self.header is None:
             self.write_header(new_requests)
             new_requests = []
-        line = self.step_line(record, new_requests)
+        line = self.line_of(record, new_requests)
         found = self.checker.check(line)
         line["violations"] = [v.to_dict() for v in found]
         self.violations.extend(found)
@@ -150,13 +149,9 @@ class TraceRecorder:
         self.last_step = record.step
 
     def serialize(self, line: StepLine) -> str:
-        """The line as JSON; the pool's big arrays are re-encoded only when they changed."""
-        rest: dict[str, object] = {}
-        for key, value in line.items():
-            if key == "events":  # new_requests go before the events: the lazy loader looks for them there
-                rest["new_requests"] = line.get("new_requests", [])
-            if key not in ("pool", "violations", "new_requests"):
-                rest[key] = value
+        """The line as JSON, its fields in step_line's order; the pool's big arrays are re-encoded only
+        when they changed (the pool and the violations are the line's last two fields)."""
+        rest = {key: value for key, value in line.items() if key not in ("pool", "violations")}
         pool = ",".join(f'"{key}":{self.encode_once(key, value)}' for key, value in line["pool"].items())
         return f'{JSON.encode(rest)[:-1]},"pool":{{{pool}}},"violations":{JSON.encode(line["violations"])}}}'
 
@@ -166,69 +161,39 @@ class TraceRecorder:
             cached = self.encoded[key] = (value, JSON.encode(value))
         return cached[1]
 
-    def step_line(self, record: StepRecord, new_requests: list[dict]) -> StepLine:
-        line = line_from_record(record)
-        for row in line["seqs"]:
-            self.rows[row["seq_id"]] = self.with_texts(row)
-            self.carried.pop(row["seq_id"], None)  # it changed: carry its new row from now on
+    def line_of(self, record: StepRecord, new_requests: list[dict]) -> StepLine:
+        for s in record.seqs:
+            self.rows[s.seq_id] = self.with_texts(engine_row(s))
+            self.carried.pop(s.seq_id, None)  # it changed: carry its new row from now on
         live = {s.seq_id for s in record.seqs}
-        line["seqs"] = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
-        line["new_requests"] = new_requests
+        seqs = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
+        input_texts = self.token_texts(record.inputs.input_ids)
+        line = step_line(record, seqs, new_requests, input_texts, self.free_fill(record.pool))
         if self.sources is not None:
             for event, e in zip(line["events"], record.events):
-                event["where"] = self.sources.where(event_where.taken(e.detail))
-        line["inputs"]["input_texts"] = self.token_texts(record.inputs.input_ids)
-        line["pool"].update(self.pool_layout(line["seqs"], record.pool))
+                event["where"] = self.sources.where(e.where)
         return line
 
-    def with_texts(self, row: SeqRow) -> SeqRow:
+    def with_texts(self, row: EngineRow) -> SeqRow:
         seq_id, new_ids = row["seq_id"], row["new_token_ids"]
-        row["new_token_texts"] = self.token_texts(new_ids)
+        texts = self.token_texts(new_ids)
         completion = self.completions.setdefault(seq_id, [])
         if new_ids or seq_id not in self.rows:
             completion.extend(new_ids)
-            row["output_text"] = self.output_text(seq_id, completion)
-        else:
-            row["output_text"] = self.rows[seq_id]["output_text"]
-        return row
+            return seq_row(row, texts, self.output_text(seq_id, completion))
+        return seq_row(row, texts, self.rows[seq_id]["output_text"])
 
     def carry(self, seq_id: int) -> SeqRow:
         """A sequence not in this step's record (finished earlier, or waiting untouched): listed, idle."""
         if seq_id not in self.carried:
-            last = self.rows[seq_id]
-            self.carried[seq_id] = {
-                **last,
-                "status_before": last["status_after"],
-                "num_tokens": last["num_tokens_after"],
-                "num_cached_tokens": last["num_cached_tokens_after"],
-                "num_scheduled_tokens": 0,
-                "block_table": last["block_table_after"],
-                "new_token_ids": (),
-                "new_token_texts": [],
-            }
+            self.carried[seq_id] = idle_row(self.rows[seq_id])
         return self.carried[seq_id]
 
-    def pool_layout(self, seqs: list[SeqRow], pool: BlockPool) -> PoolLayout:
-        """owners[b]: sequences whose block_table_after holds b; filled[b]: slots of b holding computed KV."""
-        bs, n = pool.block_size, len(pool.ref_counts)
-        if self.free_filled[:2] != (pool.hashes, pool.ref_counts):  # free blocks' fill changes rarely
-            self.free_filled = (
-                pool.hashes,
-                pool.ref_counts,
-                [bs if h is not None and r == 0 else 0 for h, r in zip(pool.hashes, pool.ref_counts)],
-            )
-        filled = list(self.free_filled[2])
-        nobody: list[int] = []
-        owners = [nobody] * n  # shared and never mutated: thousands of blocks, few owned
-        for s in seqs:
-            sid, cached = s["seq_id"], s["num_cached_tokens_after"]
-            for i, block in enumerate(s["block_table_after"]):
-                if 0 <= block < n:
-                    owners[block] = [sid] if owners[block] is nobody else [*owners[block], sid]
-                    fill = cached - i * bs  # this block's computed slots: fill, capped at bs
-                    if fill > filled[block]:
-                        filled[block] = min(bs, fill)
-        return {"owners": owners, "filled": filled}
+    def free_fill(self, pool: BlockPool) -> list[int]:
+        """step_line.free_fill, computed again only when the hashes or ref counts changed (rarely)."""
+        if self.free_filled[:2] != (pool.hashes, pool.ref_counts):
+            self.free_filled = (pool.hashes, pool.ref_counts, free_fill(pool.block_size, pool.ref_counts, pool.hashes))
+        return self.free_filled[2]
 
     # ---- text -----------------------------------------------------------------------------
     def token_texts(self, token_ids: Iterable[int]) -> list[str]:
@@ -307,7 +272,6 @@ class TraceRecorder:
         if self.header is None:
             self.write_header([])
         self.file.close()
-        event_where.stop_listening()
         self.engine.step_hooks[:] = [h for h in self.engine.step_hooks if h is not self]
 
     def __enter__(self) -> TraceRecorder:

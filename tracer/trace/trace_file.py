@@ -41,6 +41,16 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracer.trace.step_line import (
+    PER_BLOCK_FIELDS,
+    EventLine,
+    InputsLine,
+    PoolLine,
+    SeqRow,
+    StepLine,
+    block_id_lists,
+)
+
 if TYPE_CHECKING:  # jsonschema takes ~0.3 s to import: only when a file is validated (not for --help)
     from jsonschema import Draft202012Validator
 
@@ -339,30 +349,23 @@ def step_order_error(path: Path, n: int, number: object, last: int | None) -> Tr
     return TraceError(f"{path}: line {n} has step number {number!r} after step {last}: step numbers must rise")
 
 
-@cache
-def required_keys() -> dict[str, frozenset[str]]:
-    defs = schema_defs()
-    return {name: frozenset(defs[name]["required"]) for name in ("step", "seq", "event", "inputs", "pool")}
-
-
 CONTAINERS = {"inputs": dict, "pool": dict, "seqs": list, "events": list, "new_requests": list}
 
 
 def check_required(path: Path, n: int, step: dict) -> None:
     """The cheap part of the schema, for every step: each object has its required fields, and the
     containers the reader itself walks (seqs, events, new_requests) hold what it expects."""
-    required = required_keys()
-    check_fields(path, n, "the step", step, required["step"])
+    check_fields(path, n, "the step", step, StepLine.__required_keys__)
     for key, kind in CONTAINERS.items():
         if key in step and not isinstance(step[key], kind):
             expected = "an object" if kind is dict else "a list"
             raise schema_error(path, n, f"{key} is {type(step[key]).__name__}, not {expected}")
-    check_fields(path, n, "inputs", step["inputs"], required["inputs"])
-    check_fields(path, n, "pool", step["pool"], required["pool"])
+    check_fields(path, n, "inputs", step["inputs"], InputsLine.__required_keys__)
+    check_fields(path, n, "pool", step["pool"], PoolLine.__required_keys__)
     for i, seq in enumerate(step["seqs"]):
-        check_fields(path, n, f"seqs/{i}", seq, required["seq"])
+        check_fields(path, n, f"seqs/{i}", seq, SeqRow.__required_keys__)
     for i, event in enumerate(step["events"]):
-        check_fields(path, n, f"events/{i}", event, required["event"])
+        check_fields(path, n, f"events/{i}", event, EventLine.__required_keys__)
         if not isinstance(event["kind"], str):
             raise schema_error(path, n, f"events/{i}/kind is {event['kind']!r}, not a string")
     for i, request in enumerate(step.get("new_requests", ())):
@@ -395,19 +398,10 @@ def check_step(trace: Trace, index: int) -> dict:
     step, n = trace.steps[index], index + 2
     validate_line(trace.path, n, step, validators()[1])
     num_kv_blocks, pool = trace.config["num_kv_blocks"], step["pool"]
-    for key in ("ref_counts", "hashes", "owners", "filled"):
+    for key in PER_BLOCK_FIELDS:
         if key in pool and len(pool[key]) != num_kv_blocks:
             raise schema_error(trace.path, n, f"pool/{key} has {len(pool[key])} entries for {num_kv_blocks} KV blocks")
-    tables = [
-        ("pool/free_block_ids", pool["free_block_ids"]),
-        *(("inputs/block_tables", t) for t in step["inputs"]["block_tables"]),
-    ]
-    for i, seq in enumerate(step["seqs"]):
-        tables += [
-            (f"seqs/{i}/block_table", seq["block_table"]),
-            (f"seqs/{i}/block_table_after", seq["block_table_after"]),
-        ]
-    for where, blocks in tables:
+    for where, blocks in block_id_lists(step):
         if any(not 0 <= b < num_kv_blocks for b in blocks):
             raise schema_error(trace.path, n, f"{where} holds a block id outside 0 .. {num_kv_blocks - 1}")
     return step

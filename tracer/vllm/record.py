@@ -24,6 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracer.loop.arrivals import is_due
+from tracer.trace.step_line import (
+    EngineRow,
+    EventLine,
+    InputsLine,
+    PoolLine,
+    QueuesLine,
+    SeqRow,
+    StepLine,
+    pool_layout,
+    seq_row,
+)
 from tracer.trace.trace_file import SCHEMA_VERSION
 from tracer.vllm.workload import Workload, WorkloadError, load_workload, workload_from_dict
 
@@ -53,6 +65,17 @@ def mapped_status(name: str) -> str:
     if name.startswith("FINISHED"):
         return "FINISHED"
     return "RUNNING" if name == "RUNNING" else "WAITING"
+
+
+class VllmRow(SeqRow):
+    """A row of a vLLM trace: nanoengine's, and vLLM's own status names beside its three."""
+
+    vllm_status_before: str
+    vllm_status_after: str
+
+
+class VllmStepLine(StepLine):
+    vllm: dict[str, Any]  # what vLLM's SchedulerOutput reports of the step itself
 
 
 @dataclass(slots=True)
@@ -91,7 +114,7 @@ class Recorder:
         r = t.request
         return Snapshot(r.status.name, r.num_tokens, r.num_computed_tokens, self.block_ids(r.request_id))
 
-    def pool(self) -> dict[str, Any]:
+    def pool(self) -> PoolLine:
         block_pool = self.scheduler.kv_cache_manager.block_pool
         return {
             "block_size": int(self.workload.config["block_size"]),
@@ -100,7 +123,7 @@ class Recorder:
             "free_block_ids": [b.block_id for b in block_pool.free_block_queue.get_all_free_blocks()],
         }
 
-    def queues(self) -> dict[str, Any]:
+    def queues(self) -> QueuesLine:
         s = self.scheduler
         waiting = [*s.kv_holding_waiting, *s.waiting]
         seq = self.seq_id
@@ -114,7 +137,7 @@ class Recorder:
         return self.tracked[request_id].seq_id
 
     # ---- one step -----------------------------------------------------------------------
-    def run_step(self) -> dict[str, Any]:
+    def run_step(self) -> VllmStepLine:
         before = {rid: self.snapshot(t) for rid, t in self.tracked.items()}
         queues = self.queues()
         stats = self.scheduler.kv_cache_manager
@@ -131,7 +154,7 @@ class Recorder:
         new_ids = [r.req_id for r in out.scheduled_new_reqs]
         resumed = sorted(out.scheduled_cached_reqs.resumed_req_ids)
         preempted = sorted(out.preempted_req_ids or (), key=self.seq_id)
-        events: list[dict[str, Any]] = []
+        events: list[EventLine] = []
         for rid in preempted:
             events.append(event("preempted", self.seq_id(rid), {"reason": "KV cache full (vLLM preempts running[-1])"}))
         admitted = [rid for rid in scheduled if before[rid].status != "RUNNING"]
@@ -152,9 +175,10 @@ class Recorder:
         mid_prefill = {rid: self.tracked[rid].request.is_prefill_chunk for rid in scheduled}
         self.scheduler.update_from_output(out, self.model_output(scheduled))
         after = {rid: self.snapshot(t) for rid, t in self.tracked.items()}
-        rows = [
-            self.row(t, before[rid], mid[rid], after[rid], scheduled.get(rid, 0)) for rid, t in self.tracked.items()
-        ]
+        rows = sorted(
+            (self.row(t, before[rid], mid[rid], after[rid], scheduled.get(rid, 0)) for rid, t in self.tracked.items()),
+            key=lambda r: r["seq_id"],
+        )
         for rid in scheduled:
             t = self.tracked[rid]
             if not t.chunk:
@@ -167,12 +191,12 @@ class Recorder:
         for rid, t in self.tracked.items():
             if after[rid].status.startswith("FINISHED") and not before[rid].status.startswith("FINISHED"):
                 events.append(event("finished", t.seq_id, {"reason": FINISH_REASONS[after[rid].status]}))
-        line = {
+        line: VllmStepLine = {
             "type": "step",
             "step": self.step,
             "wall_time": 0.0,
             "model_time": 0.0,
-            "seqs": sorted(rows, key=lambda r: r["seq_id"]),
+            "seqs": rows,
             "new_requests": [],
             "events": events,
             "inputs": inputs,
@@ -190,57 +214,65 @@ class Recorder:
         self.step += 1
         return line
 
-    def row(self, t: Tracked, before: Snapshot, mid: Snapshot, after: Snapshot, n: int) -> dict[str, Any]:
+    def row(self, t: Tracked, before: Snapshot, mid: Snapshot, after: Snapshot, n: int) -> VllmRow:
         new_tokens = list(t.request.output_token_ids[t.num_emitted :])
         t.num_emitted += len(new_tokens)
         texts = self.workload.token_texts
-        return {
-            "seq_id": t.seq_id,
-            "num_prompt_tokens": t.request.num_prompt_tokens,
-            "status_before": mapped_status(before.status),
-            "status_after": mapped_status(after.status),
-            "num_tokens": mid.num_tokens,
-            "num_cached_tokens": mid.num_computed_tokens - n,
-            "num_scheduled_tokens": n,
-            "block_table": mid.block_table,
-            "num_tokens_after": after.num_tokens,
-            "num_cached_tokens_after": after.num_computed_tokens,
-            "num_scheduled_tokens_after": 0,
-            "block_table_after": after.block_table,
-            "new_token_ids": new_tokens,
-            "new_token_texts": [texts.get(str(tok), "") for tok in new_tokens],
-            "finish_reason": FINISH_REASONS.get(after.status),
-            "output_text": "",  # absent: no detokenizer runs
-            "vllm_status_before": before.status,
-            "vllm_status_after": after.status,
-        }
+        engine = EngineRow(
+            seq_id=t.seq_id,
+            num_prompt_tokens=t.request.num_prompt_tokens,
+            status_before=mapped_status(before.status),
+            status_after=mapped_status(after.status),
+            num_tokens=mid.num_tokens,
+            num_cached_tokens=mid.num_computed_tokens - n,
+            num_scheduled_tokens=n,
+            block_table=mid.block_table,
+            num_tokens_after=after.num_tokens,
+            num_cached_tokens_after=after.num_computed_tokens,
+            num_scheduled_tokens_after=0,
+            block_table_after=after.block_table,
+            new_token_ids=new_tokens,
+            finish_reason=FINISH_REASONS.get(after.status),
+        )
+        new_token_texts = [texts.get(str(tok), "") for tok in new_tokens]
+        row = seq_row(engine, new_token_texts, "")  # output_text absent: no detokenizer runs
+        return {**row, "vllm_status_before": before.status, "vllm_status_after": after.status}
 
-    def flat_inputs(self, scheduled: dict[str, int], mid: dict[str, Snapshot]) -> dict[str, Any]:
+    def flat_inputs(self, scheduled: dict[str, int], mid: dict[str, Snapshot]) -> InputsLine:
         """The flat batch as vLLM's GPU model runner builds it (_prepare_inputs, BlockTable.compute_slot_mapping)."""
         bs = int(self.workload.config["block_size"])
-        inputs: dict[str, list[Any]] = {
-            k: []
-            for k in ("seq_ids", "input_ids", "positions", "seq_lens", "slot_mapping", "block_tables", "logits_indices")
-        }
+        seq_ids: list[int] = []
+        input_ids: list[int] = []
+        positions: list[int] = []
+        seq_lens: list[int] = []
+        slot_mapping: list[int] = []
+        block_tables: list[list[int]] = []
+        logits_indices: list[int] = []
         query_start_loc, discard = [0], []
         for rid, n in scheduled.items():
             t, snap = self.tracked[rid], mid[rid]
             start = snap.num_computed_tokens - n
-            positions = list(range(start, start + n))
+            chunk = list(range(start, start + n))
             tokens = t.request.all_token_ids
-            inputs["seq_ids"].append(t.seq_id)
-            inputs["input_ids"] += [tokens[p] for p in positions]
-            inputs["positions"] += positions
-            inputs["slot_mapping"] += [snap.block_table[p // bs] * bs + p % bs for p in positions]
-            inputs["block_tables"].append(snap.block_table)
-            inputs["seq_lens"].append(start + n)
+            seq_ids.append(t.seq_id)
+            input_ids += [tokens[p] for p in chunk]
+            positions += chunk
+            slot_mapping += [snap.block_table[p // bs] * bs + p % bs for p in chunk]
+            block_tables.append(snap.block_table)
+            seq_lens.append(start + n)
             query_start_loc.append(query_start_loc[-1] + n)
-            inputs["logits_indices"].append(query_start_loc[-1] - 1)
+            logits_indices.append(query_start_loc[-1] - 1)
             discard.append(start + n < snap.num_tokens)  # the runner's discard_request_mask
         texts = self.workload.token_texts
         return {
-            **inputs,
-            "input_texts": [texts.get(str(tok), "") for tok in inputs["input_ids"]],
+            "seq_ids": seq_ids,
+            "input_ids": input_ids,
+            "positions": positions,
+            "seq_lens": seq_lens,
+            "slot_mapping": slot_mapping,
+            "block_tables": block_tables,
+            "logits_indices": logits_indices,
+            "input_texts": [texts.get(str(tok), "") for tok in input_ids],
             "query_start_loc": query_start_loc,
             "discard": discard,
         }
@@ -276,21 +308,12 @@ class Recorder:
         return request_entry(w, index, self.step)
 
 
-def with_layout(pool: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The pool's owners and filled, as nanoengine's recorder derives them: owners[b], the sequences
-    whose block_table_after holds b; filled[b], its slots holding computed KV (a free block that
-    keeps its hash: all of them)."""
-    bs, refs, hashes = pool["block_size"], pool["ref_counts"], pool["hashes"]
-    owners: list[list[int]] = [[] for _ in refs]
-    filled = [bs if h is not None and r == 0 else 0 for h, r in zip(hashes, refs)]
-    for row in sorted(rows, key=lambda r: r["seq_id"]):
-        for i, block in enumerate(row["block_table_after"]):
-            owners[block].append(row["seq_id"])
-            filled[block] = max(filled[block], min(bs, row["num_cached_tokens_after"] - i * bs))
-    return {**pool, "owners": owners, "filled": filled}
+def with_layout(pool: PoolLine, rows: list[VllmRow]) -> PoolLine:
+    """The pool with its owners and filled, derived from the rows (by seq_id) as nanoengine's recorder does."""
+    return {**pool, **pool_layout(rows, pool)}
 
 
-def event(kind: str, seq_id: int, detail: dict[str, Any]) -> dict[str, Any]:
+def event(kind: str, seq_id: int, detail: dict[str, Any]) -> EventLine:
     return {"kind": kind, "seq_id": seq_id, "detail": detail}
 
 
@@ -369,14 +392,15 @@ def record(w: Workload, out_path: str | Path, max_steps: int = MAX_STEPS) -> int
     return len(lines)
 
 
-def drive(rec: Recorder, max_steps: int) -> Iterator[dict[str, Any]]:
-    """nanoengine's scenario driver, for vLLM: add each request before the step it arrives at (an idle
-    engine takes the next arrival at once), step until every request is finished."""
+def drive(rec: Recorder, max_steps: int) -> Iterator[VllmStepLine]:
+    """nanoengine's workload driver (tracer/loop/drive.py), for vLLM's scheduler, which is not an
+    LLMEngine: add each request when its arrival is due (is_due: the same rule), step until every
+    request is finished."""
     w, scheduler = rec.workload, rec.scheduler
     order = sorted(range(len(w.requests)), key=lambda i: w.requests[i].arrive)
     while order or scheduler.has_unfinished_requests():
         added = []
-        while order and (w.requests[order[0]].arrive <= rec.step or not scheduler.has_unfinished_requests()):
+        while order and is_due(w.requests[order[0]].arrive, rec.step, not scheduler.has_unfinished_requests()):
             added.append(rec.add(order.pop(0)))
         if rec.step >= max_steps:
             raise RuntimeError(f"vLLM's scheduler did not finish {w.name!r} within {max_steps} steps")

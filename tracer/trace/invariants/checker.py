@@ -9,7 +9,7 @@ from tracer.trace.invariants.profiles import DEFAULT_PROFILE, profile_for, rules
 from tracer.trace.invariants.reading import preempted
 from tracer.trace.invariants.rule import Context, Violation
 from tracer.trace.kv_shadow import KvShadow
-from tracer.trace.step_line import line_from_record
+from tracer.trace.step_line import bare_line
 
 
 class InvariantChecker:
@@ -98,4 +98,4 @@ def check_trace(trace, profile: str | None = None) -> list[Violation]:
 def check_record(record, block_size: int | None = None, profile: str = DEFAULT_PROFILE) -> list[Violation]:
     """Check one bare nanoengine StepRecord (no history: cross-step checks are skipped)."""
     config = {"block_size": block_size} if block_size else None
-    return InvariantChecker(config, profile=profile).check(line_from_record(record))
+    return InvariantChecker(config, profile=profile).check(bare_line(record))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tracer.trace.invariants.rule import Context, Findings, invariant
+from tracer.trace.step_line import scheduled_after
 
 
 @invariant(
@@ -14,7 +15,7 @@ from tracer.trace.invariants.rule import Context, Findings, invariant
 )
 def scheduled_zero_after(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
-        after = s.get("num_scheduled_tokens_after", 0)
+        after = scheduled_after(s)
         if after != 0:
             yield (
                 sid,

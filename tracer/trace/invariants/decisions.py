@@ -12,6 +12,7 @@ from nanoengine.block_manager import blocks_needed
 from nanoengine.sequence import EventKind
 from tracer.trace.invariants.reading import events_of, starts
 from tracer.trace.invariants.rule import Context, Findings, invariant
+from tracer.trace.step_line import queues_of
 
 
 def number(detail: object, key: str) -> int | None:
@@ -111,12 +112,12 @@ def admission_blocks(ctx: Context) -> Findings:
     checks=("Scheduler.make_room", "Scheduler.preempt"),
 )
 def preemption_need(ctx: Context) -> Findings:
-    queues = ctx.step.get("queues") or {}
+    queues = queues_of(ctx.step)
     for e in events_of(ctx.step, EventKind.PREEMPTED):
         sid, by, free = e["seq_id"], number(e.get("detail"), "by"), number(e.get("detail"), "free")
         if by is None or free is None:
             continue
-        if "running" in queues and by not in queues["running"]:
+        if queues is not None and by not in queues["running"]:
             yield sid, f"seq {sid} was preempted for seq {by}, which was not running when the step started"
             continue
         row = ctx.seqs.get(by)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from nanoengine.sequence import EventKind, FinishReason
 from tracer.trace.invariants.reading import events_of, finished_with, preempted, short
 from tracer.trace.invariants.rule import Context, Findings, invariant
+from tracer.trace.step_line import queues_of
 
 
 @invariant(
@@ -15,7 +16,7 @@ from tracer.trace.invariants.rule import Context, Findings, invariant
 )
 def victim_policy(ctx: Context) -> Findings:
     victims = preempted(ctx.step)
-    queues = ctx.step.get("queues")
+    queues = queues_of(ctx.step)
     if not victims or queues is None:
         return
     aborted = {e["seq_id"] for e in finished_with(ctx.step, FinishReason.ABORT)}
@@ -33,7 +34,7 @@ def victim_policy(ctx: Context) -> Findings:
     "preempted sequences wait at the head of the waiting queue, the last preempted first", checks=("Scheduler.preempt",)
 )
 def preempted_to_head(ctx: Context) -> Findings:
-    queues = ctx.step.get("queues")
+    queues = queues_of(ctx.step)
     if not ctx.preempted_before or queues is None:
         return
     want = ctx.preempted_before[::-1]
@@ -51,7 +52,7 @@ def preempted_to_head(ctx: Context) -> Findings:
     checks=("Scheduler.schedule", "Scheduler.try_admit"),
 )
 def admission_order(ctx: Context) -> Findings:
-    queues = ctx.step.get("queues")
+    queues = queues_of(ctx.step)
     admitted = [e["seq_id"] for e in events_of(ctx.step, EventKind.ADMITTED)]
     if not admitted or queues is None:
         return
