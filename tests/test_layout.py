@@ -1,6 +1,6 @@
 """The package layout's rules: imports point one way (engine <- trace <- loop <- replay, serve <-
 teach/bench/export <- vllm <- cli), the engine is a library (no tracer, textual or argparse), and it stays within its
-size budget (1,500 code lines, lines of at most 100 characters)."""
+size budget (the inference core 1,500 code lines, all of nanoengine/ 2,100, lines of at most 100 characters)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ LEVELS = {
     "tracer.vllm": 5,  # runs nanoengine's scenarios (teach) and diffs traces for the cli
     "tracer.cli": 6,
 }
-ENGINE_BUDGET = 1500  # code lines: not blank, not a comment, not part of a docstring
+# code lines (not blank, not a comment, not part of a docstring) of the inference core: every module
+# of nanoengine/ but loading/ (checkpoints, tokenizers, the tiny model, model building)
+ENGINE_BUDGET = 1500
+PACKAGE_BUDGET = 2100  # all of nanoengine/, loading/ too
 ENGINE_LINE_LENGTH = 100  # as nanoengine/ruff.toml tells ruff
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
 
@@ -138,8 +141,12 @@ def f(a):  # a comment after code
 
 
 def test_engine_stays_within_its_line_budget():
-    lines = sum(code_lines(p.read_text(encoding="utf-8")) for p in python_files("nanoengine"))
-    assert lines <= ENGINE_BUDGET, f"nanoengine/ has {lines} code lines; the budget is {ENGINE_BUDGET}"
+    counts = {p: code_lines(p.read_text(encoding="utf-8")) for p in python_files("nanoengine")}
+    core = sum(n for p, n in counts.items() if "loading" not in p.relative_to(ROOT).parts)
+    assert core <= ENGINE_BUDGET, f"the inference core has {core} code lines; the budget is {ENGINE_BUDGET}"
+    total = sum(counts.values())
+    assert total <= PACKAGE_BUDGET, f"nanoengine/ has {total} code lines; the budget is {PACKAGE_BUDGET}"
+    assert any("loading" in p.parts for p in counts), "the loading code moved: update the budget's split"
 
 
 def test_engine_lines_fit_in_100_characters():

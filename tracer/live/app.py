@@ -21,11 +21,12 @@ from tracer.live.add_screen import AddRequestScreen, NewRequest
 from tracer.live.control import EngineControl
 from tracer.live.source import GrowingTrace
 from tracer.replay.app import ReplayApp
+from tracer.replay.controls import HelpKeys
 
 if TYPE_CHECKING:
     from textual.app import App
 
-LIVE_KEYS = (
+LIVE_KEYS: HelpKeys = (
     "Live keys (the engine runs while you watch)",
     (
         ("space", "pause / resume the engine (a server's HTTP streams wait while it is paused)"),
@@ -47,7 +48,7 @@ def live_app(source: GrowingTrace, control: EngineControl, **kwargs) -> ReplayAp
 class LiveControls:
     """The engine's side of the live app; ReplayApp calls it from its keys and its poll timer."""
 
-    HELP = LIVE_KEYS
+    HELP: HelpKeys = LIVE_KEYS
     WAITING = "Waiting for the engine's first step (a request arrives, or `a` adds one) ..."
 
     def __init__(self, control: EngineControl) -> None:

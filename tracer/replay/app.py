@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -29,6 +28,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static
 
 from tracer.replay.colors import VIOLATION, seq_tag
+from tracer.replay.controls import EngineControls
 from tracer.replay.decision_code import ordered_violations
 from tracer.replay.help import HelpScreen
 from tracer.replay.messages import SeqSelected
@@ -47,9 +47,6 @@ from tracer.replay.views.timeline import TimelineView
 from tracer.replay.violations import ViolationsScreen
 from tracer.trace.diff import DiffError
 from tracer.trace.trace_file import TraceError, load_trace
-
-if TYPE_CHECKING:
-    from tracer.live.app import LiveControls
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
 ROOMY_ROWS = 44  # from this height the code panel (c) shows below the state machine, not in its place
@@ -141,7 +138,7 @@ class ReplayApp(App[int]):
         screenshot_dir: str | Path = ".",
         guide: str = "",
         compare=None,
-        live: LiveControls | None = None,
+        live: EngineControls | None = None,
     ) -> None:
         """trace: a Trace, or a GrowingTrace (followed: read on a timer). compare: a second run of the
         same workload, shown step for step beside this one. live: a running engine's controls."""

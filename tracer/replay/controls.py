@@ -1,0 +1,23 @@
+"""What the replay asks of a running engine's controls (tracer/live/app.py's LiveControls gives it):
+the replay sits below live mode, so it names the shape it calls, not the class."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from rich.text import Text
+
+HelpKeys = tuple[str, tuple[tuple[str, str], ...]]  # (title, (key, what it does) rows)
+
+
+class EngineControls(Protocol):
+    HELP: HelpKeys
+    WAITING: str  # shown until the engine's first step
+
+    def status(self) -> str: ...
+    def badge(self) -> Text: ...
+    def after_poll(self, app: Any) -> None: ...
+    def step_engine(self) -> bool: ...
+    def toggle_engine(self, app: Any) -> None: ...
+    def ask_for_request(self, app: Any) -> None: ...
+    def abort_selected(self, app: Any) -> None: ...
