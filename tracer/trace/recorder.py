@@ -272,7 +272,7 @@ class TraceRecorder:
         if self.header is None:
             self.write_header([])
         self.file.close()
-        self.engine.step_hooks[:] = [h for h in self.engine.step_hooks if h is not self]
+        self.engine.remove_step_hook(self)
 
     def __enter__(self) -> TraceRecorder:
         return self
