@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from nanoengine.sequence import EventKind, FinishReason
 from tracer.replay.colors import seq_letter
+from tracer.trace.step_line import queues_of
 
 
 def number(detail: dict, key: str) -> int | None:
@@ -118,14 +119,14 @@ class Why:
     def waiting_head(self) -> tuple[int, str] | None:
         """The head of the waiting queue after the step, when nothing it recorded says why it was
         not admitted: (seq_id, why). Only for nanoengine's version-3 traces."""
-        queues = self.step.get("queues")
+        queues = queues_of(self.step)
         if self.header.get("engine") or int(self.header.get("schema_version") or 0) < 3 or not queues:
             return None
         preempted = [e["seq_id"] for e in self.kinds(EventKind.PREEMPTED)]
         admitted = {e["seq_id"] for e in self.kinds(EventKind.ADMITTED)}
         finished = self.kinds(EventKind.FINISHED)
         gone = admitted | {e["seq_id"] for e in finished} | set(preempted)
-        queue = preempted[::-1] + [sid for sid in queues.get("waiting", []) if sid not in gone]
+        queue = preempted[::-1] + [sid for sid in queues["waiting"] if sid not in gone]
         waited = {e["seq_id"] for e in self.kinds(EventKind.NOT_ADMITTED)}
         if not queue or queue[0] in waited or preempted:
             return None
