@@ -93,7 +93,7 @@ def test_packing_shares_what_frames_repeat(tiny_trace):
     # the panels that repeat from step to step: without sources, no code panel, whose lines scroll
     # with each step's event (it costs the README example 18 KB: docs/export.md)
     trace = dataclasses.replace(tiny_trace, header={k: v for k, v in tiny_trace.header.items() if k != "sources"})
-    frames = render_frames(trace, range(len(trace.steps)))
+    frames = render_frames(trace, range(len(trace.steps)), (160, 48))  # the more rows, the more repeat
     packed = pack_frames(frames)
     assert [unpack_frame(packed, i).count("<text") for i in range(len(frames))] == [f.count("<text") for f in frames]
     assert sum(map(len, packed.pieces)) < sum(map(len, frames)) / 4  # most elements repeat across steps

@@ -83,6 +83,10 @@ async def test_a_short_terminal_gives_the_code_the_machines_place(preemption):
         await pilot.press("c")
         await pilot.pause()
         assert app.code.display and not app.machine.display
+        body = app.code.query_one(ScrollableContainer)
+        assert body.size.height >= 4  # the batch and the title gave it rows: 4 lines of code, not 2
+        await pilot.pause()
+        assert deciding_line_is_visible(app)  # the ▶ line, not scrolled off the panel's few rows
         await pilot.press("c")
         assert app.machine.display
 

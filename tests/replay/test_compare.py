@@ -42,7 +42,7 @@ def test_the_compare_panel_marks_the_differences_of_each_step(lesson10):
         return shown
 
     shown = asyncio.run(panels())
-    assert "A = nanoengine" in shown[0] and "B = vllm 0.33.0" in shown[0]
+    assert "A = 10.jsonl │ B = 10_sampling.jsonl · nanoengine 0.1.0 vs vllm 0.33.0, num_kv_blocks 24 vs 25" in shown[0]
     assert (
         "≠ " in shown[0] and "req 1" in shown[0] and "A: 16 tok from 0" in shown[0] and "B: 4 tok from 12" in shown[0]
     )
@@ -69,3 +69,35 @@ def test_demo_vs_vllm_reports_the_first_difference(tmp_path, capsys):
     out = capsys.readouterr().out.replace("\n", " ")
     assert "Beside vLLM v1:" in out and "blocks of request" in out
     assert main(["demo", "preemption", "--vs-vllm", "--block-size", "8", "--no-tui"]) == 2
+
+
+def test_the_sides_are_named_by_file_with_the_config_differences(lesson10, tmp_path):
+    """Two nanoengine runs share the engine's name: each side is its file, then what differs."""
+    from tracer.teach.scenarios import load_scenario, run_scenario
+
+    scenario = load_scenario(ROOT / "lessons" / "10_sampling" / "scenario.json")
+    scenario.engine["num_kv_blocks"] = 48
+    bigger = run_scenario(scenario, tmp_path / "48.jsonl", model="tiny").trace_path
+    ours, theirs = load_trace(lesson10), load_trace(bigger)
+    blocks = ours.header["config"]["num_kv_blocks"]
+
+    async def shown() -> tuple[str, str, bool]:
+        app = ReplayApp(ours, animations=False, compare=theirs)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            b_pool = app.query_one("#kv-b")
+            return app.query_one(CompareView).shown, str(b_pool.border_title), b_pool.display
+
+    text, b_title, side_by_side = asyncio.run(shown())
+    assert f"A = 10.jsonl │ B = 48.jsonl · num_kv_blocks {blocks} vs 48" in text
+    assert "nanoengine 0.1.0 │" not in text
+    assert b_title == "KV pages · B = 48.jsonl" and side_by_side  # 200 columns: B's pool beside A's
+
+
+def test_the_html_export_compares_a_with_b(lesson10, tmp_path):
+    out = tmp_path / "ab.html"
+    theirs = VLLM / "10_sampling.jsonl"
+    assert main(["export", str(lesson10), "--html", str(out), "--compare", str(theirs), "--steps", "0-1"]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "A = 10.jsonl vs B = 10_sampling.jsonl" in page  # the title names both sides
+    assert main(["export", str(lesson10), "--html", str(out), "--compare", str(VLLM / "08_preemption.jsonl")]) == 2

@@ -1,7 +1,8 @@
 """`nanoengine export`: a trace out of the terminal (dispatched from tracer.cli.main).
 
     nanoengine export FILE --perfetto OUT.json [--logical] [--steps A-B]
-    nanoengine export FILE --html OUT.html [--steps A-B] [--size 160x48]
+    nanoengine export FILE --html OUT.html [--steps A-B] [--size 140x33] [--no-code] [--notes NOTES.md]
+                                           [--compare B]     A vs B: a second run of the same workload
 
 Exit codes: 0 written; 2 bad input (one-line error); 130 interrupted.
 """
@@ -12,11 +13,13 @@ import argparse
 import json
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from tracer.cli.trace import err, load_or_report
+from tracer.trace.diff import DiffError, check_same_workload
 from tracer.trace.trace_file import Trace
 
 STEP_RANGE = re.compile(r"^\s*(\d*)\s*(?:-\s*(\d*))?\s*$")
@@ -35,10 +38,16 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("--logical", action="store_true", help="Perfetto timestamps: one step = 1 ms, not the wall time")
     p.add_argument(
         "--size",
-        default="160x48",
+        default="140x33",
         metavar="WIDTHxHEIGHT",
-        help="HTML: the replay's terminal size in the frames (120x26 for a projector: larger text)",
+        help="HTML: the replay's terminal size in the frames (default: 14 px text at 1280x720; 120x26: larger "
+        "text, 160x48: more rows)",
     )
+    p.add_argument("--no-code", action="store_true", help="HTML: leave the code panel out of the frames")
+    p.add_argument(
+        "--notes", metavar="NOTES.md", help="HTML: speaker notes, '## step N' then the text ('s' in the page)"
+    )
+    p.add_argument("--compare", metavar="B", help="HTML: a second run of the same workload, compared step by step")
     args = p.parse_args(argv)
     if not args.perfetto and not args.html:
         err("say what to write: --perfetto OUT.json and/or --html OUT.html")
@@ -57,10 +66,17 @@ def export_main(argv: list[str]) -> int:
             )
             return 2
     trace = load_or_report(args.file)
-    if trace is None:
+    compare = load_or_report(args.compare) if args.compare else None
+    if trace is None or (args.compare and compare is None):
         return 2
     try:
         indices = select_steps(trace, args.steps)
+        notes = read_notes(trace, args.notes)
+        if compare is not None:
+            check_same_workload(trace, compare)
+    except DiffError as e:
+        err(f"--compare: {e}")
+        return 2
     except ValueError as e:
         err(str(e))
         return 2
@@ -68,8 +84,32 @@ def export_main(argv: list[str]) -> int:
     if args.perfetto:
         write_perfetto_file(trace, indices, Path(args.perfetto), args.logical, console)
     if args.html:
-        write_html_file(trace, indices, Path(args.html), size, console)
+        write_html_file(trace, indices, Path(args.html), HtmlOptions(size, not args.no_code, notes, compare), console)
     return 0
+
+
+@dataclass(slots=True)
+class HtmlOptions:
+    size: tuple[int, int]
+    code: bool = True
+    notes: dict[int, str] | None = None
+    compare: Trace | None = None
+
+
+def read_notes(trace: Trace, path: str | None) -> dict[int, str] | None:
+    """--notes: the speaker notes by step number; ValueError (one line) for a bad file."""
+    if path is None:
+        return None
+    from tracer.export.html import check_notes
+    from tracer.export.notes import parse_notes
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--notes {path}: cannot read it ({type(e).__name__}: {e})") from None
+    notes = parse_notes(text)
+    check_notes(trace, notes)
+    return notes
 
 
 def select_steps(trace: Trace, spec: str | None) -> list[int]:
@@ -110,7 +150,7 @@ def write_perfetto_file(trace: Trace, indices: list[int], out: Path, logical: bo
     )
 
 
-def write_html_file(trace: Trace, indices: list[int], out: Path, size: tuple[int, int], console: Console) -> None:
+def write_html_file(trace: Trace, indices: list[int], out: Path, options: HtmlOptions, console: Console) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from tracer.export.html import write_html
@@ -120,7 +160,16 @@ def write_html_file(trace: Trace, indices: list[int], out: Path, size: tuple[int
         TextColumn("Rendering frames"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
     ) as progress:
         task = progress.add_task("frames", total=len(indices))
-        num_bytes = write_html(trace, indices, out, size, on_frame=lambda n: progress.update(task, completed=n))
+        num_bytes = write_html(
+            trace,
+            indices,
+            out,
+            options.size,
+            on_frame=lambda n: progress.update(task, completed=n),
+            code=options.code,
+            notes=options.notes,
+            compare=options.compare,
+        )
     console.print(
         f"Wrote [bold]{out}[/]: {len(indices)} steps, {human_size(num_bytes)} in "
         f"{time.perf_counter() - start:.1f} s. Open it in any browser: one file, no server, no network."

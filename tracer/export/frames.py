@@ -1,16 +1,21 @@
 """The replay TUI's own picture of each step, as SVG: the frames of the browser replay.
 
-    render_frames(trace, indices, size=(160, 48)) -> list[str]
-    stream_frames(trace, indices, size, use)          use(n, svg) as each frame is ready
+    render_frames(trace, indices, size=DEFAULT_SIZE, code=True, compare=None) -> list[str]
+    stream_frames(trace, indices, size, use, code=True, compare=None)   use(n, svg) as each frame is ready
+
+compare: a second run of the workload; each frame shows the replay's compare panel (A vs B).
 
 The real ReplayApp runs headless (Textual's run_test) at a fixed terminal size; for each step
 index it jumps there and exports an SVG screenshot. No second set of views: what the browser
 shows is what `nanoengine replay` shows. What the page shows itself is left out of the frames:
 Rich's imitation of a window around the terminal (title bar and three dots), the top bar (the
 page has its title), the "Look for" banner, the narration (the page shows it in large type) and
-the key bindings' footer (the page has its own buttons), so the panels get every row. A frame tall
-enough for the state machine and the code panel together (44 rows, as the default 160x48) shows
-the code panel (`c`) too, when the trace holds the engine's sources.
+the key bindings' footer (the page has its own buttons), so the panels get every row.
+
+The default size, 140x33, is the largest whose text is still 14 px at 1280x720 in the page's
+layout (21 px at 1920x1080). When the trace holds the engine's sources, a frame of 30 rows or more
+shows the code panel (`c`) below the state machine (code=False: not): in the flat batch's place
+below 44 rows, above it from 44 rows on (--size 160x48).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from typing import Any
 
 from tracer.trace.trace_file import Trace
 
-DEFAULT_SIZE = (160, 48)  # columns, rows: the size the demos' SVG frames use
+DEFAULT_SIZE = (140, 33)  # columns, rows: terminal text of 14 px at 1280x720, 21 px at 1920x1080
 PROJECTOR_SIZE = (120, 26)  # text of about 25 px on a 1920x1080 projector, in the page's layout
+CODE_ROWS = 30  # from this height a frame shows the code panel below the state machine
 ON_THE_PAGE = ("#topbar", "#narration", "#banner", "Footer")  # widgets the page replaces
 
 WINDOW_RECT = re.compile(r'<rect fill="#292929" stroke="[^"]*" stroke-width="1" [^>]*rx="8"/>')
@@ -38,33 +44,64 @@ CLIP = re.compile(
 VIEW_BOX = re.compile(r'viewBox="[^"]*"')
 
 
-def render_frames(trace: Trace, indices: Sequence[int], size: tuple[int, int] = DEFAULT_SIZE) -> list[str]:
+def render_frames(
+    trace: Trace,
+    indices: Sequence[int],
+    size: tuple[int, int] = DEFAULT_SIZE,
+    code: bool = True,
+    compare: Trace | None = None,
+) -> list[str]:
     """One SVG per step index, in order."""
     frames: list[str] = []
-    stream_frames(trace, indices, size, lambda n, svg: frames.append(svg))
+    stream_frames(trace, indices, size, lambda n, svg: frames.append(svg), code, compare)
     return frames
 
 
-def stream_frames(trace: Trace, indices: Sequence[int], size: tuple[int, int], use: Callable[[int, str], None]) -> None:
-    """use(n, svg) for each step index in order (n from 1), so a caller need not hold every frame."""
-    asyncio.run(stream_frames_async(trace, indices, size, use))
+def stream_frames(
+    trace: Trace,
+    indices: Sequence[int],
+    size: tuple[int, int],
+    use: Callable[[int, str], None],
+    code: bool = True,
+    compare: Trace | None = None,
+) -> None:
+    """use(n, svg) for each step index in order (n from 1), so a caller need not hold every frame.
+    DiffError when compare is not a run of the same workload."""
+    asyncio.run(stream_frames_async(trace, indices, size, use, code, compare))
 
 
 async def stream_frames_async(
-    trace: Trace, indices: Sequence[int], size: tuple[int, int], use: Callable[[int, str], None]
+    trace: Trace,
+    indices: Sequence[int],
+    size: tuple[int, int],
+    use: Callable[[int, str], None],
+    code: bool = True,
+    compare: Trace | None = None,
 ) -> None:
-    from tracer.replay.app import ROOMY_ROWS, ReplayApp
+    from tracer.replay.app import ReplayApp
 
-    app = ReplayApp(trace, start_step=indices[0] if indices else 0, animations=False)
+    app = ReplayApp(trace, start_step=indices[0] if indices else 0, animations=False, compare=compare)
     async with app.run_test(size=size) as pilot:
         app.clear_notifications()  # a frame shows the step, not a toast from opening the file
         for selector in ON_THE_PAGE:
             app.query_one(selector).display = False
-        if size[1] >= ROOMY_ROWS and trace.header.get("sources"):
-            app.action_toggle_code()
+        if code and size[1] >= CODE_ROWS and trace.header.get("sources"):
+            show_code_panel(app, size[1])
         for n, index in enumerate(indices, start=1):
             app.go_to(index)
             use(n, without_window(await settled_screenshot(app, pilot)))
+
+
+def show_code_panel(app: Any, rows: int) -> None:
+    """The code panel below the state machine: the page gave the frame the rows of the top bar, the
+    narration and the footer, so the machine keeps its place (the TUI's roomy layout) at fewer rows;
+    below 44 rows the code takes the flat batch's rows, which a frame cannot scroll to."""
+    from tracer.replay.app import ROOMY_ROWS
+
+    app.screen.add_class("-roomy")  # set once: a run_test screen is not resized again
+    app.action_toggle_code()
+    if rows < ROOMY_ROWS:
+        app.query_one("#batch").display = False
 
 
 async def settled_screenshot(app: Any, pilot: Any, tries: int = 5) -> str:

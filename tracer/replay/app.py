@@ -21,7 +21,6 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.content import Content
 from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.timer import Timer
@@ -32,7 +31,7 @@ from tracer.replay.controls import EngineControls
 from tracer.replay.decision_code import ordered_violations
 from tracer.replay.help import HelpScreen
 from tracer.replay.messages import SeqSelected
-from tracer.replay.model import ReplayModel, focus_index
+from tracer.replay.model import ReplayModel, focus_index, viewer_header
 from tracer.replay.narration import narrate
 from tracer.replay.predict import PredictScreen, Quiz
 from tracer.replay.views.banner import Banner
@@ -40,8 +39,10 @@ from tracer.replay.views.batch import BatchView
 from tracer.replay.views.code import CodeView
 from tracer.replay.views.compare import CompareView
 from tracer.replay.views.kv_pages import KVPagesView
+from tracer.replay.views.narration_bar import NarrationBar
 from tracer.replay.views.queues import QueuesView
 from tracer.replay.views.sequences import SequencesView
+from tracer.replay.views.side_labels import side_labels
 from tracer.replay.views.state_machine import StateMachineView
 from tracer.replay.views.timeline import TimelineView
 from tracer.replay.violations import ViolationsScreen
@@ -50,11 +51,15 @@ from tracer.trace.trace_file import TraceError, load_trace
 
 MIN_WIDTH, MIN_HEIGHT = 40, 15  # below this the panels garble: say so instead
 ROOMY_ROWS = 44  # from this height the code panel (c) shows below the state machine, not in its place
+SIDE_BY_SIDE_COLUMNS = 180  # from this width --compare shows B's KV pages beside A's
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # steps per second
 POLL_S = 0.1  # how often a growing source is read (a few stat calls a second when nothing changed)
 FOLLOW_ACTIONS = frozenset({"follow"})  # keys a growing source adds
 LIVE_ACTIONS = frozenset({"toggle_engine", "add_request", "abort_selected"})  # keys live controls add
 REPLACED_BY_LIVE = frozenset({"toggle_play", "toggle_animations", "hide_banner"})  # their keys: space, a, x
+STEP_KEYS = Binding.Group("step", compact=True)  # the footer's "←→ step"
+EVENT_KEYS = Binding.Group("event", compact=True)
+SPEED_KEYS = Binding.Group("speed", compact=True)
 
 
 def violation_text(violation) -> str:
@@ -94,33 +99,37 @@ class ReplayApp(App[int]):
     TITLE = "nanoengine replay"
     ENABLE_COMMAND_PALETTE = False
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall"), (ROOMY_ROWS, "-roomy")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (SIDE_BY_SIDE_COLUMNS, "-wide")]
 
     # A key with two bindings runs the first one check_action allows: a growing source's End follows,
     # live controls' space / a / x drive the engine; without them those bindings are hidden.
+    # The footer lists them in this order and cuts what does not fit: at 80 columns the live keys,
+    # ? and q come before +/- and g (which the help lists).
     BINDINGS = [
-        Binding("left", "step(-1)", "step", key_display="←", priority=True),
-        Binding("right", "step(1)", "step", key_display="→", priority=True),
+        Binding("left", "step(-1)", "step", key_display="←", priority=True, group=STEP_KEYS),
+        Binding("right", "step(1)", "step", key_display="→", priority=True, group=STEP_KEYS),
         Binding("home", "jump_end(0)", "first", show=False, priority=True),
         Binding("end", "follow", "follow", key_display="End", priority=True),
         Binding("end", "jump_end(1)", "last", show=False, priority=True),
-        Binding("space", "toggle_engine", "pause/resume engine", priority=True),
+        Binding("space", "toggle_engine", "pause/run", priority=True),
         Binding("space", "toggle_play", "play", priority=True),
-        Binding("plus,equals_sign", "speed(1)", "faster", key_display="+"),
-        Binding("minus", "speed(-1)", "slower", key_display="-"),
-        Binding("g", "goto", "go to"),
-        Binding("n", "event(1)", "next event"),
-        Binding("p", "event(-1)", "prev event"),
-        Binding("c", "toggle_code", "code"),
-        Binding("v", "violations", "violations", show=False),  # the violation bar says so
-        Binding("z", "zoom", "zoom", show=False),
-        Binding("a", "add_request", "add request"),
+        Binding("a", "add_request", "add"),
         Binding("a", "toggle_animations", "animations", show=False),
-        Binding("escape", "deselect", "deselect", show=False),
-        Binding("x", "abort_selected", "abort seq"),
+        Binding("x", "abort_selected", "abort"),
         Binding("x", "hide_banner", "hide banner", show=False),
-        Binding("s", "screenshot", "svg", show=False),  # in the help: the footer has room for `c`
+        Binding("n", "event(1)", "event", group=EVENT_KEYS),
+        Binding("p", "event(-1)", "event", group=EVENT_KEYS),
+        Binding("c", "toggle_code", "code"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
+        Binding("plus,equals_sign", "speed(1)", "faster", key_display="+", group=SPEED_KEYS),
+        Binding("minus", "speed(-1)", "slower", key_display="-", group=SPEED_KEYS),
+        Binding("g", "goto", "go to"),
+        Binding("v", "violations", "violations", show=False),  # the violation bar says so
+        Binding("z", "zoom", "zoom", show=False),
+        Binding("m", "more_narration", "more", show=False),  # a cut narration ends "… m: more"
+        Binding("escape", "deselect", "deselect", show=False),
+        Binding("s", "screenshot", "svg", show=False),  # in the help
     ]
     # the main view's keys do nothing while a dialog (help, go to, predict) is open; q still quits
     MAIN_VIEW_ACTIONS = frozenset(b.action.partition("(")[0] for b in Binding.make_bindings(BINDINGS)) - {"quit"}
@@ -144,6 +153,7 @@ class ReplayApp(App[int]):
         same workload, shown step for step beside this one. live: a running engine's controls."""
         super().__init__()
         self.model = ReplayModel(trace, start_step, compare)
+        self.compare_header = viewer_header(compare) if compare is not None else {}  # B's, for its KV pages
         self.guide = guide or trace.header.get("look_for") or ""  # a lesson's or demo's "Look for" text
         self.quiz = Quiz() if predict else None
         self.live = live
@@ -162,7 +172,7 @@ class ReplayApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
         yield TimelineView(self.model.marks, self.model.step_numbers, id="timeline")
-        yield Static(id="narration")
+        yield NarrationBar(id="narration")
         yield Banner(self.guide, tuple(w for w in [getattr(self.model.source, "warning", None)] if w), id="banner")
         yield Static(id="violations")
         if self.model.compare is not None:
@@ -173,6 +183,8 @@ class ReplayApp(App[int]):
                 yield StateMachineView(id="machine")
                 yield CodeView(id="code")
             yield KVPagesView(id="kv")
+            if self.model.compare is not None:
+                yield KVPagesView(id="kv-b")  # B's pool beside A's, from SIDE_BY_SIDE_COLUMNS on
         yield SequencesView(id="seqs")
         yield BatchView(id="batch")
         yield Footer(compact=True)
@@ -186,6 +198,9 @@ class ReplayApp(App[int]):
             "seqs": "sequences",
             "batch": "batch (flat step inputs)",
         }
+        if self.model.compare is not None:
+            label_a, label_b, _ = side_labels(self.model.source, self.model.compare)
+            titles.update(kv=f"KV pages · A = {label_a}", **{"kv-b": f"KV pages · B = {label_b}"})
         for widget_id, title in titles.items():
             self.query_one(f"#{widget_id}").border_title = title
         self.machine.animations = self.animations
@@ -215,7 +230,7 @@ class ReplayApp(App[int]):
 
     @property
     def kv(self) -> KVPagesView:
-        return self.query_one(KVPagesView)
+        return self.query_one("#kv", KVPagesView)
 
     @property
     def seqs(self) -> SequencesView:
@@ -287,7 +302,7 @@ class ReplayApp(App[int]):
     # ---- redrawing ------------------------------------------------------------------------
     def show_step(self) -> None:
         if not self.steps:  # a growing source before its first step
-            self.query_one("#narration", Static).update(Content(self.waiting_text()))
+            self.query_one(NarrationBar).say(self.waiting_text())
             self.update_status()
             return
         try:
@@ -304,12 +319,19 @@ class ReplayApp(App[int]):
         step, prev = self.model.current, self.model.previous
         for view in (self.machine, self.kv, self.seqs, self.batch, self.query_one(QueuesView), self.code):
             view.show(step, prev, self.header)
-        self.query_one("#narration", Static).update(Content(narrate(step, self.header)))
+        self.query_one(NarrationBar).say(narrate(step, self.header))
         self.show_violations(step)
         if self.model.diff is not None:
             mine, theirs = self.model.compare_sides()
             self.query_one(CompareView).show_pair(self.model.diff, mine, theirs, self.step_index, self.step_number)
+            self.show_b_pool()
         self.update_status()
+
+    def show_b_pool(self) -> None:
+        """B's KV pages at this step (past the end of B: its last step stays)."""
+        steps, i = self.model.compare.steps, self.step_index  # type: ignore[union-attr]  # only with --compare
+        if i < len(steps):
+            self.query_one("#kv-b", KVPagesView).show(steps[i], steps[i - 1] if i else None, self.compare_header)
 
     def show_violations(self, step: dict) -> None:
         bar = self.query_one("#violations", Static)
@@ -499,6 +521,9 @@ class ReplayApp(App[int]):
             self.screen.minimize()
         elif self.focused is not None:
             self.screen.maximize(self.focused)
+
+    def action_more_narration(self) -> None:
+        self.query_one(NarrationBar).toggle()
 
     def action_hide_banner(self) -> None:
         self.query_one(Banner).hide()

@@ -26,6 +26,7 @@ KEYS = (
     ("Esc", "clear the selection"),
     ("x", "hide the banner (a lesson's or demo's Look for text, loader warnings)"),
     ("z", "zoom the focused panel to the full screen (again to restore)"),
+    ("m", "the whole narration, when it is cut (its last row ends '… m: more'); again to cut it"),
     ("a", "animations on / off"),
     ("s", "save an SVG screenshot"),
     ("?", "this help"),

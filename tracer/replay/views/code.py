@@ -68,9 +68,14 @@ class CodeView(Vertical, can_focus=True):
         self.query_one("#code-title", Static).update(render_title(self.code))
         content, focus_row = render_code(self.code)
         self.query_one("#code-text", Static).update(content)
+        self.call_after_refresh(self.scroll_to_row, focus_row or 0)
+
+    def scroll_to_row(self, row: int) -> None:
+        """The deciding line in view, with up to 3 lines of context above it: fewer when the panel
+        is short (a few rows below 44 rows of terminal), so the ▶ line is never scrolled off."""
         body = self.query_one(ScrollableContainer)
-        y = max(0, focus_row - 3) if focus_row is not None else 0
-        self.call_after_refresh(body.scroll_to, x=0, y=y, animate=False)
+        context = min(3, max(0, (body.scrollable_content_region.height - 1) // 2))
+        body.scroll_to(x=0, y=max(0, row - context), animate=False)
 
 
 def render_title(code: DecisionCode) -> Content:

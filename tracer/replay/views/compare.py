@@ -2,8 +2,10 @@
 scheduler beside nanoengine), one line per request, differences marked with `≠` (a symbol, not
 only colour), and the diff's why for each difference at this step.
 
-    compare  A = nanoengine 0.1.0 │ B = vllm 0.33.0            step 0: 2 differences
+    compare  A = run24.jsonl │ B = run48.jsonl · num_kv_blocks 24 vs 48   step 0: 2 differences
       req 1  A: 16 tok from 0, RUNNING  B: 4 tok from 12, RUNNING ≠ tokens, prefix_hit
+
+Each side is named by its file, then what tells them apart (side_labels.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tracer.replay.colors import DIM
+from tracer.replay.views.side_labels import side_labels
 from tracer.trace.diff import Side, TraceDiff
 
 LABEL = "bold #c8d0da"
@@ -31,9 +34,10 @@ def row_text(side: Side, i: int) -> str:
 
 def compare_text(diff: TraceDiff, a: Side, b: Side, index: int, step_number: int) -> Text:
     here = diff.at(index)
+    label_a, label_b, differences = side_labels(a.trace, b.trace)
     text = Text()
     text.append("compare  ", LABEL)
-    text.append(f"A = {diff.label_a} │ B = {diff.label_b}", DIM)
+    text.append(f"A = {label_a} │ B = {label_b} · {differences}", DIM)
     text.append(f"   step {step_number}: ", LABEL)
     text.append(
         f"≠ {len(here)} difference{'s' if len(here) != 1 else ''}" if here else "= same decisions",
