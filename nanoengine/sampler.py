@@ -19,7 +19,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], num_tokens: list[
 
 def sample_one(logits: torch.Tensor, p: SamplingParams, num_tokens: int) -> int:
     logits = logits / p.temperature
-    if p.top_k:
+    if p.top_k > 0:
         kth = torch.topk(logits, min(p.top_k, logits.numel())).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.softmax(-1)

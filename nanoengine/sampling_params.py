@@ -17,7 +17,7 @@ class SamplingParams:
     there, never a failure inside a step."""
 
     temperature: float = 0.0
-    top_k: int = 0  # 0 = off
+    top_k: int = 0  # 0 = off; -1 = off too (vLLM's spelling)
     top_p: float = 1.0
     max_tokens: int = 64
     seed: int | None = None
@@ -40,8 +40,8 @@ class SamplingParams:
             )
         if not is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 and an integer (0 = off), got {self.top_k!r}")
+        if not is_int(self.top_k) or self.top_k < -1:
+            raise ValueError(f"top_k must be an integer >= -1 (0 or -1 = off), got {self.top_k!r}")
         if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < MAX_SEED):
             raise ValueError(f"seed must be None or an integer in [0, 2**32), got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):

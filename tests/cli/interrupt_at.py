@@ -4,7 +4,7 @@
 
 POINT is `import:MODULE` (the first import of MODULE) or `call:MODULE:QUALNAME:N` (the N-th call).
 At the point the child writes POINT and a newline to file descriptor FD and waits there, so a test
-that reads that line and then sends SIGINT interrupts exactly that point, however busy the machine:
+that reads that line and then sends SIGINT (or SIGTERM) interrupts exactly that point, however busy the machine:
 the signal is never sent at a guessed moment. Use `interrupted_at` from a test.
 """
 
@@ -73,8 +73,9 @@ def install(fd: int, point: str) -> None:
         raise SystemExit(f"interrupt_at: unknown point {point!r}")
 
 
-def interrupted_at(point: str, argv: list[str], env: dict[str, str], timeout: float = 600):
-    """Run `nanoengine ARGV`, send SIGINT once it stands at point; the finished CompletedProcess."""
+def interrupted_at(point: str, argv: list[str], env: dict[str, str], timeout: float = 600, sig: int = signal.SIGINT):
+    """Run `nanoengine ARGV`, send sig (Ctrl-C's SIGINT, or kill's SIGTERM) once it stands at point;
+    the finished CompletedProcess."""
     from conftest import sigint_as_in_a_terminal
 
     read_fd, write_fd = os.pipe()
@@ -94,7 +95,7 @@ def interrupted_at(point: str, argv: list[str], env: dict[str, str], timeout: fl
     if not ready:
         child.kill()
     if line == point:
-        child.send_signal(signal.SIGINT)
+        child.send_signal(sig)
     stdout, stderr = child.communicate(timeout=timeout)
     assert line == point, f"the child never reached {point}: exit {child.returncode}\n{stderr}"
     return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)

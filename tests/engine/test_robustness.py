@@ -30,7 +30,7 @@ def assert_empty(engine: LLMEngine) -> None:
         (dict(temperature=-0.5), "temperature must be >= 0"),
         (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
         (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
-        (dict(top_k=-1), "top_k must be >= 0"),
+        (dict(top_k=-2), "top_k must be an integer >= -1"),
         (dict(temperature=NAN), "temperature"),
         (dict(temperature=INF), "temperature"),
         (dict(temperature=1e-30), "temperature"),

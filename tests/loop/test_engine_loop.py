@@ -176,3 +176,62 @@ def test_stop_aborts_what_is_left_in_a_recorded_step(tmp_path, one_torch_thread)
     trace = load_trace(path, "all")
     assert check_trace(trace) == []
     assert trace.steps[-1]["events"][-1]["detail"]["reason"] == "abort"
+
+
+def test_an_unexpected_error_while_adding_fails_that_request_only(loop, capsys):
+    refused, fine = Inbox(), Inbox()
+    loop.add(range(10**20), PARAMS, refused)  # list() of it raises OverflowError, not ValueError
+    tokens, last = refused.until_finished()
+    assert tokens == [] and last.finish_reason == REJECTED and "OverflowError" in last.error
+    loop.add("hello", PARAMS, fine)
+    tokens, last = fine.until_finished()
+    assert len(tokens) == PARAMS.max_tokens and loop.thread.is_alive()
+    assert "OverflowError" in capsys.readouterr().err  # logged, in one line
+
+
+def test_a_command_that_raises_is_logged_and_the_loop_goes_on(loop, capsys):
+    def broken() -> None:
+        raise RuntimeError("a planted bug")
+
+    loop.submit(broken)
+    fine = Inbox()
+    loop.add("hello", PARAMS, fine)
+    tokens, last = fine.until_finished()
+    assert len(tokens) == PARAMS.max_tokens and loop.thread.is_alive()
+    err = capsys.readouterr().err
+    assert "RuntimeError: a planted bug" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("wrong", ["x", None, 3.5])
+def test_an_abort_of_a_wrongly_typed_request_is_refused_in_the_callers_thread(loop, wrong):
+    with pytest.raises(TypeError, match="LoopRequest"):
+        loop.abort(wrong)
+    fine = Inbox()
+    loop.add("hello", PARAMS, fine)
+    tokens, last = fine.until_finished()
+    assert len(tokens) == PARAMS.max_tokens and loop.thread.is_alive()
+
+
+@pytest.mark.parametrize("wrong", ["x", None, 3.5, -1, 10**30])
+def test_the_live_apps_abort_of_a_wrong_id_is_a_notice_and_the_loop_goes_on(loop, wrong):
+    from tracer.live.control import EngineControl
+
+    control = EngineControl(loop, PARAMS)
+    control.abort(wrong)
+    fine = Inbox()
+    loop.add("hello", PARAMS, fine)
+    tokens, last = fine.until_finished()
+    assert len(tokens) == PARAMS.max_tokens and loop.thread.is_alive()
+    assert [severity for severity, _ in control.take_notices()] == ["warning"]
+
+
+def test_a_failed_step_says_every_running_request_ended_with_it(loop):
+    def explode_once(record):
+        loop.engine.remove_step_hook(explode_once)
+        raise RuntimeError("planted hook failure")
+
+    loop.call(lambda engine: engine.add_step_hook(explode_once)).result(WAIT)
+    doomed = Inbox()
+    loop.add("hello", PARAMS, doomed)
+    _, last = doomed.until_finished()
+    assert "not affected" not in last.error and "every running request" in last.error

@@ -40,10 +40,11 @@ def wait_healthy(url: str, timeout: float = WAIT) -> None:
 
 
 @contextmanager
-def running_server(engine: LLMEngine | None = None, recorder=None) -> Iterator[Server]:
+def running_server(engine: LLMEngine | None = None, recorder=None, **options) -> Iterator[Server]:
+    """options: Server's own (api_key, max_body_bytes)."""
     with torch_threads(1):
         engine = engine or LLMEngine("tiny", **SERVE_OPTIONS)
-        server = Server(engine, bind("127.0.0.1", 0), recorder).start_in_thread()
+        server = Server(engine, bind("127.0.0.1", 0), recorder, **options).start_in_thread()
         try:
             wait_healthy(server.url)
             yield server

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 
+import httpx
 import pytest
 from serving import CLI, WAIT, ServeProcess
 
@@ -71,3 +72,54 @@ def test_a_port_out_of_range_is_one_line(port):
     assert result.returncode == 2 and result.stdout == ""
     err = result.stderr.strip()
     assert "out of range" in err and "\n" not in err and "Traceback" not in err
+
+
+def test_sigterm_stops_the_server_as_ctrl_c_does_and_the_trace_is_kept(tmp_path):
+    trace = tmp_path / "served.jsonl"
+    server = ServeProcess("--model", "tiny", "--port", "0", "--trace", str(trace))
+    try:
+        url = server.wait_for(" on http://").split(" on ")[1].strip()
+        body = {"model": "tiny", "prompt": "Hello", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+        # 2,000 tokens outlast the signal (then 'abort'); if not, 'length' and the check still holds
+        with httpx.Client(base_url=url, timeout=WAIT) as client:
+            with client.stream("POST", "/v1/completions", json=body) as response:
+                lines = response.iter_lines()
+                assert next(line for line in lines if line).startswith("data: {")  # in flight
+                server.proc.send_signal(signal.SIGTERM)
+                events = [line for line in lines if line]
+        assert server.proc.wait(timeout=WAIT) == 0
+        server.wait_for("Trace written to")
+        assert "Traceback" not in server.proc.stderr.read()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    assert not trace.with_name(trace.name + ".partial").exists()
+    assert main(["check", str(trace), "--full"]) == 0
+    ended = json.loads(events[-2][6:])["choices"][0]["finish_reason"] if events[-1:] == ["data: [DONE]"] else None
+    rows = [row for step in load_trace(trace).steps for row in step["seqs"] if row["finish_reason"]]
+    assert ended in ("abort", "length") and [row["finish_reason"] for row in rows] == [ended]  # aborted, recorded
+
+
+def test_serving_the_network_warns_and_an_api_key_guards_it():
+    server = ServeProcess("--model", "tiny", "--port", "0", "--host", "0.0.0.0", "--api-key", "sk-1")
+    try:
+        url = server.wait_for(" on http://").split(" on ")[1].strip()
+        assert httpx.get(f"{url}/v1/models", timeout=WAIT).status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer sk-1"}, timeout=WAIT).status_code == 200
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(timeout=WAIT) == 0
+        err = server.proc.stderr.read()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    assert "warning: listening on 0.0.0.0" in err and "Traceback" not in err
+
+
+def test_serving_the_network_without_a_key_says_so(monkeypatch):
+    from tracer.cli.serve import exposure_warning
+
+    monkeypatch.delenv("NANOENGINE_API_KEY", raising=False)
+    assert exposure_warning("127.0.0.1", None) is None and exposure_warning("::1", None) is None
+    assert exposure_warning("localhost", None) is None
+    assert "anyone who can reach" in exposure_warning("0.0.0.0", None) and "--api-key" in exposure_warning("::", None)
+    assert "--api-key" not in exposure_warning("0.0.0.0", "sk-1")

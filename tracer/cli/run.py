@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tracer.cli.demo import ENGINE_FLAGS, engine_overrides
-from tracer.cli.trace import add_live_arg, check_live_args, record_and_show
+from tracer.cli.trace import add_live_arg, check_live_args, record_and_show, take_sigterm_as_ctrl_c
 from tracer.teach.scenarios import load_scenario, scenario_arrivals
 
 
@@ -33,6 +33,7 @@ def run_main(argv: list[str]) -> int:
     p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
     add_live_arg(p)
     args = p.parse_args(argv)
+    take_sigterm_as_ctrl_c()
     check_live_args(args)
     scenario = load_scenario(args.scenario, name=args.scenario.stem)
     args.title = scenario.title

@@ -1,17 +1,22 @@
 """`nanoengine serve`: an OpenAI-compatible HTTP server on the engine (tracer.serve).
 
     nanoengine serve [--model M] [engine flags] [--host 127.0.0.1] [--port 8000] [--trace FILE] [--tui]
+                     [--api-key KEY] [--max-body-mb 4]
 
 The port is taken before the model loads, so a port in use is one line and exit 2 with no banner.
 The banner's first line names the URL (with the real port when --port 0 asks for any free one).
 With --trace, every step is recorded to FILE.partial, renamed to FILE when the server stops.
 With --tui, the live replay runs in this terminal over the server's engine (tracer.live); quitting
-it stops the server.
+it stops the server. SIGTERM (`kill`) stops it as Ctrl-C does: open streams end as aborted, the
+trace is closed and kept, exit 0.
+A host other than this machine's loopback serves the network: a warning says so, and --api-key (or
+NANOENGINE_API_KEY) makes every route but /health want `Authorization: Bearer KEY`, as vLLM's does.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 import tempfile
@@ -19,9 +24,12 @@ from pathlib import Path
 
 from tracer.cli.defaults import SHOWN
 from tracer.cli.main import add_engine_args, engine_options
+from tracer.cli.trace import take_sigterm_as_ctrl_c
+from tracer.serve.app import DEFAULT_MAX_BODY_BYTES
 from tracer.trace.readable import printable
 
 DEFAULT_PORT = 8000
+API_KEY_ENV = "NANOENGINE_API_KEY"
 STOP_S = 60  # how long quitting the TUI waits for the server and the engine loop to stop
 
 
@@ -37,12 +45,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--trace", type=Path, default=None, help="record every engine step to this trace file")
     p.add_argument("--served-model-name", default=None, help="the model id clients send (default: the model's name)")
     p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV) or None,
+        help=f"clients must send `Authorization: Bearer KEY` on every route but /health (default: ${API_KEY_ENV})",
+    )
+    p.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=DEFAULT_MAX_BODY_BYTES / 2**20,
+        help=f"a larger request body is refused with 413 {SHOWN}: far above any prompt the engine can run",
+    )
+    p.add_argument(
         "--tui",
         action="store_true",
         help="watch the server's engine in the live replay and drive it (space pauses it: HTTP streams wait; "
         "a adds a request, x aborts one); without --trace the steps go to a temporary file",
     )
     args = p.parse_args(argv)
+    if not args.max_body_mb > 0:
+        raise ValueError(f"--max-body-mb must be > 0, got {args.max_body_mb}")
     args.raw = True  # clients send text as it is; chat requests go through the template in the server
     if args.tui and not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:
         raise ValueError("--tui needs an interactive terminal (input or output is redirected): run it in a terminal")
@@ -53,11 +74,30 @@ def serve_main(argv: list[str]) -> int:
     args = parse_args(argv)
     from tracer.serve.server import bind
 
+    take_sigterm_as_ctrl_c()  # uvicorn hands the signal on once it has shut down
+    warning = exposure_warning(args.host, args.api_key)
+    if warning:
+        print(f"nanoengine serve: warning: {warning}", file=sys.stderr, flush=True)
     sock = bind(args.host, args.port)  # before the model loads: a port in use is one line, no banner
     try:
         return serve(args, sock)
     finally:
         sock.close()
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """What to say when host is more than this machine's loopback (None when it is only that)."""
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve to a network address
+        pass
+    what = f"listening on {host}: anyone who can reach this machine can use the server"
+    if api_key:
+        return what + " with the API key"
+    return what + f" and its engine; add --api-key KEY (or ${API_KEY_ENV}) to require a key"
 
 
 def serve(args: argparse.Namespace, sock) -> int:
@@ -73,7 +113,8 @@ def serve(args: argparse.Namespace, sock) -> int:
         partial = args.trace.with_name(args.trace.name + ".partial") if args.trace is not None else scratch_file()
         recorder = TraceRecorder(engine, partial, title=f"nanoengine serve {engine.model_name}")
     aliases = tuple({args.model, engine.model_name} - {args.served_model_name or engine.model_name})
-    server = Server(engine, sock, recorder, aliases, name=args.served_model_name)
+    max_body_bytes = int(args.max_body_mb * 2**20)
+    server = Server(engine, sock, recorder, aliases, args.served_model_name, args.api_key, max_body_bytes)
     if args.tui:
         assert recorder is not None and partial is not None
         return serve_with_tui(server, recorder, partial, args.trace)

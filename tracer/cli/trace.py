@@ -8,13 +8,14 @@
     nanoengine check --list
 
 Exit codes: 0 fine; 1 `check` found an invariant violation; 2 bad input (one-line error);
-130 interrupted.
+130 interrupted (Ctrl-C, or `kill`: SIGTERM is taken as Ctrl-C, so the steps so far are kept).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import stat
 import sys
 import tempfile
@@ -35,6 +36,16 @@ TRACE_NUM_KV_BLOCKS = 128
 
 def err(message: str) -> None:
     print(f"nanoengine: error: {printable(message)}", file=sys.stderr)
+
+
+def take_sigterm_as_ctrl_c() -> None:
+    """`kill` (SIGTERM, as from a process manager or a container stop) ends a recording as Ctrl-C
+    does: a KeyboardInterrupt, so the trace is closed and kept, never killed midway."""
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+
+
+def raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def trace_main(argv: list[str]) -> int:
@@ -58,6 +69,7 @@ def trace_main(argv: list[str]) -> int:
     # view readable; the engine's own default (sized by memory, ~1,456 blocks) would be mostly empty.
     p.set_defaults(num_kv_blocks=TRACE_NUM_KV_BLOCKS)
     args = p.parse_args(argv)
+    take_sigterm_as_ctrl_c()
     args.prompts = read_prompts(args.prompts)
     check_live_args(args)
     from nanoengine.engine import LLMEngine
@@ -187,7 +199,11 @@ def default_file_mode() -> int:
 
 
 def publish(partial: Path, target: Path) -> None:
-    """Rename the complete trace onto target, checked again: something else may be there by now."""
+    """Rename the complete trace onto target, checked again: something else may be there by now.
+    ValueError (one line) when there is no trace to rename (a recorder that could not write its
+    header removes its file)."""
+    if not partial.exists():
+        raise ValueError(f"no trace was written to {target}: {partial} is gone (see the error above)")
     try:
         out_target(target)
     except ValueError as e:

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import Sequence
+from nanoengine.validation import is_int, short_repr
 from tracer.loop.engine_loop import REJECTED, EngineLoop, LoopRequest, RequestUpdate
 from tracer.replay.colors import seq_tag
 
@@ -84,6 +85,9 @@ class EngineControl:
         self.loop.admit(request)
 
     def abort(self, seq_id: int) -> None:
+        if not is_int(seq_id):  # refused here: the loop thread only ever sees an integer id
+            self.notices.append(("warning", f"{short_repr(seq_id)} is not a request id: nothing to abort"))
+            return
         self.loop.submit(lambda: self.abort_now(seq_id))
 
     def abort_now(self, seq_id: int) -> None:
@@ -95,7 +99,8 @@ class EngineControl:
         elif seq is not None and not seq.is_finished:
             self.loop.engine.abort(seq_id)
         else:
-            self.notices.append(("warning", f"{seq_tag(seq_id)} has already finished: nothing to abort"))
+            why = "has already finished" if seq is not None else "has finished or never existed"
+            self.notices.append(("warning", f"{seq_tag(seq_id)} {why}: nothing to abort"))
             return
         self.notices.append(("information", f"abort {seq_tag(seq_id)}: it finishes at the next step"))
 

@@ -14,10 +14,15 @@ finished.
     loop.stop()                                    # aborts what is left (recorded), joins the thread
 
 A callback must be quick and must not raise (a server hands the update to its event loop).
+
+The loop never dies from one request: a request it cannot add is rejected (its callback hears why),
+a command that raises is logged in one line on stderr, and a step that fails as a whole ends the
+requests it was running, with an error that says so; then the loop goes on.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -29,6 +34,7 @@ from typing import Any
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import FinishReason, Sequence
+from nanoengine.validation import first_line
 
 REJECTED = "rejected"  # an update's finish_reason when add_request refused the request
 
@@ -51,12 +57,15 @@ class RequestUpdate:
 
 @dataclass(slots=True, eq=False)
 class LoopRequest:
-    """A request as the loop tracks it. seq_id is set when the loop adds it to the engine."""
+    """A request as the loop tracks it. seq_id is set when the loop adds it to the engine.
+    token_ids: the prompt already checked and tokenized (LLMEngine.check_request) in the caller's
+    thread, so the loop thread never tokenizes a client's text."""
 
     prompt: str | list[int]
     params: SamplingParams
     on_update: Callable[[RequestUpdate], object]
     notes: dict[str, Any] = field(default_factory=dict)  # written into the trace's request entry
+    token_ids: list[int] | None = None
     arrival_time: float = field(default_factory=time.time)
     seq_id: int | None = None
     num_prompt_tokens: int = 0
@@ -91,12 +100,17 @@ class EngineLoop:
         params: SamplingParams,
         on_update: Callable[[RequestUpdate], object],
         notes: dict[str, Any] | None = None,
+        token_ids: list[int] | None = None,
     ) -> LoopRequest:
-        request = LoopRequest(prompt, params, on_update, dict(notes or {}))
+        """token_ids: what engine.check_request(prompt, params) returned (the prompt is then not tokenized again)."""
+        request = LoopRequest(prompt, params, on_update, dict(notes or {}), token_ids=token_ids)
         self.submit(lambda: self.admit(request))
         return request
 
     def abort(self, request: LoopRequest) -> None:
+        """A TypeError here, in the caller's thread, for anything but a request this loop's add returned."""
+        if not isinstance(request, LoopRequest):
+            raise TypeError(f"abort takes the LoopRequest that add returned, got {type(request).__name__}")
         self.submit(lambda: self.abort_now(request))
 
     def call(self, fn: Callable[[LLMEngine], Any]) -> Future:
@@ -148,7 +162,7 @@ class EngineLoop:
         while True:
             commands, stopping = self.wait_for_work()
             for command in commands:
-                command()
+                self.run_command(command)
             if stopping:
                 self.finish_all()
                 return
@@ -163,6 +177,13 @@ class EngineLoop:
             self.commands.clear()
             return commands, self.stopping
 
+    def run_command(self, command: Callable[[], None]) -> None:
+        try:
+            command()
+        except Exception as e:  # a bug in one command must not stop the engine for everyone
+            self.error = first_line(e)
+            log(f"a command failed and was skipped ({self.error})")
+
     def may_step(self) -> bool:
         if not self.engine.has_unfinished():
             return False
@@ -174,8 +195,9 @@ class EngineLoop:
         try:
             appended = self.engine.step()
         except Exception as e:  # the engine isolates one request's failure; this is the whole step's
-            self.error = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-            self.fail_all(self.error)
+            self.error = first_line(e)
+            log(f"step {self.engine.num_steps} failed ({self.error}): its requests end with an error")
+            self.fail_all(f"{self.error}; the whole step failed, so every running request ended with it")
             return
         self.deliver()
         for fn in self.step_callbacks:
@@ -186,12 +208,18 @@ class EngineLoop:
 
     def admit(self, request: LoopRequest) -> None:
         try:
-            seq_id = self.engine.add_request(request.prompt, request.params)
+            seq_id = self.engine.add_request(request.token_ids or request.prompt, request.params)
         except ValueError as e:
             notify(request, RequestUpdate(request, [], REJECTED, str(e)))
             return
+        except Exception as e:  # e.g. a tokenizer's TypeError: refuse this request, keep the loop
+            log(f"a request could not be added ({first_line(e)})")
+            notify(request, RequestUpdate(request, [], REJECTED, f"it could not be added: {first_line(e)}"))
+            return
         request.seq_id = seq_id
         seq = self.engine.sequences[seq_id]
+        if request.token_ids and isinstance(request.prompt, str):
+            seq.prompt = request.prompt  # added as token ids: keep the text it came from (the trace shows it)
         request.num_prompt_tokens = seq.num_prompt_tokens
         request.prompt_token_ids = seq.token_ids[: seq.num_prompt_tokens]
         self.live[seq_id] = request
@@ -215,7 +243,8 @@ class EngineLoop:
             if seq.is_finished:
                 del self.live[seq_id]
                 out = self.engine.collect(seq_id)
-                notify(request, RequestUpdate(request, new, out.finish_reason, out.error, out.text))
+                error = f"{out.error}; other requests were not affected" if out.error else ""
+                notify(request, RequestUpdate(request, new, out.finish_reason, error, out.text))
             elif not notify(request, RequestUpdate(request, new)):
                 self.abort_now(request)
 
@@ -232,6 +261,10 @@ class EngineLoop:
         if self.live:
             self.step()
         self.fail_all("the engine loop stopped")
+
+
+def log(message: str) -> None:
+    print(f"nanoengine loop: {message}", file=sys.stderr, flush=True)
 
 
 def notify(request: LoopRequest, update: RequestUpdate) -> bool:

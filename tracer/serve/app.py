@@ -1,21 +1,29 @@
 """The FastAPI app: OpenAI's /v1/completions and /v1/chat/completions (streaming over SSE, or one
 JSON body), /v1/models and /health, on an EngineLoop.
 
+Each request is checked in its own context before the engine thread sees it: the body read up to
+a size limit (413 past it), parsed, and its prompt tokenized and checked (LLMEngine.check_request)
+in a worker thread, so a huge or bad request is a 4xx for its client alone and never stalls the
+other streams. The loop is handed the checked token ids.
+
 Each request gets an asyncio queue; the loop thread's update callback hands it over with
 call_soon_threadsafe. A client that goes away (mid-stream, or while waiting for a whole body) has
 its request aborted: its blocks are freed in the next step and the trace shows the abort.
+
+With an API key every route but /health wants `Authorization: Bearer KEY` (401 otherwise).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,11 +31,19 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from nanoengine.sequence import FinishReason
+from nanoengine.validation import first_line
 from tracer.loop.engine_loop import REJECTED, EngineLoop, LoopRequest, RequestUpdate
 from tracer.serve.detokenize import IncrementalDetokenizer
 from tracer.serve.protocol import ChatCompletionRequest, CompletionRequest, RequestError, Sampling, parse_body
 
+if TYPE_CHECKING:
+    from nanoengine.engine import LLMEngine
+    from nanoengine.sampling_params import SamplingParams
+
 DONE = "data: [DONE]\n\n"
+# 4 MiB: far more than any prompt nanoengine can run (128k tokens of text is about 0.5 MB, as JSON
+# token ids about 1 MB), far less than a body that costs the server real memory or time to parse.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it
 FAILED = (FinishReason.ERROR.value, FinishReason.IGNORED.value)  # finish reasons the client gets as an error
 
@@ -50,9 +66,13 @@ def error_response(e: RequestError) -> JSONResponse:
     return JSONResponse(error_body(e.message, kind, e.param, e.code), status_code=e.status)
 
 
-def build_app(loop: EngineLoop, served: ServedModel) -> FastAPI:
+def build_app(
+    loop: EngineLoop, served: ServedModel, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, api_key: str | None = None
+) -> FastAPI:
     app = FastAPI(title="nanoengine", docs_url=None, redoc_url=None, openapi_url=None)
     add_error_handlers(app)
+    if api_key:
+        app.add_middleware(RequireKey, key=api_key)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -73,37 +93,47 @@ def build_app(loop: EngineLoop, served: ServedModel) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        body = parse_body(await request.body(), CompletionRequest)
+        body = parse_body(await read_body(request, max_body_bytes), CompletionRequest)
         check_model(body.model, served)
         prompt = completion_prompt(body.prompt)
         max_tokens = checked_max_tokens(body.max_tokens, served)
-        return await answer(request, body, prompt, max_tokens, "text_completion", "cmpl")
+        return await answer(request, body, lambda: prompt, max_tokens, "text_completion", "cmpl")
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        body = parse_body(await request.body(), ChatCompletionRequest)
+        body = parse_body(await read_body(request, max_body_bytes), ChatCompletionRequest)
         check_model(body.model, served)
-        prompt = render_chat(served.tokenizer, body.messages)
         max_tokens = checked_max_tokens(body.max_completion_tokens or body.max_tokens, served)
-        return await answer(request, body, prompt, max_tokens, "chat.completion", "chatcmpl")
+        return await answer(
+            request,
+            body,
+            lambda: render_chat(served.tokenizer, body.messages),
+            max_tokens,
+            "chat.completion",
+            "chatcmpl",
+        )
 
     async def answer(
-        request: Request, body: Sampling, prompt: str | list[int], max_tokens: int, kind: str, prefix: str
+        request: Request, body: Sampling, make_prompt: Any, max_tokens: int, kind: str, prefix: str
     ) -> Any:
+        """make_prompt() -> the prompt; it runs in a worker thread with the check (a chat template may be slow)."""
         if body.n != 1:
             raise RequestError(
                 f"n must be 1 (got {body.n}): nanoengine returns one choice per request; send n requests", "n"
             )
         reply = Reply(kind, f"{prefix}-{uuid.uuid4().hex}", served.name, body, served.tokenizer)
         params = body.sampling_params(max_tokens)
+        param = "messages" if kind.startswith("chat") else "prompt"
+        prompt, token_ids = await asyncio.to_thread(checked_prompt, loop.engine, make_prompt, params, param)
         aio = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestUpdate] = asyncio.Queue()
-        handle = loop.add(prompt, params, lambda u: aio.call_soon_threadsafe(queue.put_nowait, u), reply.notes())
+        on_update = lambda u: aio.call_soon_threadsafe(queue.put_nowait, u)  # noqa: E731
+        handle = loop.add(prompt, params, on_update, reply.notes(), token_ids)
         first = await unless_disconnected(request, queue.get(), lambda: loop.abort(handle))
         if first is None:
             return Response(status_code=CLIENT_CLOSED)
         if first.finish_reason == REJECTED:
-            raise RequestError(first.error, "messages" if kind.startswith("chat") else "prompt")
+            raise RequestError(first.error, param)
         if body.stream:
             return StreamingResponse(reply.stream(first, queue, loop, handle), media_type="text/event-stream")
         last = await unless_disconnected(request, reply.collect(first, queue), lambda: loop.abort(handle))
@@ -140,7 +170,7 @@ class Reply:
 
     def failure(self, update: RequestUpdate) -> str:
         why = update.error or "it could not be scheduled"
-        return f"the engine failed on this request ({why}); other requests were not affected"
+        return f"the engine failed on this request: {why}"
 
     def usage(self, handle: LoopRequest) -> dict:
         n = len(self.token_ids)
@@ -248,6 +278,42 @@ async def disconnected(request: Request) -> None:
         pass
 
 
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, or a 413 as soon as it is known to be longer than limit (before it is all read)."""
+    too_long = RequestError(
+        f"the request body is larger than this server's limit of {limit:,} bytes (serve --max-body-mb)",
+        code="request_too_large",
+        status=413,
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_long
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_long
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def checked_prompt(
+    engine: LLMEngine, make_prompt: Any, params: SamplingParams, param: str
+) -> tuple[str | list[int], list[int]]:
+    """In a worker thread: the prompt and its token ids, checked as add_request checks them; a
+    RequestError (400) saying why not. A list of ids is measured before each id is checked."""
+    prompt = make_prompt()
+    limit = engine.scheduler.max_model_len
+    if isinstance(prompt, list) and len(prompt) >= limit:
+        raise RequestError(f"prompt is {len(prompt)} tokens, but max_model_len is {limit}: shorten it", param)
+    try:
+        return prompt, engine.check_request(prompt, params)
+    except ValueError as e:
+        raise RequestError(str(e), param) from None
+    except Exception as e:  # e.g. a tokenizer's TypeError on text it cannot read: this request only
+        raise RequestError(f"the prompt could not be tokenized ({first_line(e)})", param) from None
+
+
 def completion_prompt(prompt: str | list[int] | list[str]) -> str | list[int]:
     if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
         if len(prompt) > 1:
@@ -307,6 +373,25 @@ def add_error_handlers(app: FastAPI) -> None:
         return error_response(RequestError(str(e.errors()[0].get("msg", e))))
 
     app.add_middleware(NeverCrash)
+
+
+class RequireKey:
+    """Every route but /health wants `Authorization: Bearer KEY`; a 401 OpenAI error body otherwise."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health" and not self.allowed(scope):
+            message = "a valid API key is needed: send the header `Authorization: Bearer KEY`"
+            body = error_body(message, "invalid_request_error", code="invalid_api_key")
+            await JSONResponse(body, status_code=401)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def allowed(self, scope: Any) -> bool:
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        return hmac.compare_digest(given, self.expected)  # in constant time: no guessing it byte by byte
 
 
 class NeverCrash:

@@ -1,12 +1,16 @@
 """The OpenAI request bodies the server accepts, and their sampling parameters.
 
-Parameters nanoengine does not implement are refused by name (400), never silently ignored.
-Extensions, as vLLM spells them: top_k, ignore_eos, return_token_ids.
+Parameters nanoengine does not implement are refused by name (400), never silently ignored, and
+values are taken as their JSON type says (strict): `max_tokens: true` or `"temperature": "0.5"` is
+a 400, never converted. Extensions, as vLLM spells them: top_k (-1 or 0: off), ignore_eos,
+return_token_ids.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import fields
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -22,20 +26,24 @@ class RequestError(ValueError):
         self.message, self.param, self.code, self.status = message, param, code, status
 
 
+STRICT = ConfigDict(extra="forbid", strict=True)
+PARAM_NAMES = [f.name for f in fields(SamplingParams)]
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     include_usage: bool = False
 
 
 class Sampling(BaseModel):
     """The fields both endpoints share."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = Field(default=0, ge=0)  # extension; 0 = off (vLLM also takes -1)
+    top_k: int = Field(default=0, ge=-1)  # extension; 0 or -1 (vLLM's) = off
     seed: int | None = Field(default=None, ge=0, lt=MAX_SEED)
     stop: str | list[str] | None = None
     n: int = 1
@@ -50,14 +58,14 @@ class Sampling(BaseModel):
             return SamplingParams(
                 temperature=self.temperature,
                 top_p=self.top_p,
-                top_k=max(self.top_k, 0),
+                top_k=self.top_k,
                 max_tokens=max_tokens,
                 seed=self.seed,
                 ignore_eos=self.ignore_eos,
                 stop=stop,
             )
         except ValueError as e:
-            raise RequestError(str(e), param=str(e).split()[0]) from None
+            raise RequestError(str(e), param=param_named_in(str(e))) from None
 
     @property
     def include_usage(self) -> bool:
@@ -69,14 +77,19 @@ class CompletionRequest(Sampling):
     max_tokens: int | None = Field(default=16, ge=1)  # the legacy API's default
 
 
+def param_named_in(message: str) -> str | None:
+    """Which parameter a SamplingParams message is about ('top_p must be ...', 'a stop string holds ...')."""
+    return next((name for name in PARAM_NAMES if name in message.split()[:3]), "stop" if "stop" in message else None)
+
+
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     type: Literal["text"]
     text: str
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart]
     name: str | None = None
@@ -100,10 +113,17 @@ def parse_body(raw: bytes, model_class: type[Sampling]) -> Any:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise RequestError(f"the request body is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise RequestError("the request body is nested too deep: send a flat OpenAI request object") from None
+    except ValueError:  # Python refuses to convert an integer this long (a guard against slow parsing)
+        limit = sys.get_int_max_str_digits()
+        raise RequestError(f"the request body holds a number with more than {limit:,} digits") from None
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object")
     try:
         return model_class.model_validate(data)
+    except RecursionError:
+        raise RequestError("the request body is nested too deep: send a flat OpenAI request object") from None
     except ValidationError as e:
         raise describe(e.errors()[0]) from None
 

@@ -3,6 +3,7 @@ the model loads), the engine loop, and uvicorn serving on that socket.
 
     sock = bind("127.0.0.1", 0)                      # OSError / ValueError: say it in one line
     server = Server(engine, sock, recorder=None)     # the loop starts; nothing is served yet
+                                                     # (api_key=..., max_body_bytes=...: see app.py)
     server.run()                                     # blocks (Ctrl-C stops it), or:
     server.start_in_thread(); ...; server.stop()     # tests, and a TUI in the main thread
 """
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 
 from nanoengine.engine import LLMEngine
 from tracer.loop.engine_loop import EngineLoop
-from tracer.serve.app import ServedModel, build_app
+from tracer.serve.app import DEFAULT_MAX_BODY_BYTES, ServedModel, build_app
 
 GRACEFUL_SHUTDOWN_S = 3  # open streams get this long to end on Ctrl-C; then they are cut (and aborted)
 
@@ -44,6 +46,20 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server that, when it starts to shut down (Ctrl-C, SIGTERM, stop()), first stops the
+    engine loop: each open stream then ends at once with finish_reason 'abort' and [DONE], and the
+    trace records the aborts, instead of the streams being cut after the grace period."""
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_shutdown = on_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.on_shutdown()
+        await super().shutdown(sockets)
+
+
 class Server:
     def __init__(
         self,
@@ -52,21 +68,24 @@ class Server:
         recorder: Any = None,
         aliases: tuple[str, ...] = (),
         name: str | None = None,
+        api_key: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
-        """name: the model id clients send (default: the engine's model name); aliases: also accepted."""
+        """name: the model id clients send (default: the engine's model name); aliases: also accepted;
+        api_key: wanted on every route but /health; max_body_bytes: a larger body is a 413."""
         engine.config.use_chat_template = False  # the server templates chat requests itself, completions never
         self.sock = sock
         self.model_name = name or engine.model_name
         self.loop = EngineLoop(engine, recorder).start()
         served = ServedModel(self.model_name, engine.tokenizer, engine.scheduler.max_model_len, aliases)
         config = uvicorn.Config(
-            build_app(self.loop, served),
+            build_app(self.loop, served, max_body_bytes, api_key),
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         )
-        self.uvicorn = uvicorn.Server(config)
+        self.uvicorn = StoppingServer(config, on_shutdown=self.loop.stop)
         self.thread: threading.Thread | None = None
 
     @property

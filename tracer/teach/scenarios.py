@@ -11,6 +11,9 @@ A scenario file (lessons/NN_name/scenario.json) looks like:
      "focus": {"event": "finished", "nth": 1},                  # or {"step": 3}; "request": 0 to
                                                                 # count only request 0's events
      "look_for": "what to watch in the replay"}
+
+Anything else (a misspelt key, a value of the wrong type, an `arrive` that is not a whole step >= 0)
+is a ScenarioError in one line before anything runs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
+from nanoengine.validation import is_int, short_repr
 from tracer.loop.arrivals import Arrival
 from tracer.loop.drive import StepLimitError, drive
 from tracer.trace.trace_file import read_json_file
@@ -37,6 +41,9 @@ if TYPE_CHECKING:  # the engine loads torch (2 s): `run --help` and `demo --help
 DEFAULT_MAX_STEPS = 2000
 FOCUS_EVENTS = tuple(EventKind)
 PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
+TOP_LEVEL = {"title": str, "model": str, "engine": dict, "params": dict, "requests": list, "focus": dict,
+             "look_for": str, "max_steps": int}  # fmt: skip
+KIND_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer"}
 
 
 class ScenarioError(ValueError):
@@ -103,15 +110,18 @@ def load_scenario(path: str | Path, name: str | None = None) -> Scenario:
 
 
 def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scenario:
-    if not isinstance(data, dict) or not data.get("requests"):
-        raise ScenarioError(f"{source}: a scenario needs a non-empty 'requests' list")
+    check_top_level(data, source)
     defaults = data.get("params", {})
     requests = []
     for i, r in enumerate(data["requests"]):
+        if not isinstance(r, (str, list, dict)):
+            raise ScenarioError(f"{source}: request {i} is {short_repr(r)}: give a prompt string or an object")
         r = {"prompt": r} if isinstance(r, (str, list)) else dict(r)
         if "prompt" not in r:
             raise ScenarioError(f"{source}: request {i} has no 'prompt'")
-        prompt, arrive = r.pop("prompt"), int(r.pop("arrive", 0))
+        prompt, arrive = r.pop("prompt"), r.pop("arrive", 0)
+        if not is_int(arrive) or arrive < 0:
+            raise ScenarioError(f"{source}: request {i} has arrive {short_repr(arrive)}: give a step number >= 0")
         params = {**defaults, **r}
         unknown = sorted(set(params) - PARAM_FIELDS)
         if unknown:
@@ -123,6 +133,9 @@ def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scena
     focus = data.get("focus", {})
     if focus.get("event") and focus["event"] not in FOCUS_EVENTS:
         raise ScenarioError(f"{source}: focus event {focus['event']!r} is not one of {', '.join(FOCUS_EVENTS)}")
+    for key in ("step", "nth", "request"):
+        if key in focus and not is_int(focus[key]):
+            raise ScenarioError(f"{source}: focus {key} is {short_repr(focus[key])}: give an integer")
     return Scenario(
         name=name,
         title=data.get("title", name),
@@ -131,8 +144,25 @@ def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scena
         model=data.get("model", "tiny"),
         focus=focus,
         look_for=data.get("look_for", ""),
-        max_steps=int(data.get("max_steps", DEFAULT_MAX_STEPS)),
+        max_steps=data.get("max_steps", DEFAULT_MAX_STEPS),
     )
+
+
+def check_top_level(data: object, source: str) -> None:
+    """A ScenarioError for a file that is not a scenario object with known keys of the right types."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a JSON object with a 'requests' list, got {short_repr(data)}")
+    unknown = sorted(set(data) - set(TOP_LEVEL))
+    if unknown:
+        raise ScenarioError(f"{source}: unknown key(s) {', '.join(map(repr, unknown))}; use {', '.join(TOP_LEVEL)}")
+    for key, kind in TOP_LEVEL.items():
+        value = data.get(key)
+        if key in data and not (isinstance(value, kind) and (kind is not int or is_int(value))):
+            raise ScenarioError(f"{source}: {key!r} must be {KIND_NAMES[kind]}, got {short_repr(value)}")
+    if not data.get("requests"):
+        raise ScenarioError(f"{source}: a scenario needs a non-empty 'requests' list")
+    if data.get("max_steps", 1) < 1:
+        raise ScenarioError(f"{source}: 'max_steps' must be >= 1, got {data['max_steps']}")
 
 
 def scenario_arrivals(scenario: Scenario) -> list[Arrival]:
