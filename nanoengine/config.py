@@ -4,6 +4,8 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
+from nanoengine.validation import is_real
+
 
 @dataclass(slots=True)
 class EngineConfig:
@@ -41,6 +43,9 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and int(value) < low:  # None: chosen when the engine starts
                 raise ValueError(f"{name} must be >= {low}, got {value}")
+        gb = self.kv_cache_memory_gb
+        if not is_real(gb) or gb <= 0:
+            raise ValueError(f"kv_cache_memory_gb must be a number of GiB > 0, got {gb!r}")
         if self.attention_backend not in ("auto", "torch", "flash"):
             raise ValueError(
                 f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}"

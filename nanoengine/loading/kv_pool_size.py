@@ -19,9 +19,9 @@ def bytes_per_block(config: EngineConfig, hf_config: ModelConfig, dtype: torch.d
 def kv_blocks_that_fit(config: EngineConfig, hf_config: ModelConfig, dtype: torch.dtype) -> int:
     """As many blocks as kv_cache_memory_gb holds, but no more than max_num_seqs full-length
     requests need."""
-    by_memory = int(config.kv_cache_memory_gb * 2**30 // bytes_per_block(config, hf_config, dtype))
+    by_memory = config.kv_cache_memory_gb * 2**30 / bytes_per_block(config, hf_config, dtype)
     by_need = config.max_num_seqs * blocks_needed(config.max_model_len or 0, config.block_size)
-    return max(1, min(by_memory, by_need))
+    return max(1, int(min(by_memory, by_need)))  # min first: 1e300 GiB is inf bytes
 
 
 def check_kv_fits(num_kv_blocks: int, bytes_per_block: int, device: torch.device) -> None:

@@ -109,6 +109,8 @@ def test_a_prompt_that_cannot_run_is_refused_by_add_request(prompt, options, mes
         (dict(num_kv_blocks=0), "num_kv_blocks must be >= 1"),
         (dict(bogus=1), "unknown engine option"),
         (dict(attention_backend="magic"), "attention_backend must be"),
+        (dict(kv_cache_memory_gb=float("nan")), "kv_cache_memory_gb must be a number of GiB > 0, got nan"),
+        (dict(kv_cache_memory_gb=0), "kv_cache_memory_gb must be a number of GiB > 0"),
     ],
 )
 def test_bad_engine_options(kwargs, message):
@@ -313,6 +315,12 @@ def test_a_hook_that_raises_does_not_make_the_next_step_reuse_its_number():
         engine.step()
     engine.step()
     assert seen == [0, 1]
+
+
+def test_an_absurd_kv_memory_is_capped_by_what_the_requests_can_need():
+    """1e300 GiB is inf bytes: the pool is sized by max_num_seqs full-length requests, not a NaN."""
+    engine = LLMEngine("tiny", kv_cache_memory_gb=1e300, max_num_seqs=2, max_model_len=64, block_size=16)
+    assert engine.config.num_kv_blocks == 2 * 4
 
 
 def test_a_kv_pool_bigger_than_memory_is_refused_before_allocating():
