@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from nanoengine.block_manager import blocks_needed
 from nanoengine.engine import LLMEngine
-from nanoengine.sampling_params import SamplingParams
 from nanoengine.loading.tiny import ByteTokenizer
+from nanoengine.sampling_params import SamplingParams
 from tracer.trace.invariants import check_trace
 from tracer.trace.recorder import TraceRecorder
 from tracer.trace.trace_file import load_trace

@@ -33,7 +33,7 @@ def events_of(trace, kind: str) -> list[dict]:
 
 def test_header_describes_the_run(tiny_trace):
     h = tiny_trace.header
-    assert h["type"] == "header" and h["schema_version"] == 3 and h["model"] == "tiny"
+    assert h["type"] == "header" and h["schema_version"] == 4 and h["model"] == "tiny"
     assert h["eos_token_ids"] == [2] and h["tokenizer"]["name"] == "tiny" and h["tokenizer"]["vocab_size"] == 259
     assert len(h["tokenizer"]["sha256"]) == 64
     assert h["nanoengine_version"] == "0.1.0" and h["title"] == "tiny scenario" and h["created"].startswith("20")
@@ -170,7 +170,7 @@ def test_a_recorder_closed_before_any_step_writes_a_header(tmp_path):
     with TraceRecorder(make_tiny_engine(), tmp_path / "t.jsonl"):
         pass
     trace = load_trace(tmp_path / "t.jsonl")
-    assert trace.steps == [] and trace.header["requests"] == []
+    assert len(trace.steps) == 0 and trace.header["requests"] == []
 
 
 def test_default_trace_path_is_timestamped_and_unique(tmp_path):

@@ -15,6 +15,7 @@ from tracer.trace.step_line import (
     EngineRow,
     EventLine,
     InputsLine,
+    PoolChange,
     PoolLine,
     QueuesLine,
     SeqRow,
@@ -29,17 +30,18 @@ SHAPES = {
     "event": EventLine,
     "inputs": InputsLine,
     "pool": PoolLine,
+    "pool_change": PoolChange,
     "queues": QueuesLine,
     "violation": ViolationLine,
 }
-# where the step definition refers to each of the others
+# where the step definition refers to each of the others (a version-4 change line's pool: pool_change)
 STEP_REFS = {
-    "seqs": "seq",
-    "events": "event",
-    "inputs": "inputs",
-    "pool": "pool",
-    "queues": "queues",
-    "violations": "violation",
+    "seqs": ["seq"],
+    "events": ["event"],
+    "inputs": ["inputs"],
+    "pool": ["pool", "pool_change"],
+    "queues": ["queues"],
+    "violations": ["violation"],
 }
 
 
@@ -56,9 +58,10 @@ def test_the_schema_and_the_module_name_the_same_fields(name):
 
 def test_the_step_refers_to_the_definitions_the_module_pairs_with_its_shapes():
     properties = schema_defs()["step"]["properties"]
-    for key, name in STEP_REFS.items():
-        ref = properties[key].get("items", properties[key])["$ref"]
-        assert ref == f"#/$defs/{name}", key
+    for key, names in STEP_REFS.items():
+        definition = properties[key].get("items", properties[key])
+        refs = [d["$ref"] for d in definition.get("anyOf", [definition])]
+        assert refs == [f"#/$defs/{name}" for name in names], key
 
 
 def test_a_row_holds_every_field_nanoengine_reports_in_its_order():

@@ -59,7 +59,7 @@ def test_a_recorded_trace_loads_and_validates_fully(tiny_trace_path):
         ("a,b,c\n1,2,3\n", "not a nanoengine trace (line 1 is not JSON)"),
         ('{"name": "something else"}\n', "not a nanoengine trace (line 1 is not a trace header)"),
         ('[1, 2, 3]\n', "not a nanoengine trace"),
-        ('{"type": "header", "schema_version": 99}\n', "schema_version 99, newer than this nanoengine reads (3)"),
+        ('{"type": "header", "schema_version": 99}\n', "schema_version 99, newer than this nanoengine reads (4)"),
         ('{"type": "header", "schema_version": "one"}\n', "unknown trace schema_version"),
     ],
 )
@@ -89,7 +89,7 @@ def test_a_cut_short_last_line_loads_the_prefix_with_a_warning(tiny_trace_path, 
     cut.write_text(text[: text.rindex("\n", 0, len(text) - 1) + 200])  # mid-way through the last line
     trace = load_trace(cut)
     full = load_trace(tiny_trace_path)
-    assert trace.num_steps == full.num_steps - 1 and trace.steps == full.steps[:-1]
+    assert trace.num_steps == full.num_steps - 1 and list(trace.steps) == full.steps[:-1]
     assert "cut short" in trace.warning and f"{trace.num_steps} complete steps" in trace.warning
     assert check_trace(trace) == [v for v in check_trace(full) if v.step < trace.num_steps]
 

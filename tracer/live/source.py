@@ -4,6 +4,9 @@
     source.poll() -> int              # reads what was appended: the number of new complete steps
     source.header, source.steps, source.marks, source.requests   # as tracer.trace.trace_file.Trace
 
+source.lines holds the lines read; source.steps the whole steps (for a version-4 trace, rebuilt
+from its keyframes and changes, tracer/trace/keyframes.py; the lines themselves before).
+
 Only complete lines are read: a half-written last line is left for the next poll, not reported as
 damage. The file stays open, so a writer renaming it (FILE.partial -> FILE when a server stops)
 does not lose the reader. Memory stays flat however long the run: per step only its byte span and
@@ -17,7 +20,9 @@ import os
 from array import array
 from pathlib import Path
 
+from tracer.trace.keyframes import RebuiltSteps
 from tracer.trace.trace_file import (
+    FULL_STEPS_VERSION,
     MAX_LINE_BYTES,
     LineSteps,
     StepMarks,
@@ -72,7 +77,8 @@ class GrowingTrace:
         self.fd = self.file.fileno()
         self.offset = 0  # bytes read so far: always the end of a complete line
         self.header: dict = {}
-        self.steps = GrowingSteps(self.path, self.fd)
+        self.lines = GrowingSteps(self.path, self.fd)
+        self.steps: GrowingSteps | RebuiltSteps = self.lines  # until the header says what the lines are
         self.marks: list[StepMarks] = []
         self.requests: dict[int, dict] = {}
         self.warning: str | None = None
@@ -122,24 +128,27 @@ class GrowingTrace:
             start = end + 1
 
     def read_line(self, data: bytes, start: int, end: int) -> None:
-        n = len(self.steps) + 2  # the line's number in the file
+        n = len(self.lines) + 2  # the line's number in the file
         if not self.header:
             header = parse_header_line(self.path, data[start:end])
             check_claims(self.path, header, None)
             validate_line(self.path, 1, header, validators()[0])
             self.header = header
             self.requests = merge_requests(header, ())
+            self.lines.version = header["schema_version"]
+            if header["schema_version"] > FULL_STEPS_VERSION:  # keyframes and changes: rebuilt when shown
+                self.steps = RebuiltSteps(self.lines, self.marks, self.path)
             return
-        marks = marks_from_line(self.path, n, data, start, end)
+        marks = marks_from_line(self.path, n, data, start, end, self.lines.version)
         if self.marks and marks.step <= self.marks[-1].step:
             raise step_order_error(self.path, n, marks.step, self.marks[-1].step)
         step = None
         if not self.marks or has_new_requests(data, start, end):
-            step = parse_step_line(self.path, n, data[start:end])
+            step = parse_step_line(self.path, n, data[start:end], self.lines.version)
             if not self.marks:
                 validate_line(self.path, n, step, validators()[1])
             add_new_requests(self.requests, step)
-        self.steps.append(self.offset + start, self.offset + end)
+        self.lines.append(self.offset + start, self.offset + end)
         self.marks.append(marks)
 
     def close(self) -> None:

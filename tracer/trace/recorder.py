@@ -14,7 +14,8 @@ Stable API (the TUI, the demos and the lessons build on these):
         writes one line per step, flushed at once. Use it as a context manager, or call close():
         close() detaches it and makes sure the header is written even if no step ran; start()
         writes the header at once (the live app reads the file from its first line).
-        Attributes: path, num_steps, violations (list[Violation] found live so far).
+        Attributes: path, num_steps, violations (list[Violation] found live so far), failed (None, or
+        why recording stopped, in one line).
         annotate(seq_id, **notes): extra fields for a request's entry, written when it first appears
         (a server's arrival_time and http_request_id, a scenario's requested `arrive` step).
 
@@ -22,18 +23,31 @@ Stable API (the TUI, the demos and the lessons build on these):
 
 The header is written lazily, on the first step, listing every request live then. Requests that
 first appear in a later step (added with add_request after the run started) are listed in that
-step line's `new_requests`; the loader merges both into Trace.requests.
+step line's `new_requests`; the loader merges both into Trace.requests. Each step is checked whole
+and written as a keyframe or a change (tracer/trace/keyframes.py: a line's size follows the
+step's sequences and the blocks it changed, not every request seen).
 
-Per-step cost is kept low (figures: docs/benchmarks.md): token texts are decoded once per token id, new ids together; a sequence's
-output text is decoded from a kept head (Detokenizer) only in steps where it gained a token; finished
-sequences are carried as one cached dict; the pool's big arrays are JSON-encoded again only when they
-changed.
+The file is locked while it is written (fcntl.flock): a second recorder on it is refused
+(RecorderRefused, one line), and so is a non-empty FILE.partial (a run's unfinished trace: never
+truncated). A step that cannot be written (a full disk, anything else) never fails the engine's
+step: recording stops, the file is cut back to its last whole line (removed if no header made it),
+`failed` says why, and it is logged once; a `with` block then ends with an OSError saying so.
+
+Per-step cost is kept low (figures: docs/benchmarks.md): token texts are decoded once per token id,
+new ids together; a sequence's output text is decoded from a kept head (Detokenizer) only in steps
+where it gained a token; finished sequences are carried as one cached dict; only a keyframe encodes
+the pool's big arrays.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
+import logging
+import os
+import stat
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -47,6 +61,7 @@ from nanoengine.outputs import RequestOutput
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.step_record import BlockPool, SeqStep, StepRecord
 from tracer.trace.invariants import InvariantChecker, Violation
+from tracer.trace.keyframes import DeltaWriter
 from tracer.trace.sources import SourceBook
 from tracer.trace.step_line import EngineRow, SeqRow, StepLine, engine_row, free_fill, idle_row, seq_row, step_line
 from tracer.trace.trace_file import SCHEDULER_CONFIG, SCHEMA_VERSION
@@ -60,6 +75,12 @@ HEAD_EVERY = 32  # Detokenizer.text decodes a sequence's whole completion once p
 JSON = json.JSONEncoder(
     separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )  # one encoder: json.dumps builds one a call
+ASCII_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # for text UTF-8 cannot hold (a lone surrogate)
+LOG = logging.getLogger(__name__)
+
+
+class RecorderRefused(ValueError):
+    """The trace file cannot be recorded into; the message is one line."""
 
 
 class Detokenizer:
@@ -112,7 +133,9 @@ class TraceRecorder:
         self.title = title
         self.focus_step = focus_step
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "w", encoding="utf-8")
+        self.file = open_locked(self.path)
+        self.written = 0  # bytes of whole lines in the file
+        self.failed: str | None = None
         self.header: dict | None = None
         self.config = engine_config(engine)
         self.checker = InvariantChecker(self.config, eos_token_ids=engine.eos_token_ids)
@@ -123,7 +146,7 @@ class TraceRecorder:
         self.detokenizer = Detokenizer(engine.tokenizer)
         self.completions: dict[int, list[int]] = {}  # generated token ids so far
         self.texts: dict[int, str] = {}  # token id -> decoded text
-        self.encoded: dict[str, tuple] = {}  # pool field -> (value, its JSON) from the last step
+        self.deltas = DeltaWriter()
         self.free_filled: tuple = (None, None, [])  # (hashes, ref_counts, filled of the free blocks)
         self.violations: list[Violation] = []
         self.sources: SourceBook | None = None  # the engine's functions, read when the header is written
@@ -133,8 +156,14 @@ class TraceRecorder:
 
     # ---- the hook -----------------------------------------------------------------------
     def __call__(self, record: StepRecord) -> None:
-        if self.file.closed or record.step <= self.last_step:
-            return  # closed, or registered twice
+        if self.failed is not None or self.file.closed or record.step <= self.last_step:
+            return  # stopped, closed, or registered twice
+        try:
+            self.record_step(record)
+        except Exception as e:  # the engine's step must not fail because its trace could not be written
+            self.stop(e)
+
+    def record_step(self, record: StepRecord) -> None:
         new_requests = [self.request_entry(s, record.step) for s in record.seqs if s.seq_id not in self.requests]
         if self.header is None:
             self.write_header(new_requests)
@@ -143,23 +172,51 @@ class TraceRecorder:
         found = self.checker.check(line)
         line["violations"] = [v.to_dict() for v in found]
         self.violations.extend(found)
-        self.file.write(self.serialize(line) + "\n")
-        self.file.flush()
+        self.write_line(self.deltas.line(line, {s.seq_id for s in record.seqs}))
         self.num_steps += 1
         self.last_step = record.step
 
-    def serialize(self, line: StepLine) -> str:
-        """The line as JSON, its fields in step_line's order; the pool's big arrays are re-encoded only
-        when they changed (the pool and the violations are the line's last two fields)."""
-        rest = {key: value for key, value in line.items() if key not in ("pool", "violations")}
-        pool = ",".join(f'"{key}":{self.encode_once(key, value)}' for key, value in line["pool"].items())
-        return f'{JSON.encode(rest)[:-1]},"pool":{{{pool}}},"violations":{JSON.encode(line["violations"])}}}'
+    def write_line(self, obj: dict) -> None:
+        """One whole line, or (on an error) none: a line cut short is cut off again."""
+        data = encode_line(obj)
+        try:
+            view = memoryview(data)
+            while view:
+                if not (n := self.file.write(view)):
+                    raise OSError(errno.ENOSPC, "the file took no more bytes")
+                view = view[n:]
+        except BaseException:
+            self.cut_back()
+            raise
+        self.written += len(data)
 
-    def encode_once(self, key: str, value) -> str:
-        cached = self.encoded.get(key)
-        if cached is None or cached[0] != value:
-            cached = self.encoded[key] = (value, JSON.encode(value))
-        return cached[1]
+    def cut_back(self) -> None:
+        """Back to the last whole line."""
+        try:
+            os.ftruncate(self.file.fileno(), self.written)
+            self.file.seek(self.written)
+        except OSError:
+            pass  # a reader drops a last line cut short
+
+    def stop(self, e: Exception) -> None:
+        """Recording failed: stop, keep the whole lines, say why once. A file without its header is
+        no trace: it goes."""
+        self.failed = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+        if self.header is None or self.written == 0:
+            self.failed += "; no trace was written"
+            self.remove_file()
+        else:
+            self.failed += f"; the trace {self.path} holds the {self.num_steps} steps before it"
+        LOG.error("nanoengine: recording stopped: %s", self.failed)
+
+    def remove_file(self) -> None:
+        """The file this recorder created, if path still names it (never a device or another's file)."""
+        try:
+            mine, there = os.fstat(self.file.fileno()), os.stat(self.path)
+            if stat.S_ISREG(mine.st_mode) and (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                self.path.unlink()
+        except OSError:
+            pass
 
     def line_of(self, record: StepRecord, new_requests: list[dict]) -> StepLine:
         for s in record.seqs:
@@ -255,30 +312,87 @@ class TraceRecorder:
             "tokenizer": tokenizer_identity(self.engine.tokenizer, self.engine.model_name),
             "sources": self.sources.entries,
         }
-        self.file.write(json.dumps(self.header, ensure_ascii=False, allow_nan=False) + "\n")
-        self.file.flush()
+        self.write_line(self.header)
 
     # ---- lifetime -------------------------------------------------------------------------
     def start(self) -> TraceRecorder:
         """Write the header now, before any step (a live viewer reads it first); the requests then
         come in their first step's new_requests."""
-        if self.header is None and not self.file.closed:
-            self.write_header([])
+        if self.header is None and not self.file.closed and self.failed is None:
+            try:
+                self.write_header([])
+            except Exception as e:
+                self.stop(e)
         return self
 
     def close(self) -> None:
+        """Detach, write the header if no step did, release the file. Never raises for the file:
+        failed says whether recording stopped early."""
         if self.file.closed:
             return
-        if self.header is None:
-            self.write_header([])
-        self.file.close()
-        self.engine.remove_step_hook(self)
+        while self in self.engine.step_hooks:  # registered twice by mistake: detached all the same
+            self.engine.remove_step_hook(self)
+        if self.header is None and self.failed is None:
+            self.start()
+        try:
+            self.file.close()
+        except OSError as e:
+            if self.failed is None:
+                self.stop(e)
 
     def __enter__(self) -> TraceRecorder:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, value, traceback) -> None:
         self.close()
+        if self.failed is not None and kind is None:
+            raise OSError(f"recording the trace stopped: {self.failed}")
+
+
+def encode_line(obj: dict) -> bytes:
+    """The line as UTF-8 JSON; text UTF-8 cannot hold (a lone surrogate, e.g. from a client's JSON
+    escape) is written as a JSON escape instead, which reads back as the same string."""
+    try:
+        return (JSON.encode(obj) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (ASCII_JSON.encode(obj) + "\n").encode("ascii")
+
+
+def open_locked(path: Path):
+    """path, opened for writing and locked (flock: released when the file is closed, or its process
+    ends). RecorderRefused, one line, when another recorder holds it, or when it is a non-empty
+    FILE.partial: an earlier run's unfinished trace is never truncated."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = lock_holder(fd)
+        os.close(fd)
+        by = f" (pid {holder})" if holder else ""
+        raise RecorderRefused(f"{path} is being written by another nanoengine{by}: give another file") from None
+    size = os.fstat(fd).st_size
+    if path.name.endswith(".partial") and size > 0:
+        os.close(fd)
+        raise RecorderRefused(
+            f"{path} holds an earlier run's unfinished trace ({size:,} bytes): rename it to keep it "
+            f"(`nanoengine replay` opens it) or remove it, then start again"
+        )
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "wb", buffering=0)
+
+
+def lock_holder(fd: int) -> int | None:
+    """The pid holding an flock on fd's file, from /proc/locks (Linux); None where unknown."""
+    inode = os.fstat(fd).st_ino
+    try:
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()  # 1: FLOCK ADVISORY WRITE 1234 08:02:131 0 EOF
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
+            return int(parts[4]) if parts[4].isdigit() else None
+    return None
 
 
 DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its sha256, once per tokenizer

@@ -1,5 +1,10 @@
 """One trace step line (docs/trace-format.md): its fields, how a recorder writes one, how a reader reads one.
 
+The shapes below are the whole step, as every reader sees it (Trace.steps). From schema version 4 a
+trace holds keyframes and changes instead (tracer/trace/keyframes.py: a line lists only the
+sequences the step touched, the pool only as the blocks that changed, PoolChange); the reader
+rebuilds the whole step, so nothing here changes for a reader.
+
 Every field of a step line is defined here, once; the recorders' literals are type-checked against
 these shapes. schema.json's step, seq, event, inputs, pool, queues and violation definitions list
 the same fields (tests/trace/test_step_line_schema.py holds them equal). Both recorders write with
@@ -98,6 +103,16 @@ class PoolLine(TypedDict):
     filled: NotRequired[list[int]]  # pool_layout's
 
 
+class PoolChange(TypedDict):
+    """A version-4 change line's pool: what changed since the line before (tracer/trace/keyframes.py)."""
+
+    block_size: int
+    changed: list[list[Any]]  # [block id, ref count, hash] of each block whose ref count or hash changed
+    free_removed: NotRequired[list[int]]  # blocks taken off the free list, wherever they were in it
+    free_added: NotRequired[list[int]]  # blocks freed onto its tail, in order
+    free_block_ids: NotRequired[list[int]]  # the whole list, when it changed some other way
+
+
 class QueuesLine(TypedDict):
     """The scheduler's queues at the start of the step (schema version 2 on)."""
 
@@ -120,14 +135,15 @@ class StepLine(TypedDict):
 
     type: str  # "step"
     step: int
+    keyframe: NotRequired[bool]  # a version-4 line that holds the whole pool (never in a rebuilt step)
     wall_time: float
     model_time: float
-    seqs: Sequence[SeqRow]  # every request seen so far, by seq_id
+    seqs: Sequence[SeqRow]  # every request seen so far, by seq_id (a version-4 line: keyframes.py)
     new_requests: NotRequired[list[dict[str, Any]]]  # requests first seen in this step (header entries)
     events: list[EventLine]
     inputs: InputsLine
     queues: NotRequired[QueuesLine]  # absent in version-1 traces: read it with queues_of
-    pool: PoolLine
+    pool: PoolLine  # a version-4 change line holds a PoolChange instead
     violations: list[ViolationLine]
 
 
@@ -155,7 +171,7 @@ def idle_row(last: SeqRow) -> SeqRow:
         "num_cached_tokens": last["num_cached_tokens_after"],
         "num_scheduled_tokens": 0,
         "block_table": last["block_table_after"],
-        "new_token_ids": (),
+        "new_token_ids": [],
         "new_token_texts": [],
     }
 

@@ -3,12 +3,14 @@
     load_trace(path, validate="sample", lazy=None) -> Trace    raises TraceError (a ValueError)
                                                               with a one-line message on a bad file
 
-One reader, two ways to hold the steps. Files up to LAZY_BYTES (or lazy=False) are read whole:
-Trace.steps is a list of dicts. A bigger file (a 10,000-step trace is hundreds of MB, because
-every step line carries every sequence's text) is memory-mapped and only its line breaks are
+One reader, two ways to hold the lines. Files up to LAZY_BYTES (or lazy=False) are read whole:
+the lines are a list of dicts. A bigger file is memory-mapped and only its line breaks are
 found; the header and the first and last steps are parsed and schema-checked at once, and every
 other step is parsed only when it is used (a damaged line then gives a TraceError for that step):
-Trace.steps is a LazySteps. What the timeline needs from every step (its number, its event kinds,
+the lines are a LazySteps. Up to schema version 3 each line is a whole step and Trace.steps holds
+the lines; from version 4 a line is a keyframe or a change (tracer/trace/keyframes.py) and
+Trace.steps is a RebuiltSteps over them: each whole step rebuilt when it is used, the same dict a
+version-3 line held. What the timeline needs from every step (its number, its event kinds,
 whether it has violations) is Trace.marks, read for a lazy trace from the raw line by a cheap
 scan: keys such as `"kind":"preempted"` cannot occur inside a JSON string, where quotes are
 escaped, so finding them in the line is exact.
@@ -45,6 +47,7 @@ from tracer.trace.step_line import (
     PER_BLOCK_FIELDS,
     EventLine,
     InputsLine,
+    PoolChange,
     PoolLine,
     SeqRow,
     StepLine,
@@ -54,8 +57,9 @@ from tracer.trace.step_line import (
 if TYPE_CHECKING:  # jsonschema takes ~0.3 s to import: only when a file is validated (not for --help)
     from jsonschema import Draft202012Validator
 
-SCHEMA_VERSION = 3  # 3: not_admitted and the decisions' numbers; 2: eos_token_ids, tokenizer,
-# queues, requested_step; 1 and 2 still load
+SCHEMA_VERSION = 4  # 4: keyframes and changes; 3: not_admitted and the decisions' numbers;
+# 2: eos_token_ids, tokenizer, queues, requested_step; 1 to 3 still load
+FULL_STEPS_VERSION = 3  # the last version whose every line holds the whole step (vLLM's recorder writes it)
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 # The engine options that decide the schedule: a trace's or a workload's config holds at least these.
 SCHEDULER_CONFIG = (
@@ -76,7 +80,7 @@ MAX_BLOCK_SIZE = 2**16
 MAX_KV_SLOTS = 2**24  # num_kv_blocks * block_size: the checker's KV shadow holds one entry per slot
 MAX_REQUESTS_WITHOUT_STEPS = 10_000
 CACHE_STEPS = 64
-STEP_NUMBER = re.compile(rb'\{\s*"type"\s*:\s*"step"\s*,\s*"step"\s*:\s*(\d+)')
+STEP_NUMBER = re.compile(rb'\{\s*"type"\s*:\s*"step"\s*,\s*"step"\s*:\s*(\d+)(\s*,\s*"keyframe"\s*:\s*true)?')
 EVENT_KIND = re.compile(rb'"kind"\s*:\s*"(\w+)"')
 EMPTY_LIST_AFTER = re.compile(rb'\s*\[\s*\]')
 
@@ -128,6 +132,7 @@ class StepMarks:
     step: int
     kinds: frozenset[str]
     has_violations: bool
+    keyframe: bool = False  # a version-4 line holding the whole pool (tracer/trace/keyframes.py)
 
 
 @dataclass(slots=True)
@@ -184,7 +189,7 @@ def load_trace(path: str | Path, validate: str = "sample", lazy: bool | None = N
     warning = cut_short_warning(path, len(lines)) if cut else None
     check_order(path, (step.get("step") for step in steps))
     for n, step in enumerate(steps, start=2):
-        check_required(path, n, step)
+        check_required(path, n, step, header["schema_version"])
     check_claims(path, header, steps[0] if steps else None)
     if validate != "none":
         header_validator, step_validator = validators()
@@ -194,7 +199,18 @@ def load_trace(path: str | Path, validate: str = "sample", lazy: bool | None = N
             numbered = numbered[:SAMPLE_STEPS] + numbered[-SAMPLE_STEPS:]
         for n, step in numbered:
             validate_line(path, n, step, step_validator)
-    return Trace(path, header, steps, [marks_from_step(s) for s in steps], merge_requests(header, steps), warning)
+    marks = [marks_from_step(s) for s in steps]
+    return Trace(path, header, whole_steps(path, header, steps, marks), marks, merge_requests(header, steps), warning)
+
+
+def whole_steps(path: Path, header: dict, lines: Sequence[dict], marks: list[StepMarks]) -> Sequence[dict]:
+    """What Trace.steps holds: the lines themselves up to FULL_STEPS_VERSION, else the steps
+    rebuilt from keyframes and changes."""
+    if header["schema_version"] <= FULL_STEPS_VERSION:
+        return lines
+    from tracer.trace.keyframes import RebuiltSteps  # it builds on this module
+
+    return RebuiltSteps(lines, marks, path)
 
 
 NOT_REGULAR = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
@@ -350,18 +366,23 @@ def step_order_error(path: Path, n: int, number: object, last: int | None) -> Tr
 
 
 CONTAINERS = {"inputs": dict, "pool": dict, "seqs": list, "events": list, "new_requests": list}
+CHANGE_LISTS = ("changed", "free_removed", "free_added", "free_block_ids")  # keyframes.py walks them
 
 
-def check_required(path: Path, n: int, step: dict) -> None:
+def check_required(path: Path, n: int, step: dict, version: int) -> None:
     """The cheap part of the schema, for every step: each object has its required fields, and the
-    containers the reader itself walks (seqs, events, new_requests) hold what it expects."""
+    containers the reader itself walks (seqs, events, new_requests, a change's pool) hold what it
+    expects. version: the trace's schema_version (from 4 a line that is no keyframe holds a change)."""
     check_fields(path, n, "the step", step, StepLine.__required_keys__)
     for key, kind in CONTAINERS.items():
         if key in step and not isinstance(step[key], kind):
             expected = "an object" if kind is dict else "a list"
             raise schema_error(path, n, f"{key} is {type(step[key]).__name__}, not {expected}")
     check_fields(path, n, "inputs", step["inputs"], InputsLine.__required_keys__)
-    check_fields(path, n, "pool", step["pool"], PoolLine.__required_keys__)
+    change = version > FULL_STEPS_VERSION and step.get("keyframe") is not True
+    check_fields(path, n, "pool", step["pool"], (PoolChange if change else PoolLine).__required_keys__)
+    if change and not all(isinstance(step["pool"].get(key, []), list) for key in CHANGE_LISTS):
+        raise schema_error(path, n, f"the pool's change holds a {'/'.join(CHANGE_LISTS)} that is not a list")
     for i, seq in enumerate(step["seqs"]):
         check_fields(path, n, f"seqs/{i}", seq, SeqRow.__required_keys__)
     for i, event in enumerate(step["events"]):
@@ -425,8 +446,9 @@ class LineSteps(Sequence):
     """Step dicts parsed from their lines on first access; the last CACHE_STEPS stay parsed.
     A subclass says how many steps there are (__len__) and reads a step's line (line)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, version: int = SCHEMA_VERSION) -> None:
         self.path = path
+        self.version = version  # the trace's schema_version: how its lines are checked
         self.cache: OrderedDict[int, dict] = OrderedDict()
 
     def line(self, index: int) -> bytes:
@@ -441,7 +463,7 @@ class LineSteps(Sequence):
             raise IndexError(index)
         step = self.cache.get(index)
         if step is None:
-            step = parse_step_line(self.path, index + 2, self.line(index))
+            step = parse_step_line(self.path, index + 2, self.line(index), self.version)
             self.cache[index] = step
             if len(self.cache) > CACHE_STEPS:
                 self.cache.popitem(last=False)
@@ -453,8 +475,8 @@ class LineSteps(Sequence):
 class LazySteps(LineSteps):
     """The steps of a mapped file."""
 
-    def __init__(self, path: Path, data, spans: list[tuple[int, int]]):
-        super().__init__(path)
+    def __init__(self, path: Path, data, spans: list[tuple[int, int]], version: int):
+        super().__init__(path, version)
         self.data = data  # an mmap (or bytes) of the whole file
         self.spans = spans  # (start, end) byte offsets of each step line
 
@@ -475,18 +497,20 @@ def load_lazy(path: Path) -> Trace:
         spans.pop()  # no newline and not JSON: the write was interrupted
         warning = cut_short_warning(path, len(spans))
     header = parse_header_line(path, data[spans[0][0] : spans[0][1]])
-    steps = LazySteps(path, data, spans[1:])
+    steps = LazySteps(path, data, spans[1:], header["schema_version"])
     check_claims(path, header, steps[0] if len(steps) else None)
     header_validator, step_validator = validators()
     validate_line(path, 1, header, header_validator)
     for index in {0, len(steps) - 1} if len(steps) else ():
         validate_line(path, index + 2, steps[index], step_validator)
-    marks = [marks_from_line(path, n, data, start, end) for n, (start, end) in enumerate(steps.spans, start=2)]
+    marks = [
+        marks_from_line(path, n, data, start, end, steps.version) for n, (start, end) in enumerate(steps.spans, start=2)
+    ]
     check_order(path, (m.step for m in marks))
     requests = merge_requests(
         header, (steps[index] for index, (start, end) in enumerate(steps.spans) if has_new_requests(data, start, end))
     )
-    return Trace(path, header, steps, marks, requests, warning)
+    return Trace(path, header, whole_steps(path, header, steps, marks), marks, requests, warning)
 
 
 def map_file(path: Path):
@@ -520,17 +544,17 @@ def line_spans(data) -> list[tuple[int, int]]:
     return spans
 
 
-def parse_step_line(path: Path, n: int, line: bytes) -> dict:
+def parse_step_line(path: Path, n: int, line: bytes, version: int) -> dict:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
         raise TraceError(f"{path}: line {n} is not UTF-8 text: the file is damaged") from None
     step = parse_step(path, n, text)
-    check_required(path, n, step)
+    check_required(path, n, step, version)
     return step
 
 
-def marks_from_line(path: Path, n: int, data, start: int, end: int) -> StepMarks:
+def marks_from_line(path: Path, n: int, data, start: int, end: int, version: int) -> StepMarks:
     """Step number, event kinds and violations from the raw line; a full parse if the scan fails.
 
     The keys are searched from the line's end, where the recorder writes events, inputs, pool
@@ -542,13 +566,17 @@ def marks_from_line(path: Path, n: int, data, start: int, end: int) -> StepMarks
         inputs = data.find(b'"inputs"', events, end)
         kinds = frozenset(k.decode() for k in EVENT_KIND.findall(data, events, inputs if inputs >= 0 else end))
         colon = data.find(b":", violations, end) + 1
-        return StepMarks(int(number.group(1)), kinds, not EMPTY_LIST_AFTER.match(data, colon, end))
-    return marks_from_step(parse_step_line(path, n, data[start:end]))
+        has_violations = not EMPTY_LIST_AFTER.match(data, colon, end)
+        return StepMarks(int(number.group(1)), kinds, has_violations, number.group(2) is not None)
+    return marks_from_step(parse_step_line(path, n, data[start:end], version))
 
 
 def marks_from_step(step: dict) -> StepMarks:
     return StepMarks(
-        step.get("step", -1), frozenset(e["kind"] for e in step.get("events", [])), bool(step.get("violations"))
+        step.get("step", -1),
+        frozenset(e["kind"] for e in step.get("events", [])),
+        bool(step.get("violations")),
+        step.get("keyframe") is True,
     )
 
 

@@ -36,7 +36,7 @@ from tracer.trace.step_line import (
     pool_layout,
     seq_row,
 )
-from tracer.trace.trace_file import SCHEMA_VERSION
+from tracer.trace.trace_file import FULL_STEPS_VERSION
 from tracer.vllm.workload import Workload, WorkloadError, load_workload, workload_from_dict
 
 FILLER_TOKEN = 32  # fed once a request outlives its reference tokens (a space in byte and BPE vocabularies)
@@ -342,7 +342,7 @@ def header(w: Workload, requests: list[dict[str, Any]], bridge: Any) -> dict[str
     config = {**w.config, "num_kv_blocks": int(w.config["num_kv_blocks"]) + 1}
     return {
         "type": "header",
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": FULL_STEPS_VERSION,  # whole steps in every line
         "nanoengine_version": nanoengine_version(),
         "engine": f"vllm {bridge.VLLM_VERSION}",
         "model": "none (vLLM's scheduler with fake model outputs)",

@@ -125,8 +125,17 @@ def preemption_need(ctx: Context) -> Findings:
             continue  # not scheduled: it gave up its own place and took nothing
         took = len(row["block_table"]) - blocks_needed(row["num_cached_tokens"], ctx.block_size)
         if free >= took:
-            yield (
-                sid,
-                f"seq {sid} was preempted for seq {by} with {free} blocks free, but seq {by} took only "
-                f"{took} new blocks in this step: the room was there",
-            )
+            yield sid, preemption_need_message(ctx, sid, by, free, took)
+
+
+def preemption_need_message(ctx: Context, sid: int, by: int, free: int, took: int) -> str:
+    """Which is wrong: the recorded number (counted after the victim's blocks came back) or the
+    decision (the room was there before)."""
+    said = f"seq {sid} was preempted for seq {by} with {free} blocks free, but seq {by} took only {took} new block{'s' if took != 1 else ''}"
+    gave = len((ctx.prev or {}).get(sid, {}).get("block_table_after") or [])
+    if gave and free - gave < took:
+        return (
+            f"{said}: {free} looks like the count after seq {sid}'s {gave} blocks were given back ({free - gave} "
+            f"before, too few): the recorded number is wrong, not the decision (count the free blocks before freeing)"
+        )
+    return f"{said} in this step: the room was there, so the preemption was not needed"
