@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import resource
 import signal
 import time
 from collections.abc import Iterator
@@ -51,6 +53,16 @@ BUSY_REQUESTS = (
 )
 
 
+MAX_WORKERS = 4  # pytest-xdist processes: each loads torch and the models it needs
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject.toml): one worker per core, at most MAX_WORKERS. Most of a test's time
+    is a child process, a server or a browser waiting, or one thread of the tiny model, so two
+    workers on a 2-core box finish in about half the time."""
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     """The tiny model's matmuls are too small to gain from threads, and on a busy 2-core box
@@ -76,6 +88,19 @@ def sigint_as_in_a_terminal() -> None:
     children inherit that, and Python then installs no KeyboardInterrupt handler: a test that
     interrupts its child would wait for an exit that never comes."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextmanager
+def file_size_limit(size: int) -> Iterator[None]:
+    """This process may write no file beyond size bytes, as on a full disk (EFBIG instead of ENOSPC)."""
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the error, not the signal that kills
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, old_limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
 
 
 def one_line_error(text: str) -> str:

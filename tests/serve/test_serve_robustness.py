@@ -10,6 +10,7 @@ import threading
 
 import httpx
 import pytest
+from conftest import file_size_limit
 from serving import SERVE_OPTIONS, WAIT, running_server
 from test_serve_bad_input import OK_BODY, assert_error, post
 
@@ -124,3 +125,23 @@ def test_an_api_key_guards_every_route_but_health():
             good = {"Authorization": f"Bearer {KEY}"}
             assert client.get("/v1/models", headers=good).status_code == 200
             assert client.post("/v1/completions", json=OK_BODY, headers=good).status_code == 200
+
+
+def test_a_trace_that_cannot_be_written_leaves_the_server_serving_and_health_says_so(tmp_path):
+    """A full disk (RLIMIT_FSIZE: EFBIG, as ENOSPC) stops the recording, never the requests."""
+    path = tmp_path / "served.jsonl"
+    engine = LLMEngine("tiny", **SERVE_OPTIONS)
+    recorder = TraceRecorder(engine, path, title="served")
+    with running_server(engine, recorder) as server:
+        assert post(server, "/v1/completions", OK_BODY).status_code == 200
+        assert httpx.get(f"{server.url}/health", timeout=WAIT).json() == {"status": "ok"}
+        with file_size_limit(path.stat().st_size + 100):
+            for _ in range(3):
+                assert post(server, "/v1/completions", OK_BODY).status_code == 200
+        health = httpx.get(f"{server.url}/health", timeout=WAIT)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert health.json()["trace"].startswith("recording stopped: ") and "File too large" in health.json()["trace"]
+        assert post(server, "/v1/completions", OK_BODY).status_code == 200
+    recorder.close()
+    trace = load_trace(path, validate="all")
+    assert trace.num_steps >= 1 and check_trace(trace) == []

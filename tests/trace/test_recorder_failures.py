@@ -6,29 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from conftest import SCENARIO_PARAMS, make_tiny_engine
+from conftest import SCENARIO_PARAMS, file_size_limit, make_tiny_engine
 
 from tracer.trace.recorder import RecorderRefused, TraceRecorder, encode_line
 from tracer.trace.trace_file import load_trace
-
-
-@contextmanager
-def file_size_limit(size: int) -> Iterator[None]:
-    """This process may write no file beyond size bytes, as on a full disk (EFBIG instead of ENOSPC)."""
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the error, not the signal that kills
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, old_limit[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
 
 
 def run_to_the_end(engine) -> None:

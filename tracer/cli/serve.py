@@ -134,9 +134,19 @@ def serve(args: argparse.Namespace, sock) -> int:
     finally:
         if recorder is not None and partial is not None:
             recorder.close()
-            partial.replace(args.trace)
-            print(f"Trace written to {printable(str(args.trace))}", flush=True)
+            publish_trace(recorder, partial, args.trace)
     return 0
+
+
+def publish_trace(recorder, partial: Path, trace: Path | None) -> None:
+    """FILE.partial becomes FILE; a recording that stopped says why (the server went on without it)."""
+    if recorder.failed is not None:
+        print(f"nanoengine serve: recording stopped: {printable(recorder.failed)}", file=sys.stderr, flush=True)
+    if trace is None or not partial.exists():
+        partial.unlink(missing_ok=True)
+        return
+    partial.replace(trace)
+    print(f"Trace written to {printable(str(trace))}", flush=True)
 
 
 def scratch_file() -> Path:
@@ -162,11 +172,6 @@ def serve_with_tui(server, recorder, partial: Path, trace: Path | None) -> int:
         server.stop(timeout=STOP_S)
         session.close()
         recorder.close()
-        if trace is not None:
-            partial.replace(trace)
-        else:
-            partial.unlink(missing_ok=True)
-    print(f"nanoengine serve: stopped ({url})", flush=True)
-    if trace is not None:
-        print(f"Trace written to {printable(str(trace))}", flush=True)
+        print(f"nanoengine serve: stopped ({url})", flush=True)
+        publish_trace(recorder, partial, trace)
     return app.return_code or result or 0

@@ -78,6 +78,9 @@ def build_app(
     async def health() -> JSONResponse:
         if not loop.thread.is_alive():
             return JSONResponse(error_body("the engine loop has stopped", "server_error"), status_code=503)
+        failed = getattr(loop.recorder, "failed", None)
+        if failed is not None:  # serving goes on without its trace
+            return JSONResponse({"status": "ok", "trace": f"recording stopped: {failed}"})
         return JSONResponse({"status": "ok"})
 
     @app.get("/v1/models")
