@@ -1,7 +1,5 @@
 """Checks for lesson 9: prepare_inputs."""
 
-import traceback
-
 import torch
 
 from nanoengine.model_runner import StepInputs
@@ -11,6 +9,7 @@ from tracer.teach.kit import (
     expect,
     expect_engine_matches,
     first_difference,
+    frames_of,
     lesson_scenario,
     make_sequence,
 )
@@ -49,9 +48,7 @@ def flatten(fns, seqs, block_size: int = 4) -> dict[str, list]:
     try:
         inputs = fns.prepare_inputs(seqs, block_size)
     except IndexError as e:
-        if "compute_slot_mapping" not in "".join(
-            str(f) for f in traceback.extract_tb(e.__traceback__)
-        ):
+        if "compute_slot_mapping" not in "".join(str(f) for f in frames_of(e)):
             raise
         raise AssertionError(
             f"compute_slot_mapping indexed past a block table ({e}): some position points beyond its "

@@ -119,3 +119,19 @@ def test_a_crash_names_the_signal(tmp_path):
     results = run_lesson_checks(lesson, student_functions(lesson, path), path)
     assert results[0].status == "failed" and "it crashed (SIGSEGV)" in results[0].message, results[0]
     assert all(r.status == "skipped" for r in results[1:])
+
+
+def test_lesson_trace_runs_the_exercise_under_the_same_memory_limit(tmp_path):
+    """`lesson trace` records in a limited child: 3 GiB more is refused there (MemoryError), and the
+    student is told so in one line, instead of the machine swapping until the OOM killer comes."""
+    path = answer_that(tmp_path, "HOARD.append(bytearray(3 * 2**30))", imports="HOARD = []\n")
+    out = tmp_path / "trace.jsonl"
+    result = subprocess.run(
+        [*CLI, "lesson", "trace", "1", "--file", str(path), "--no-tui", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=HANG_S,
+    )
+    said = " ".join(result.stdout.split())
+    assert result.returncode == 1 and "the run stopped: your code raised MemoryError" in said, said

@@ -40,6 +40,7 @@ from tracer.teach.lessons import (
     shorten,
     student_functions,
 )
+from tracer.teach.sandbox import run_limited
 
 PROGRESS_FILE = ".progress.json"
 ICONS = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "stub": "[yellow]…[/]", "skipped": "[dim]·[/]"}
@@ -334,49 +335,84 @@ def cmd_check(args, console: Console) -> int:
 
 
 def cmd_trace(args, console: Console) -> int:
-    from tracer.teach.scenarios import ScenarioError, load_scenario, run_scenario
-    from tracer.teach.swap import plugged, replacements_for
+    """Record the scenario (the student's code runs in a child with the checks' limits), then
+    read what was recorded: the violations are the checker's on the written trace, not the child's."""
+    from tracer.teach.scenarios import load_scenario
 
     lesson = find_lesson(args.lesson)
     scenario = load_scenario(lesson.scenario_file, name=lesson.name)
     scenario.title = lesson.title  # the trace is titled as `lesson list` and `lesson show` title the lesson
-    if args.reference:
-        functions, source = reference_functions(lesson), "the engine's own code"
-        path = None
-    else:
-        path = working_file(args, lesson)
-        functions, source = student_functions(lesson, path), f"your code ({shorten(path)})"
+    path = None if args.reference else working_file(args, lesson)
+    if path is not None:
+        check_python_file(path)
+    source = "the engine's own code" if path is None else f"your code ({shorten(path)})"
     out = args.out or trace_path(workdir(args), lesson)
     console.print(
         f"[bold]{escape(scenario.title)}[/]: running with {escape(source)}, model {escape(args.model or scenario.model)}"
     )
+    if path is None:
+        why = record(lesson, scenario, None, out, args.model)
+    else:
+        why = run_limited(lambda: record(lesson, scenario, path, out, args.model), TRACE_TIME_LIMIT_S)
+    if why is not None:
+        if why.startswith(LESSON_ERROR):
+            raise LessonError(why.removeprefix(LESSON_ERROR))
+        console.print(f"[red]the run stopped: {escape(why)}[/]")
+        return open_partial(out, args, console)
+    return show_recorded(out, scenario, args, console)
+
+
+LESSON_ERROR = "lesson error: "
+TRACE_TIME_LIMIT_S = 300.0  # the recording of a whole scenario (seconds on the tiny model)
+
+
+def record(lesson: Lesson, scenario, path: Path | None, out: Path, model: str | None) -> str | None:
+    """Run the scenario into `out` with the student's functions (path) or the engine's plugged in;
+    None, or why it stopped (in the child: a one-line text is all that comes back)."""
+    from tracer.teach.scenarios import ScenarioError, run_scenario
+    from tracer.teach.swap import plugged, replacements_for
+
     try:
+        functions = reference_functions(lesson) if path is None else student_functions(lesson, path)
         with plugged(replacements_for(lesson.targets, functions)):
-            run = run_scenario(scenario, out, model=args.model)
+            run_scenario(scenario, out, model=model)
     except NotImplementedError:
-        raise LessonError(
+        return LESSON_ERROR + (
             f"lesson {lesson.number}'s exercise is still the stub: write it first "
             f"(`nanoengine lesson check {lesson.number}`), or add --reference to watch the "
             f"engine's own code"
-        ) from None
-    except ScenarioError:
-        raise
+        )
+    except (LessonError, ScenarioError) as e:
+        return LESSON_ERROR + str(e)
     except Exception as e:
-        console.print(f"[red]the run stopped: your code raised {escape(describe_exception(e, path))}[/]")
-        return open_partial(out, args, console)
-    console.print(f"{run.num_steps} steps → {escape(shorten(out))}; the step that matters: {run.focus_step}")
+        return f"your code raised {describe_exception(e, path)}"
+    return None
+
+
+def show_recorded(out: Path, scenario, args, console: Console) -> int:
+    from tracer.trace.invariants import check_trace
+    from tracer.trace.trace_file import TraceError, load_trace
+
+    try:
+        trace = load_trace(out)
+    except TraceError as e:
+        raise LessonError(f"the recording left no trace that can be read: {e}") from None
+    violations = check_trace(trace)
+    focus = trace.header.get("focus_step")
+    focus = focus if isinstance(focus, int) and 0 <= focus < trace.num_steps else 0
+    console.print(f"{trace.num_steps} steps → {escape(shorten(out))}; the step that matters: {focus}")
     if scenario.look_for:
         console.print(f"[bold]Look for:[/] {escape(scenario.look_for)}")
-    if run.violations:
-        v = run.violations[0]
+    if violations:
+        v = violations[0]
         console.print(
-            f"[red]{len(run.violations)} invariant violation(s); the first, at step {v.step}: {escape(v.message)}[/]"
+            f"[red]{len(violations)} invariant violation(s); the first, at step {v.step}: {escape(v.message)}[/]"
         )
     if args.no_tui:
-        return 0 if not run.violations else 1
+        return 0 if not violations else 1
     from tracer.replay.app import run_replay
 
-    start = run.violations[0].step if run.violations else run.focus_step
+    start = violations[0].step if violations else focus
     return run_replay(out, start_step=start, predict=args.predict, guide=scenario.look_for)
 
 

@@ -10,6 +10,7 @@ every lesson:
     add_sequences(sched, 5, names="D")      one more, named D
     prefilled(sched, 8, 8)                  ... admitted and prefilled by the engine's own code
     expect(ok, "message for the student")   fail a check
+    frames_of(e)                            the frames an exception from the student's code passed
     expect_same_list(got, want, "slots")    fail with the first differing index and both values
     cache_prefix(bm, tokens)                a prefix computed once, its full blocks in the cache
     scenario = lesson_scenario(__file__, engine={...})   the lesson's scenario.json, changed
@@ -27,6 +28,7 @@ from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence
+from tracer.teach.sandbox import frames_of as frames_of  # re-exported for check.py
 from tracer.teach.scenarios import (
     Request,
     Scenario,

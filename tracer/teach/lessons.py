@@ -12,10 +12,11 @@ first, in file order; the engine checks only when all direct checks pass (a brok
 inside the engine gives confusing failures). A check fails by raising AssertionError with a
 message written for the student.
 
-The checks run in a child process (tracer.teach.sandbox), which also imports the student's file
-when it is given by path: a time limit per check, a memory limit, and a verdict for each check
-sent back over a pipe. Whatever the student's code does (exit the process, leave a thread running,
-allocate gigabytes, crash), every check gets a verdict and `lesson check` never hangs.
+The checks run in this process; the student's functions only in a child (tracer.teach.sandbox),
+which imports the student's file when it is given by path: each call crosses a pipe as data, the
+verdicts are computed here, and the limits (time per check, memory) are this process's to enforce.
+Whatever the student's code does (exit the process, leave a thread running, allocate gigabytes,
+crash, patch the checks), every check gets a verdict and `lesson check` never hangs.
 """
 
 from __future__ import annotations
@@ -32,13 +33,21 @@ import textwrap
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import tracer
 from tracer.teach.plant import Patch
-from tracer.teach.sandbox import MEMORY_LIMIT_BYTES, Send, messages_from_child
+from tracer.teach.sandbox import (
+    MEMORY_LIMIT_BYTES,
+    CheckTimeout,
+    ExerciseGone,
+    ExerciseProcess,
+    NotLoaded,
+    Raised,
+    frames_of,
+)
 from tracer.teach.swap import original, plugged, replacements_for
 
 DIRECT_TIME_LIMIT_S = 10.0  # a direct check calls the student's function on a tiny input
@@ -225,7 +234,7 @@ def reference_functions(lesson: Lesson) -> dict[str, Callable]:
 def describe_exception(e: BaseException, student_file: Path | None = None) -> str:
     """'ValueError: bad thing (exercise.py line 12, in check_stop)': the student's own frame if any."""
     where = ""
-    frames = traceback.extract_tb(e.__traceback__)
+    frames = frames_of(e)
     if student_file is not None:
         mine = [f for f in frames if Path(f.filename).resolve() == student_file.resolve()]
         if mine:
@@ -234,6 +243,9 @@ def describe_exception(e: BaseException, student_file: Path | None = None) -> st
     elif frames:
         f = frames[-1]
         where = f" ({Path(f.filename).name} line {f.lineno}, in {f.name})"
+    raised = getattr(e, "raised", None)
+    if isinstance(raised, Raised):  # raised in the child: its name and message as it said them
+        return f"{raised.name}: {raised.message}{where}" if raised.message else f"{raised.name}{where}"
     return f"{type(e).__name__}: {e}{where}"
 
 
@@ -251,14 +263,10 @@ class CheckResult:
         return self.status == "passed"
 
 
-class CheckTimeout(BaseException):
-    """Raised inside a check that ran too long; a BaseException, so `except Exception` in the
-    student's loop cannot swallow it."""
-
-
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[None]:
-    """Interrupt a check that runs too long (an endless loop in a student's function).
+    """Interrupt a check that runs too long in this process (the engine, run on what a student's
+    function returned, may loop); a call into the child has its own deadline too.
 
     Uses SIGALRM, so it only works on the main thread of a Unix process; elsewhere it is a no-op.
     """
@@ -297,47 +305,29 @@ def run_lesson_checks(
     time_limit: float | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
-    """Every check's result, in order, from a child process. functions None: the child imports
-    them from student_file (a LessonError there is raised here)."""
+    """Every check's result, in order. The checks run here; the student's functions (functions,
+    or None: imported from student_file, a LessonError if that fails) only in a child process."""
+    module = lesson.checks_module()
     if not hasattr(os, "fork"):  # no fork (Windows): in this process, with its SIGALRM-less limits
         fns = functions if functions is not None else student_functions(lesson, require(student_file))
-        return run_checks_here(lesson, fns, student_file, time_limit, on_result)
-    checks = [check for group in list_checks(lesson.checks_module()) for check in group]
-    docs = {check.__name__: first_line(check.__doc__) or check.__name__ for check in checks}
-    results: list[CheckResult] = []
+        with plugged(replacements_for(module.TARGETS, fns)):
+            return run_checks_here(lesson, SimpleNamespace(**fns), student_file, time_limit, on_result)
 
-    def work(send: Send) -> None:
-        try:
-            fns = functions if functions is not None else student_functions(lesson, require(student_file))
-        except LessonError as e:
-            send({"lesson_error": str(e)})
-            return
-        run_checks_here(
-            lesson,
-            fns,
-            student_file,
-            time_limit,
-            on_result=lambda result: send({"result": asdict(result)}),
-            on_start=lambda name, limit: send({"start": name, "limit": limit}),
-        )
+    def load() -> dict[str, Callable]:
+        return functions if functions is not None else student_functions(lesson, require(student_file))
 
-    running = None
-    for message in messages_from_child(work, time_limit or DIRECT_TIME_LIMIT_S):
-        if "lesson_error" in message:
-            raise LessonError(message["lesson_error"])
-        if "start" in message:
-            running = message["start"]
-        elif "result" in message:
-            results.append(CheckResult(**message["result"]))
-            running = None
-            if on_result:
-                on_result(results[-1])
-        elif "ended" in message:
-            for result in ended_results(checks, docs, results, running, message, student_file):
-                results.append(result)
-                if on_result:
-                    on_result(result)
-    return results
+    def plug(fns: dict[str, Callable]) -> contextlib.AbstractContextManager:
+        return plugged(replacements_for(module.TARGETS, fns))
+
+    try:
+        with ExerciseProcess.start(load, plug, time_limit or DIRECT_TIME_LIMIT_S) as exercise:
+            proxies = exercise.proxies(list(module.TARGETS))
+            with plug(vars(proxies)):
+                return run_checks_here(lesson, proxies, student_file, time_limit, on_result, exercise)
+    except NotLoaded as e:
+        if not e.died:
+            raise LessonError(str(e)) from None
+        raise LessonError(f"{student_file or 'the exercise'} could not be checked: while importing it, {e}") from None
 
 
 def require(student_file: Path | None) -> Path:
@@ -346,80 +336,45 @@ def require(student_file: Path | None) -> Path:
     return student_file
 
 
-def ended_results(
-    checks: list[Callable],
-    docs: dict[str, str],
-    results: list[CheckResult],
-    running: str | None,
-    message: dict,
-    student_file: Path | None,
-) -> list[CheckResult]:
-    """The child ended before every check had a verdict: the running check fails, naming what
-    happened; the checks after it are skipped."""
-    why = message["ended"]
-    if running is None and not results:  # it ended while importing the student's file
-        raise LessonError(f"{student_file or 'the exercise'} could not be checked: while importing it, {why}")
-    done = {r.name for r in results}
-    left = [check.__name__ for check in checks if check.__name__ not in done]
-    failed = running or left[0]
-    out = [
-        CheckResult(
-            failed,
-            docs[failed],
-            "failed",
-            f"{failed} gave no verdict: {why}",
-            timed_out=bool(message.get("timed_out")),
-        )
-    ]
-    out += [
-        CheckResult(name, docs[name], "skipped", f"the checks stopped at {failed}") for name in left if name != failed
-    ]
-    return out
-
-
 def run_checks_here(
     lesson: Lesson,
-    functions: dict[str, Callable],
+    fns: SimpleNamespace,
     student_file: Path | None = None,
     time_limit: float | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
-    on_start: Callable[[str, float], None] | None = None,
+    exercise: ExerciseProcess | None = None,
 ) -> list[CheckResult]:
-    """The checks in this process (the child's side of run_lesson_checks)."""
-    module = lesson.checks_module()
-    direct, engine = list_checks(module)
-    fns = SimpleNamespace(**functions)
+    """The checks, in this process, calling fns (the child's proxies, plugged into the engine)."""
+    direct, engine = list_checks(lesson.checks_module())
     results: list[CheckResult] = []
     blocked = ""
-
-    def add(result: CheckResult) -> None:
-        results.append(result)
-        if on_result:
-            on_result(result)
-
-    with plugged(replacements_for(module.TARGETS, functions)):
-        for check in direct + engine:
-            doc = first_line(check.__doc__) or check.__name__
-            if not blocked and check in engine and any(not r.passed for r in results):
-                blocked = "fix the checks above first: the engine runs your code only once they pass"
-            if blocked:
-                add(CheckResult(check.__name__, doc, "skipped", blocked))
-                continue
+    for check in direct + engine:
+        doc = first_line(check.__doc__) or check.__name__
+        if not blocked and check in engine and any(not r.passed for r in results):
+            blocked = "fix the checks above first: the engine runs your code only once they pass"
+        if blocked:
+            result = CheckResult(check.__name__, doc, "skipped", blocked)
+        else:
             limit = time_limit or (ENGINE_TIME_LIMIT_S if check in engine else DIRECT_TIME_LIMIT_S)
-            if on_start:
-                on_start(check.__name__, limit)
+            if exercise is not None:
+                exercise.limit_calls(limit)
             result = run_one(check, fns, doc, student_file, limit)
             if result.status == "stub":
                 blocked = "your function is still the stub"
             elif result.timed_out:
-                blocked = f"{check.__name__} timed out: fix the endless loop first"
-            add(result)
+                blocked = f"the checks stopped at {check.__name__}: it timed out; fix the endless loop first"
+            elif exercise is not None and exercise.gone:
+                blocked = f"the checks stopped at {check.__name__}"
+        results.append(result)
+        if on_result:
+            on_result(result)
     return results
 
 
 def run_one(
     check: Callable, fns: SimpleNamespace, doc: str, student_file: Path | None, time_limit: float
 ) -> CheckResult:
+    name = check.__name__
     try:
         with deadline(time_limit):
             check(fns)
@@ -428,40 +383,44 @@ def run_one(
         stub_fn = stub_name(e)
         what = f"{stub_fn}() is" if stub_fn else "an exercise function is"
         return CheckResult(
-            check.__name__,
+            name,
             doc,
             "stub",
             f"{what} still the stub (it raises NotImplementedError): replace the TODO{where} "
             f"with your code, then run the check again",
         )
     except AssertionError as e:
-        return CheckResult(check.__name__, doc, "failed", str(e) or "the check failed")
+        return CheckResult(name, doc, "failed", str(e) or "the check failed")
     except CheckTimeout as e:
-        return CheckResult(check.__name__, doc, "failed", describe_timeout(check, e, student_file), timed_out=True)
+        return CheckResult(name, doc, "failed", describe_timeout(check, e, student_file), timed_out=True)
+    except ExerciseGone as e:
+        return CheckResult(name, doc, "failed", f"{name} gave no verdict: {e}")
     except MemoryError as e:
         return CheckResult(
-            check.__name__,
+            name,
             doc,
             "failed",
             f"your code ran out of memory ({describe_exception(e, student_file)}): a lesson check may use "
             f"{MEMORY_LIMIT_BYTES / 2**30:g} GB more than the engine it runs in",
         )
-    except SystemExit as e:
-        return CheckResult(
-            check.__name__,
-            doc,
-            "failed",
-            f"your code called sys.exit({'' if e.code is None else repr(e.code)}){where_in(e, student_file)}: "
-            f"an exercise function must return its result, never exit the program",
-        )
     except Exception as e:
-        return CheckResult(check.__name__, doc, "failed", f"your code raised {describe_exception(e, student_file)}")
-    return CheckResult(check.__name__, doc, "passed")
+        raised = getattr(e, "raised", None)
+        if isinstance(raised, Raised) and raised.name == "SystemExit":
+            code = "" if raised.exit_code is None else raised.exit_code
+            return CheckResult(
+                name,
+                doc,
+                "failed",
+                f"your code called sys.exit({code}){where_in(e, student_file)}: "
+                f"an exercise function must return its result, never exit the program",
+            )
+        return CheckResult(name, doc, "failed", f"your code raised {describe_exception(e, student_file)}")
+    return CheckResult(name, doc, "passed")
 
 
 def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None) -> str:
     """Name the check, the time, and where the student's code was when it was stopped."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).name != "lessons.py"]
+    frames = e.frames or [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).name != "lessons.py"]
     if student_file is not None:
         frames = [f for f in frames if Path(f.filename).resolve() == student_file.resolve()] or frames
     message = f"{check.__name__} did not finish within {e} and was stopped. "
@@ -500,12 +459,12 @@ def where_in(e: BaseException, student_file: Path | None) -> str:
     """' (exercise.py line 12)' for the student's last frame in e's traceback, if any."""
     if student_file is None:
         return ""
-    mine = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == student_file.resolve()]
+    mine = [f for f in frames_of(e) if Path(f.filename).resolve() == student_file.resolve()]
     return f" ({student_file.name} line {mine[-1].lineno})" if mine else ""
 
 
 def stub_name(e: NotImplementedError) -> str | None:
-    frames = traceback.extract_tb(e.__traceback__)
+    frames = frames_of(e)
     return frames[-1].name if frames else None
 
 
