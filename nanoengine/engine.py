@@ -50,7 +50,7 @@ class LLMEngine:
             config.max_model_len,
             self.eos_token_ids,
         )
-        self.runner = ModelRunner(self.model, config, self.device, parts.dtype)
+        self.runner = ModelRunner(self.model, config, self.device, parts.dtype, self.eos_token_ids)
         self.sequences: dict[int, Sequence] = {}  # every request not yet collected
         self.step_hooks: list[StepHook] = []
         self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
@@ -78,13 +78,16 @@ class LLMEngine:
             raise ValueError(f"a prompt is a string or a list of token ids, got {kind}")
         if not token_ids:
             raise ValueError("empty prompt: give at least one token")
+        self.check_token_ids(token_ids, "prompt token")
+        return [int(t) for t in token_ids]
+
+    def check_token_ids(self, token_ids: list[Any], what: str) -> None:
         for i, t in enumerate(token_ids):
             if not is_int(t) or not 0 <= t < self.vocab_size:
                 raise ValueError(
-                    f"prompt token {i} is {short_repr(t)}: "
+                    f"{what} {i} is {short_repr(t)}: "
                     f"token ids are integers in [0, {self.vocab_size})"
                 )
-        return [int(t) for t in token_ids]
 
     def check_request(
         self, prompt: str | list[int], params: SamplingParams | None = None
@@ -95,6 +98,8 @@ class LLMEngine:
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         params.validate()  # again: its fields may have been changed since it was made
+        self.check_token_ids(params.stop_token_ids, "stop_token_ids entry")
+        self.check_token_ids(list(params.logit_bias), "logit_bias entry")
         token_ids = self.encode_prompt(prompt)
         limit = self.scheduler.max_model_len
         if len(token_ids) >= limit:
@@ -268,7 +273,10 @@ class LLMEngine:
 
     def check_stop_strings(self, appended: list[Sequence], out: SchedulerOutput) -> None:
         for seq in appended:
-            if seq.params.stop and not seq.is_finished and stop_string_in_tail(seq, self.tokenizer):
+            too_early = seq.num_completion_tokens < seq.params.min_tokens
+            if not seq.params.stop or seq.is_finished or too_early:
+                continue
+            if stop_string_in_tail(seq, self.tokenizer):
                 self.scheduler.finish(seq, FinishReason.STOP, out)
 
     # ---- results --------------------------------------------------------------------------

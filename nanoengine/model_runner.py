@@ -10,6 +10,7 @@ import torch
 
 from nanoengine.attention import AttentionMetadata, DecodeGroup, pick_backend
 from nanoengine.config import EngineConfig
+from nanoengine.logits_processors import process_logits
 from nanoengine.model import CausalLM, head_dim_of
 from nanoengine.sampler import sample
 from nanoengine.sequence import Sequence
@@ -75,12 +76,18 @@ def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
 
 class ModelRunner:
     def __init__(
-        self, model: CausalLM, config: EngineConfig, device: torch.device, dtype: torch.dtype
+        self,
+        model: CausalLM,
+        config: EngineConfig,
+        device: torch.device,
+        dtype: torch.dtype,
+        eos_token_ids: frozenset[int] = frozenset(),  # min_tokens masks them
     ):
         assert config.num_kv_blocks is not None, "the engine sizes the pool before the runner"
         self.model = model
         self.block_size = config.block_size
         self.device = device
+        self.eos_token_ids = eos_token_ids
         self.attend = pick_backend(config.attention_backend, device, self.block_size)
         num_kv_heads, head_dim = model.config.num_key_value_heads, head_dim_of(model.config)
         one = self.attend.cache_shape(config.num_kv_blocks, self.block_size, num_kv_heads, head_dim)
@@ -128,4 +135,5 @@ class ModelRunner:
         positions = inputs.positions.to(self.device)
         hidden = self.model(input_ids, positions, self.kv_caches, meta, self.attend)
         logits = self.model.compute_logits(hidden[inputs.logits_indices.to(self.device)])
+        logits = process_logits(logits, seqs, self.eos_token_ids)
         return sample(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])

@@ -7,6 +7,13 @@ from nanoengine.validation import check_text, is_int, is_real, short_repr
 MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: use 0 (greedy)
 # The sampler seeds each draw with seed * 1_000_003 + num_tokens, which must fit 64 bits.
 MAX_SEED = 2**32
+# (name, lowest, highest): OpenAI's ranges for its penalties, vLLM's for the others
+PENALTY_RANGES = (
+    ("presence_penalty", -2.0, 2.0),
+    ("frequency_penalty", -2.0, 2.0),
+    ("repetition_penalty", 0.0, 2.0),
+    ("min_p", 0.0, 1.0),
+)
 
 
 @dataclass(slots=True)
@@ -23,6 +30,14 @@ class SamplingParams:
     seed: int | None = None
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)  # finish on any of these, as on EOS
+    # vLLM's logits processors (nanoengine/logits_processors.py); each neutral by default
+    min_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens were made
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    repetition_penalty: float = 1.0  # > 1 discourages every token of the prompt and the output
+    frequency_penalty: float = 0.0  # minus this times the token's count in the output
+    presence_penalty: float = 0.0  # minus this once the token is in the output
+    min_p: float = 0.0  # drop tokens less likely than min_p times the likeliest
 
     def __post_init__(self) -> None:
         if self.stop is None or isinstance(self.stop, (str, tuple)):  # None, "a", ("a", "b")
@@ -51,6 +66,28 @@ class SamplingParams:
             raise ValueError(f"stop must be a list of non-empty strings, got {shown}")
         for s in self.stop:
             check_text(s, "a stop string")
+        self.validate_processors()
+
+    def validate_processors(self) -> None:
+        """The logits processors' values, in vLLM's ranges."""
+        ids = self.stop_token_ids
+        if not isinstance(ids, list) or not all(is_int(t) and t >= 0 for t in ids):
+            raise ValueError(f"stop_token_ids must be a list of token ids, got {short_repr(ids)}")
+        if not is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens!r}")
+        bias = self.logit_bias
+        if not isinstance(bias, dict) or not all(
+            is_int(t) and t >= 0 and is_real(b) and -100 <= b <= 100 for t, b in bias.items()
+        ):
+            raise ValueError(
+                f"logit_bias maps token ids to numbers in [-100, 100], got {short_repr(bias)}"
+            )
+        for name, low, high in PENALTY_RANGES:
+            value = getattr(self, name)
+            if not is_real(value) or not low <= value <= high:
+                raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+        if self.repetition_penalty == 0:
+            raise ValueError("repetition_penalty must be > 0 (1 = off), got 0")
 
     @property
     def greedy(self) -> bool:

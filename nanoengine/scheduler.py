@@ -176,7 +176,9 @@ class Scheduler:
         return appended
 
     def check_stop(self, seq: Sequence, token_id: int) -> FinishReason | None:
-        if token_id in self.eos_token_ids and not seq.params.ignore_eos:
+        p = seq.params
+        is_eos = token_id in self.eos_token_ids and not p.ignore_eos
+        if (is_eos or token_id in p.stop_token_ids) and seq.num_completion_tokens >= p.min_tokens:
             return FinishReason.STOP
         out_of_positions = seq.num_tokens >= self.max_model_len
         if seq.num_completion_tokens >= seq.params.max_tokens or out_of_positions:

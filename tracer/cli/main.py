@@ -40,6 +40,8 @@ def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         add_field_arg(p, SamplingParams, "top_p", float)
         add_field_arg(p, SamplingParams, "top_k", int, f"0 = off {SHOWN}")
         add_field_arg(p, SamplingParams, "seed", int, "seed each request's draws (default: %(default)s, unseeded)")
+        for name in PROCESSORS:
+            add_field_arg(p, SamplingParams, name, PROCESSORS[name], f"vLLM's {name} {SHOWN}")
         p.add_argument("--ignore-eos", action="store_true")
         p.add_argument("--raw", action="store_true", help="do not wrap prompts in the chat template")
     add_field_arg(p, EngineConfig, "block_size", int, f"tokens per KV block {SHOWN}")
@@ -110,6 +112,16 @@ def engine_options(args: argparse.Namespace) -> dict:
     )
 
 
+# The logits processors given as flags (logit_bias and stop_token_ids: through the API and the server)
+PROCESSORS = {
+    "repetition_penalty": float,
+    "frequency_penalty": float,
+    "presence_penalty": float,
+    "min_p": float,
+    "min_tokens": int,
+}
+
+
 def sampling_params(args: argparse.Namespace):
     from nanoengine.sampling_params import SamplingParams
 
@@ -120,6 +132,7 @@ def sampling_params(args: argparse.Namespace):
         max_tokens=args.max_tokens,
         seed=args.seed,
         ignore_eos=args.ignore_eos,
+        **{name: getattr(args, name) for name in PROCESSORS},
     )
 
 

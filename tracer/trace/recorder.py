@@ -281,7 +281,7 @@ class TraceRecorder:
         seq = self.engine.sequences.get(seq_id)  # gone only if collected while live: prompt unknown
         ids = list(seq.token_ids[: seq.num_prompt_tokens]) if seq is not None else []
         prompt = (seq.prompt if seq is not None else "") or self.engine.tokenizer.decode(ids)
-        params = asdict(seq.params) if seq is not None else {}
+        params = params_entry(seq.params) if seq is not None else {}
         entry = {
             "seq_id": seq_id,
             "prompt": prompt,
@@ -429,6 +429,31 @@ def tokenizer_digest(tokenizer, size: int) -> str:
 
 def engine_config(engine: LLMEngine) -> dict:
     return {name: getattr(engine.config, name) for name in CONFIG_FIELDS}
+
+
+# The logits processors' fields: written only when a request sets them, so a plain request's
+# entry is what it was before they existed.
+PROCESSOR_FIELDS = (
+    "stop_token_ids",
+    "min_tokens",
+    "logit_bias",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "min_p",
+)
+NEUTRAL = SamplingParams()
+
+
+def params_entry(params: SamplingParams) -> dict:
+    """A request's sampling params as its trace entry lists them."""
+    entry = asdict(params)
+    for name in PROCESSOR_FIELDS:
+        if entry[name] == getattr(NEUTRAL, name):
+            del entry[name]
+    if "logit_bias" in entry:  # JSON keys are strings: say so rather than let json.dumps convert
+        entry["logit_bias"] = {str(t): b for t, b in entry["logit_bias"].items()}
+    return entry
 
 
 def record_run(

@@ -70,8 +70,8 @@ def admission_order(ctx: Context) -> Findings:
 
 
 @invariant(
-    "sampling an EOS id finishes the sequence with 'stop' unless ignore_eos; "
-    "a 'stop' without an EOS id needs a stop string",
+    "sampling an EOS id (unless ignore_eos) or a stop_token_ids entry, once min_tokens were made, "
+    "finishes the sequence with 'stop'; a 'stop' without one needs a stop string",
     checks=("Scheduler.check_stop", "LLMEngine.check_stop_strings"),
 )
 def eos_finish(ctx: Context) -> Findings:
@@ -85,16 +85,19 @@ def eos_finish(ctx: Context) -> Findings:
         params = ctx.params.get(sid)
         if params is None or "ignore_eos" not in params:
             continue
-        sampled_eos = bool(s["new_token_ids"]) and s["new_token_ids"][-1] in eos and not params["ignore_eos"]
-        if sampled_eos and sid not in stopped:
+        stop_ids = set(params.get("stop_token_ids", ())) | (set() if params["ignore_eos"] else set(eos))
+        made = s["num_tokens_after"] - s["num_prompt_tokens"]
+        last = s["new_token_ids"][-1] if s["new_token_ids"] else None
+        sampled_stop = last in stop_ids and made >= params.get("min_tokens", 0)
+        if sampled_stop and sid not in stopped:
             yield (
                 sid,
-                f"seq {sid} sampled EOS id {s['new_token_ids'][-1]} without ignore_eos but did not finish "
+                f"seq {sid} sampled stop id {last} (EOS or stop_token_ids) but did not finish "
                 f"with 'stop' (it is {s['status_after']}, reason {s['finish_reason']!r})",
             )
-        elif sid in stopped and not sampled_eos and not params.get("stop"):
+        elif sid in stopped and not sampled_stop and not params.get("stop"):
             what = "ignores EOS" if params["ignore_eos"] and s["new_token_ids"] else "sampled no EOS id"
-            yield sid, f"seq {sid} finished with 'stop' but {what} and has no stop strings"
+            yield sid, f"seq {sid} finished with 'stop' but {what} and has no stop strings or stop token"
 
 
 @invariant("an abort takes effect in the step it was requested for")
