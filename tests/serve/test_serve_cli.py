@@ -7,6 +7,7 @@ import json
 import signal
 import socket
 import subprocess
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -22,12 +23,26 @@ def curl(*args: str) -> str:
     ).stdout
 
 
-def test_serve_answers_curl_and_ctrl_c_leaves_a_trace_that_checks(tmp_path, capsys):
-    trace = tmp_path / "served.jsonl"
+@contextmanager
+def served_with_trace(trace):
+    """A `serve --trace` child and its URL; once the body has stopped it: exit 0, no traceback, the
+    trace renamed from .partial and clean."""
     server = ServeProcess("--model", "tiny", "--port", "0", "--trace", str(trace))
     try:
-        banner = server.wait_for(" on http://")
-        url = banner.split(" on ")[1].strip()
+        yield server, server.wait_for(" on http://").split(" on ")[1].strip()
+        assert server.proc.wait(timeout=WAIT) == 0
+        server.wait_for("Trace written to")
+        assert "Traceback" not in server.proc.stderr.read()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    assert not trace.with_name(trace.name + ".partial").exists()
+    assert main(["check", str(trace), "--full"]) == 0
+
+
+def test_serve_answers_curl_and_ctrl_c_leaves_a_trace_that_checks(tmp_path, capsys):
+    trace = tmp_path / "served.jsonl"
+    with served_with_trace(trace) as (server, url):
         assert url.startswith("http://127.0.0.1:")  # localhost only by default
         assert json.loads(curl(f"{url}/health")) == {"status": "ok"}
         body = json.dumps({"model": "tiny", "prompt": "Hello", "max_tokens": 5, "temperature": 0})
@@ -39,14 +54,6 @@ def test_serve_answers_curl_and_ctrl_c_leaves_a_trace_that_checks(tmp_path, caps
         ]
         assert events[-1] == "data: [DONE]" and json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "length"
         server.proc.send_signal(signal.SIGINT)  # after the banner and two answered requests
-        assert server.proc.wait(timeout=WAIT) == 0
-        server.wait_for("Trace written to")
-        assert "Traceback" not in server.proc.stderr.read()
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-    assert not trace.with_name(trace.name + ".partial").exists()
-    assert main(["check", str(trace), "--full"]) == 0
     requests = load_trace(trace).requests.values()
     assert sorted(r["http_request_id"].split("-")[0] for r in requests) == ["chatcmpl", "cmpl"]
     assert all(r["arrival_time"] > 0 for r in requests)
@@ -76,9 +83,7 @@ def test_a_port_out_of_range_is_one_line(port):
 
 def test_sigterm_stops_the_server_as_ctrl_c_does_and_the_trace_is_kept(tmp_path):
     trace = tmp_path / "served.jsonl"
-    server = ServeProcess("--model", "tiny", "--port", "0", "--trace", str(trace))
-    try:
-        url = server.wait_for(" on http://").split(" on ")[1].strip()
+    with served_with_trace(trace) as (server, url):
         body = {"model": "tiny", "prompt": "Hello", "max_tokens": 2000, "ignore_eos": True, "stream": True}
         # 2,000 tokens outlast the signal (then 'abort'); if not, 'length' and the check still holds
         with httpx.Client(base_url=url, timeout=WAIT) as client:
@@ -87,14 +92,6 @@ def test_sigterm_stops_the_server_as_ctrl_c_does_and_the_trace_is_kept(tmp_path)
                 assert next(line for line in lines if line).startswith("data: {")  # in flight
                 server.proc.send_signal(signal.SIGTERM)
                 events = [line for line in lines if line]
-        assert server.proc.wait(timeout=WAIT) == 0
-        server.wait_for("Trace written to")
-        assert "Traceback" not in server.proc.stderr.read()
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-    assert not trace.with_name(trace.name + ".partial").exists()
-    assert main(["check", str(trace), "--full"]) == 0
     ended = json.loads(events[-2][6:])["choices"][0]["finish_reason"] if events[-1:] == ["data: [DONE]"] else None
     rows = [row for step in load_trace(trace).steps for row in step["seqs"] if row["finish_reason"]]
     assert ended in ("abort", "length") and [row["finish_reason"] for row in rows] == [ended]  # aborted, recorded

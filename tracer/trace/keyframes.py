@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.trace.step_line import SeqRow, StepLine, idle_row, pool_layout
-from tracer.trace.trace_file import CACHE_STEPS, StepMarks, TraceError
+from tracer.trace.trace_file import CachedSteps, StepMarks, TraceError
 
 KEYFRAME_EVERY = 64
 
@@ -155,7 +155,7 @@ class Cursor:
     free: list[int]
 
 
-class RebuiltSteps(Sequence):
+class RebuiltSteps(CachedSteps):
     """The whole step dicts of a version-4 trace, rebuilt from its lines when used; the last
     CACHE_STEPS rebuilt stay. raw: the parsed lines (a list, or a LineSteps parsing each when used);
     marks: one StepMarks per line (which lines are keyframes), growing with raw for a followed file."""
@@ -183,21 +183,8 @@ class RebuiltSteps(Sequence):
     def __len__(self) -> int:
         return len(self.raw)
 
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        step = self.cache.get(index)
-        if step is None:
-            step = self.cache[index] = self.rebuild(index)
-            if len(self.cache) > CACHE_STEPS:
-                self.cache.popitem(last=False)
-        else:
-            self.cache.move_to_end(index)
-        return step
+    def make(self, index: int) -> dict:
+        return self.rebuild(index)
 
     def rebuild(self, index: int) -> dict:
         start = self.keyframe_before(index)

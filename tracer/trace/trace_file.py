@@ -442,16 +442,13 @@ def add_new_requests(requests: dict[int, dict], step: dict) -> None:
 
 
 # ---- big files: steps parsed when used ----------------------------------------------------
-class LineSteps(Sequence):
-    """Step dicts parsed from their lines on first access; the last CACHE_STEPS stay parsed.
-    A subclass says how many steps there are (__len__) and reads a step's line (line)."""
+class CachedSteps(Sequence):
+    """Step dicts made on first access (make); the last CACHE_STEPS made stay. A subclass says how
+    many steps there are (__len__) and how a step is made."""
 
-    def __init__(self, path: Path, version: int = SCHEMA_VERSION) -> None:
-        self.path = path
-        self.version = version  # the trace's schema_version: how its lines are checked
-        self.cache: OrderedDict[int, dict] = OrderedDict()
+    cache: OrderedDict[int, dict]
 
-    def line(self, index: int) -> bytes:
+    def make(self, index: int) -> dict:
         raise NotImplementedError
 
     def __getitem__(self, index):  # type: ignore[override]
@@ -463,13 +460,28 @@ class LineSteps(Sequence):
             raise IndexError(index)
         step = self.cache.get(index)
         if step is None:
-            step = parse_step_line(self.path, index + 2, self.line(index), self.version)
-            self.cache[index] = step
+            step = self.cache[index] = self.make(index)
             if len(self.cache) > CACHE_STEPS:
                 self.cache.popitem(last=False)
         else:
             self.cache.move_to_end(index)
         return step
+
+
+class LineSteps(CachedSteps):
+    """Step dicts parsed from their lines on first access. A subclass says how many steps there are
+    (__len__) and reads a step's line (line)."""
+
+    def __init__(self, path: Path, version: int = SCHEMA_VERSION) -> None:
+        self.path = path
+        self.version = version  # the trace's schema_version: how its lines are checked
+        self.cache = OrderedDict()
+
+    def line(self, index: int) -> bytes:
+        raise NotImplementedError
+
+    def make(self, index: int) -> dict:
+        return parse_step_line(self.path, index + 2, self.line(index), self.version)
 
 
 class LazySteps(LineSteps):
