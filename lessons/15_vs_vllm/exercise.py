@@ -1,7 +1,8 @@
 """Lesson 15: nanoengine vs vLLM v1. Write choose_victim as vLLM v1 does.
 
 Check it:  nanoengine lesson check 15
-Compare:   nanoengine diff A.jsonl tracer/vllm/traces/15_vs_vllm.jsonl
+Compare:   nanoengine lesson trace 15 --compare-vllm    (your run beside vLLM's)
+           nanoengine diff A.jsonl vllm:15_vs_vllm
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 
 from nanoengine import LLMEngine, SamplingParams
 from tracer.cli.lesson import lesson_main
+from tracer.replay.colors import seq_letter
 from tracer.replay.glossary import GLOSSARY
 from tracer.teach.kit import expect_engine_matches, lesson_scenario
 from tracer.teach.lessons import (
@@ -200,6 +201,57 @@ def test_a_typical_mistake_gets_the_hint_that_names_it(name, tmp_path):
     assert hint in results[failing_check].message, results[failing_check].message
     first_failure = next(r for r in results.values() if not r.passed)
     assert first_failure.name == failing_check, "the first failing check is the one whose hint names the mistake"
+
+
+# Issue 37: lesson 8's quieter mistakes, each caught by a direct check that says which it is.
+PREEMPT_MISTAKES = {
+    "no_is_prefilling_reset": (
+        "    seq.is_prefilling = False\n",
+        "",
+        "check_preempt_resets_the_sequence",
+        "in the middle of its prefill",
+    ),
+    "free_counted_after_freeing": (
+        "    num_free = self.block_manager.num_free_blocks  # too few for needed_by's new blocks\n"
+        "    self.block_manager.free(seq)\n",
+        "    self.block_manager.free(seq)\n    num_free = self.block_manager.num_free_blocks\n",
+        "check_preempt_records_the_free_blocks_before",
+        "only the recorded number is wrong",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(PREEMPT_MISTAKES))
+def test_lesson_8_catches_a_missed_reset_and_a_late_free_count(mistake, tmp_path):
+    lesson = find_lesson("8")
+    right, wrong, failing_check, words = PREEMPT_MISTAKES[mistake]
+    solution = reference_solution(lesson)
+    assert solution.count(right) == 1, "the engine's preempt changed; update PREEMPT_MISTAKES"
+    path = tmp_path / "exercise.py"
+    path.write_text(solution.replace(right, wrong), encoding="utf-8")
+    results = [r for r in run_lesson_checks(lesson, student_functions(lesson, path), path) if not r.passed]
+    assert results and results[0].name == failing_check, results
+    assert words in results[0].message and "seq " not in results[0].message, results[0].message
+
+
+def test_a_free_count_taken_after_freeing_is_named_as_a_wrong_number_not_a_wrong_decision():
+    """The invariant preemption_need tells the two apart from the numbers (the victim's blocks)."""
+    from nanoengine.scheduler import Scheduler
+
+    engine_preempt = Scheduler.preempt
+
+    def preempt(self, seq, out, needed_by):
+        events = len(out.events)
+        engine_preempt(self, seq, out, needed_by)
+        event = out.events[events]
+        out.events[events] = type(event)(
+            event.kind, event.seq_id, {**event.detail, "free": self.block_manager.num_free_blocks}
+        )
+
+    scenario = lesson_scenario(str(find_lesson("8").path / "check.py"))
+    with plugged({"Scheduler.preempt": preempt}):
+        with pytest.raises(AssertionError, match="preemption_need.*the recorded number is wrong, not the decision"):
+            expect_engine_matches(scenario)
 
 
 def test_the_engine_run_catches_what_outputs_alone_would_not():
@@ -450,3 +502,152 @@ def test_a_students_error_text_and_folder_are_printed_as_text_not_markup(tmp_pat
     out = capsys.readouterr().out.replace("\n", "")
     assert code != 0 and "your code raised" in out
     assert "[bold]boom[/bold]" in out and "[red]mine" in out
+
+
+# ---- issue 37, items 11 and 12: the scenario format's schema, and the teacher's tools --------
+def scenario_schema():
+    import json
+
+    import jsonschema
+
+    from tracer.teach.scenarios import SCHEMA_FILE
+
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_every_lessons_scenario_and_the_template_validate_against_the_published_schema():
+    import json
+
+    from tracer.teach.scenarios import template_json
+
+    schema = scenario_schema()
+    files = sorted(lessons_root().glob("*/scenario.json"))
+    assert len(files) == len(all_lessons())
+    for path in files:
+        errors = [e.message for e in schema.iter_errors(json.loads(path.read_text(encoding="utf-8")))]
+        assert not errors, f"{path.parent.name}: {errors}"
+    assert not list(schema.iter_errors(json.loads(template_json())))
+
+
+def test_the_schema_and_the_loader_agree_on_the_keys():
+    from dataclasses import fields
+
+    from nanoengine.config import EngineConfig
+    from tracer.teach.scenarios import FOCUS_EVENTS, FOCUS_LEAST, PARAM_FIELDS, TOP_LEVEL
+
+    props = scenario_schema().schema["properties"]
+    assert set(props) == set(TOP_LEVEL)
+    assert set(props["params"]["properties"]) == PARAM_FIELDS
+    request = props["requests"]["items"]["oneOf"][-1]["properties"]
+    assert set(request) == PARAM_FIELDS | {"prompt", "arrive"}
+    assert set(props["engine"]["properties"]) == {f.name for f in fields(EngineConfig)} - {"model"}
+    assert set(props["focus"]["properties"]) == {"event", *FOCUS_LEAST}
+    assert props["focus"]["properties"]["event"]["enum"] == list(FOCUS_EVENTS)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"requests": ["a"], "look-for": "x"},
+        {"requests": []},
+        {"requests": [{"prompt": "a", "colour": 1}]},
+        {"requests": [{"prompt": "a", "arrive": -1}]},
+        {"requests": ["a"], "params": {"max_token": 3}},
+        {"requests": ["a"], "focus": {"evnet": "finished"}},
+        {"requests": ["a"], "focus": {"step": 1, "event": "finished"}},
+        {"requests": ["a"], "focus": {"event": "finished", "nth": 0}},
+        {"requests": ["a"], "focus": {"event": "done"}},
+        {"requests": ["a"], "max_steps": 0},
+    ],
+)
+def test_the_schema_and_the_loader_refuse_the_same_mistakes(data):
+    from tracer.teach.scenarios import ScenarioError, scenario_from_dict
+
+    assert list(scenario_schema().iter_errors(data)), "the schema lets it through"
+    with pytest.raises(ScenarioError):
+        scenario_from_dict(data, "s")
+
+
+def check_json(argv: list[str], capsys) -> tuple[int, dict]:
+    import json
+
+    code = lesson_main(["check", *argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)  # one JSON object, nothing else on stdout
+
+
+def test_check_json_gives_each_verdict_for_a_grading_script(tmp_path, capsys):
+    lesson = find_lesson("1")
+    right = tmp_path / "right.py"
+    right.write_text(reference_solution(lesson).replace("    if ", '    print("All checks passed")\n    if ', 1))
+    code, report = check_json(["1", "--file", str(right)], capsys)
+    assert code == 0 and report["lesson"] == 1 and report["passed"] is True
+    names = [c["name"] for c in report["checks"]]
+    assert names[0].startswith("check_") and names[-1].startswith("engine_")
+    assert all(c["passed"] and c["status"] == "passed" and c["message"] == "" for c in report["checks"])
+
+    code, report = check_json(["1", "--file", str(lesson.exercise)], capsys)  # the stub
+    assert code == 1 and report["passed"] is False
+    assert [c["status"] for c in report["checks"][:2]] == ["stub", "skipped"]
+    assert "still the stub" in report["checks"][0]["message"]
+
+
+@pytest.mark.parametrize("argv, words", [(["99"], "no lesson '99'"), (["1", "--file", "missing.py"], "does not exist")])
+def test_check_json_reports_what_kept_the_checks_from_running(tmp_path, monkeypatch, capsys, argv, words):
+    monkeypatch.chdir(tmp_path)
+    code, report = check_json(argv, capsys)
+    assert code == 2 and report["passed"] is False and report["checks"] == [] and words in report["error"]
+
+
+def test_trace_compare_reference_records_both_runs_and_names_the_first_difference(tmp_path, capsys):
+    import re
+
+    lesson = find_lesson("15")
+    oldest = tmp_path / "oldest.py"  # preempts the oldest running request, not the newest
+    oldest.write_text(
+        "from nanoengine.sequence import Sequence\n\n\n"
+        "def choose_victim(running: list[Sequence]) -> Sequence:\n    return running[0]\n"
+    )
+    out = tmp_path / "mine.jsonl"
+    argv = ["trace", "15", "--file", str(oldest), "--no-tui", "--out", str(out), "--compare-reference"]
+    assert lesson_main(argv) == 1  # its run breaks the policy invariant (the newest is preempted)
+    printed = capsys.readouterr().out.replace("\n", " ")
+    reference = tmp_path / "mine.reference.jsonl"
+    assert check_trace(load_trace(reference)) == [] and load_trace(reference).title == lesson.title
+    assert "A = your run, B = the engine's own code's run" in printed
+    assert re.search(r"step \d+, \w+ of request \d", printed), printed
+
+
+def test_trace_compare_vllm_sets_the_lesson_beside_vllms_committed_run(tmp_path, capsys):
+    out = tmp_path / "ref.jsonl"
+    assert lesson_main(["trace", "15", "--reference", "--no-tui", "--out", str(out), "--compare-vllm"]) == 0
+    printed = capsys.readouterr().out.replace("\n", " ")
+    assert "B = vLLM v1's run (vllm:15_vs_vllm)" in printed
+    assert "--compare-reference shows" in one_lesson_error(
+        ["trace", "15", "--reference", "--compare-reference"], capsys
+    )
+
+
+def one_lesson_error(argv: list[str], capsys) -> str:
+    assert lesson_main(argv) == 2
+    return capsys.readouterr().out.replace("\n", " ")
+
+
+@pytest.mark.real_model
+def test_lesson_trace_on_the_default_model_says_what_that_run_did(tmp_path, capsys):
+    """Issue 37: lesson 1's text is about the tiny model (C stops at step 2); on SmolLM2 the banner
+    is derived from the trace: what its focus step did, by name, and who still runs."""
+    out = tmp_path / "01.jsonl"
+    argv = ["trace", "1", "--reference", "--model", "default", "--no-tui", "--out", str(out)]
+    assert lesson_main(argv) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    trace = load_trace(out)
+    focus = trace.steps[trace.header["focus_step"]]
+    running = [r["seq_id"] for r in focus["seqs"] if r["status_after"] == "RUNNING"]
+    assert "Fizz buzz" not in printed and "written for the tiny model" in printed
+    first = min(sid for sid in trace.requests)  # A: 0 in a fresh process, as the replay letters it
+    assert f"Step {focus['step']}: seq {first} ({seq_letter(first)}) finishes with reason 'length'" in printed
+    assert ("Still running after it" in printed) == bool(running)
+    assert trace.header["look_for"].startswith("(on SmolLM2"), "`nanoengine replay` of the trace shows it too"

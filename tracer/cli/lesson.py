@@ -5,7 +5,10 @@ nanoengine lesson list             every lesson and how far you got
 nanoengine lesson show N           the lesson text
 nanoengine lesson hint N           hints for the exercise
 nanoengine lesson check N          test your functions, then run the engine with them
+nanoengine lesson check N --json   the same, as one JSON object on stdout (for grading scripts)
 nanoengine lesson trace N          record the lesson's scenario with your code; open the TUI there
+nanoengine lesson trace N --compare-reference | --compare-vllm
+                                   ... beside the engine's own code's run, or vLLM's; differences marked
 nanoengine lesson reset N          put the stub back (your version is kept as exercise.py.bak)
 """
 
@@ -92,6 +95,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     hint.add_argument("--all", action="store_true", help="every hint at once, the code included")
     check = command("check", cmd_check, "check your exercise: direct tests, then the engine runs your code")
     check.add_argument("--file", type=Path, default=None, help="check this file instead of your lessons folder's")
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (lesson, passed, checks: name, passed, status, message) instead; same exit status",
+    )
     trace = command("trace", cmd_trace, "record the lesson's scenario with your code plugged in and open the TUI")
     trace.add_argument("--file", type=Path, default=None, help="use this exercise file")
     trace.add_argument("--reference", action="store_true", help="use the engine's own code instead of yours")
@@ -99,6 +107,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     trace.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
     trace.add_argument("--model", default=None, help="override the scenario's model (e.g. default for SmolLM2)")
     trace.add_argument("--out", type=Path, default=None, help="trace file to write")
+    beside = trace.add_mutually_exclusive_group()
+    beside.add_argument(
+        "--compare-reference",
+        action="store_true",
+        help="also record the engine's own code on the scenario and show it beside your run, differences marked",
+    )
+    beside.add_argument(
+        "--compare-vllm",
+        action="store_true",
+        help="show vLLM v1's committed run of the scenario beside yours, differences marked",
+    )
     command("reset", cmd_reset, "put the exercise stub back (your file is kept as exercise.py.bak)")
     return p.parse_args(argv)
 
@@ -293,6 +312,8 @@ def show_markdown_text(markdown: str, console: Console) -> None:
 
 
 def cmd_check(args, console: Console) -> int:
+    if args.json:
+        return check_as_json(args)
     lesson = find_lesson(args.lesson)
     path = working_file(args, lesson)
     check_python_file(path)  # the child imports it: here only what can be found without running it
@@ -334,14 +355,39 @@ def cmd_check(args, console: Console) -> int:
     return exit_code(results)
 
 
+def check_as_json(args) -> int:
+    """`check N --json`: the verdicts as one JSON object on stdout (the student's prints go to
+    stderr in the child); the exit status as without --json, and 2 with an "error" the checks
+    could not run for (no such lesson, a missing file, a syntax error)."""
+    report: dict = {"lesson": None}  # then name and file, as far as they are known
+    try:
+        lesson = find_lesson(args.lesson)
+        report.update(lesson=lesson.number, name=lesson.name)
+        path = working_file(args, lesson)
+        report["file"] = str(path)
+        check_python_file(path)
+        results = run_lesson_checks(lesson, None, path)
+    except LessonError as e:
+        print(json.dumps({**report, "passed": False, "checks": [], "error": str(e)}, ensure_ascii=False))
+        return 2
+    save_progress(workdir(args), lesson, path, results)
+    checks = [{"name": r.name, "passed": r.passed, "status": r.status, "message": r.message} for r in results]
+    print(json.dumps({**report, "passed": exit_code(results) == 0, "checks": checks}, ensure_ascii=False))
+    return exit_code(results)
+
+
 def cmd_trace(args, console: Console) -> int:
     """Record the scenario (the student's code runs in a child with the checks' limits), then
-    read what was recorded: the violations are the checker's on the written trace, not the child's."""
+    read what was recorded: the violations are the checker's on the written trace, not the child's.
+    --compare-reference records the engine's own code too; --compare-vllm takes vLLM's committed run."""
     from tracer.teach.scenarios import load_scenario
 
     lesson = find_lesson(args.lesson)
     scenario = load_scenario(lesson.scenario_file, name=lesson.name)
     scenario.title = lesson.title  # the trace is titled as `lesson list` and `lesson show` title the lesson
+    if args.reference and args.compare_reference:
+        raise LessonError("--compare-reference shows your code beside the reference: leave out --reference")
+    compare, beside = (vllm_run(lesson), f"vLLM v1's run (vllm:{lesson.name})") if args.compare_vllm else (None, "")
     path = None if args.reference else working_file(args, lesson)
     if path is not None:
         check_python_file(path)
@@ -359,7 +405,28 @@ def cmd_trace(args, console: Console) -> int:
             raise LessonError(why.removeprefix(LESSON_ERROR))
         console.print(f"[red]the run stopped: {escape(why)}[/]")
         return open_partial(out, args, console)
-    return show_recorded(out, scenario, args, console)
+    if args.compare_reference:
+        compare = reference_out(out)
+        beside = f"the engine's own code's run ({shorten(compare)})"
+        console.print(f"and with the engine's own code, model {escape(args.model or scenario.model)}")
+        why = record(lesson, scenario, None, compare, args.model)
+        if why is not None:
+            raise LessonError(why.removeprefix(LESSON_ERROR))
+    return show_recorded(out, scenario, args, console, compare, beside)
+
+
+def vllm_run(lesson: Lesson) -> Path:
+    from tracer.cli.vllm_traces import vllm_trace
+
+    try:
+        return vllm_trace(lesson.name)
+    except ValueError as e:
+        raise LessonError(f"lesson {lesson.number} has no vLLM trace to compare with ({e})") from None
+
+
+def reference_out(out: Path) -> Path:
+    """Where the reference's run goes: beside the student's, e.g. traces/08_preemption.reference.jsonl."""
+    return out.with_name(f"{out.stem}.reference{out.suffix or '.jsonl'}")
 
 
 LESSON_ERROR = "lesson error: "
@@ -389,7 +456,10 @@ def record(lesson: Lesson, scenario, path: Path | None, out: Path, model: str | 
     return None
 
 
-def show_recorded(out: Path, scenario, args, console: Console) -> int:
+def show_recorded(out: Path, scenario, args, console: Console, compare: Path | None = None, beside: str = "") -> int:
+    """Check and summarise the recorded run, then replay it (beside `compare`, a run named `beside`)."""
+    from tracer.teach.look_for import lesson_look_for
+    from tracer.teach.scenarios import set_header_fields
     from tracer.trace.invariants import check_trace
     from tracer.trace.trace_file import TraceError, load_trace
 
@@ -401,19 +471,37 @@ def show_recorded(out: Path, scenario, args, console: Console) -> int:
     focus = trace.header.get("focus_step")
     focus = focus if isinstance(focus, int) and 0 <= focus < trace.num_steps else 0
     console.print(f"{trace.num_steps} steps → {escape(shorten(out))}; the step that matters: {focus}")
-    if scenario.look_for:
-        console.print(f"[bold]Look for:[/] {escape(scenario.look_for)}")
+    guide = lesson_look_for(trace, scenario)  # the lesson's text only on the model it was written for
+    if guide != scenario.look_for:
+        set_header_fields(out, look_for=guide or None)
+    if guide:
+        console.print(f"[bold]Look for:[/] {escape(guide)}")
     if violations:
         v = violations[0]
         console.print(
             f"[red]{len(violations)} invariant violation(s); the first, at step {v.step}: {escape(v.message)}[/]"
         )
+    if compare is not None:
+        mine = "this run" if args.reference else "your run"
+        print_first_difference(trace, compare, f"A = {mine}, B = {beside}", console)
     if args.no_tui:
         return 0 if not violations else 1
     from tracer.replay.app import run_replay
 
     start = violations[0].step if violations else focus
-    return run_replay(out, start_step=start, predict=args.predict, guide=scenario.look_for)
+    return run_replay(out, start_step=start, predict=args.predict, guide=guide, compare=compare)
+
+
+def print_first_difference(trace, compare: Path, which: str, console: Console) -> None:
+    """The first step where the student's run and the other one part ways, in one line."""
+    from tracer.trace.diff import DiffError, diff_traces, first_difference_line
+    from tracer.trace.trace_file import TraceError, load_trace
+
+    try:
+        line = first_difference_line(diff_traces(trace, load_trace(compare)))
+    except (DiffError, TraceError) as e:
+        line = f"cannot compare with {shorten(compare)}: {e}"
+    console.print(Text(f"{which}: {line}"))
 
 
 def trace_path(folder: Path, lesson: Lesson) -> Path:

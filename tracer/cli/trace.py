@@ -3,9 +3,12 @@
     nanoengine trace "prompt" ["prompt" ...] [engine flags] [--arrive 0,0,4,9] [--out FILE] [--title T]
                      [--no-tui] [--predict] [--live]
     nanoengine run SCENARIO.json [--model M] [engine flags] [--out FILE] [--no-tui] [--predict] [--live]
-    nanoengine replay FILE [--step N] [--text] [--predict] [--web [--port 8000]] [--follow]
+    nanoengine replay FILE [--step N] [--text] [--predict] [--web [--port 8000]] [--follow] [--compare B]
     nanoengine check FILE [--full]
     nanoengine check --list
+
+A trace FILE (or B) may be `vllm:NAME`: the committed vLLM trace NAME, from any folder
+(tracer/cli/vllm_traces.py; `nanoengine replay vllm:` lists the names).
 
 Exit codes: 0 fine; 1 `check` found an invariant violation; 2 bad input (one-line error);
 130 interrupted (Ctrl-C, or `kill`: SIGTERM is taken as Ctrl-C, so the steps so far are kept).
@@ -20,16 +23,21 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
 from tracer.cli.main import add_engine_args, engine_options, read_prompts, sampling_params
+from tracer.cli.vllm_traces import resolve_trace
 from tracer.loop.arrivals import Arrival, parse_arrive
 from tracer.loop.drive import drive
 from tracer.trace.readable import printable
-from tracer.trace.trace_file import Trace, TraceError, load_trace
+from tracer.trace.trace_file import Trace, load_trace
+
+if TYPE_CHECKING:
+    from tracer.teach.scenarios import Scenario
 
 TRACE_NUM_KV_BLOCKS = 128
 
@@ -106,8 +114,13 @@ def check_live_args(args: argparse.Namespace) -> None:
         raise ValueError("--live needs an interactive terminal (input or output is redirected): run it in a terminal")
 
 
-def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, console: Console) -> int:
-    """Record the arrivals' run into args.out (or a default path), then summarise or open the replay."""
+def record_and_show(
+    engine, arrivals: list[Arrival], args: argparse.Namespace, console: Console, scenario: Scenario | None = None
+) -> int:
+    """Record the arrivals' run into args.out (or a default path), then summarise or open the replay.
+    A scenario's focus and look_for go into the trace's header: the replay, the summary and the
+    HTML export open at that step and say what to look for there."""
+    from tracer.teach.scenarios import StepCollector, find_focus, mark_focus
     from tracer.trace.recorder import default_trace_path
 
     for arrival in arrivals:  # a bad request fails before any file (a late arrival joins mid-run)
@@ -117,7 +130,10 @@ def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, c
     if getattr(args, "live", False):
         return record_live(engine, arrivals, args, target, path)
     partial: Path | None = None
-    ids: dict[int, int] = {}  # arrival index -> seq_id
+    steps = StepCollector()  # what each step did, by arrival index: where a scenario's focus is
+    if scenario is not None:
+        engine.add_step_hook(steps)
+    ids = steps.ids  # arrival index -> seq_id, filled as the requests join
     try:
         partial = new_partial(target)
         finished = record(engine, partial, args.title, console, arrivals, ids)
@@ -130,6 +146,8 @@ def record_and_show(engine, arrivals: list[Arrival], args: argparse.Namespace, c
     if not finished:
         assert partial is not None
         return keep_interrupted(partial, target, console)
+    if scenario is not None:
+        mark_focus(partial, scenario, find_focus(scenario.focus, steps.steps))
     publish(partial, target)  # only a complete trace replaces an existing --out file
     for seq_id in ids.values():
         engine.collect(seq_id)
@@ -289,13 +307,24 @@ def summarize_file(path: Path) -> int:
     from tracer.trace.summary import print_summary, summarize
 
     trace = load_trace(path)
-    print_summary(trace, summarize(trace, check_trace(trace)), Console())
+    console = Console()
+    print_summary(trace, summarize(trace, check_trace(trace)), console)
+    print_focus(trace, console)
     return 0
+
+
+def print_focus(trace: Trace, console: Console) -> None:
+    """A scenario's step that matters and what to look for there (from the header), if it gave them."""
+    focus, look_for = trace.header.get("focus_step"), trace.header.get("look_for")
+    if isinstance(focus, int):
+        console.print(f"The step that matters: {focus} (the replay opens there)", markup=False)
+    if isinstance(look_for, str) and look_for:
+        console.print(Text.assemble(("Look for: ", "bold"), printable(look_for)))
 
 
 def replay_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="nanoengine replay", description="Open a saved trace in the replay TUI.")
-    p.add_argument("file")
+    p.add_argument("file", help="a trace file, or vllm:NAME for a committed vLLM trace (e.g. vllm:08_preemption)")
     p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
     p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
     p.add_argument(
@@ -309,8 +338,8 @@ def replay_main(argv: list[str]) -> int:
         "--compare",
         metavar="B",
         default=None,
-        help="a second trace of the same workload (e.g. tracer/vllm/traces/NAME.jsonl): its same step "
-        "beside this one, differences marked",
+        help="a second trace of the same workload (a file, or vllm:NAME for vLLM's run of it): its same "
+        "step beside this one, differences marked",
     )
     p.add_argument(
         "--follow",
@@ -318,18 +347,20 @@ def replay_main(argv: list[str]) -> int:
         help="follow a trace another process is still writing (a server's --trace file), like tail -f",
     )
     args = p.parse_args(argv)
+    path = resolve_trace(args.file)  # vllm:NAME: an unknown name is one line listing the names
+    compare = resolve_trace(args.compare) if args.compare else None
     if args.text:
         if args.web or args.compare or args.predict or args.follow:
             err("--text prints one step: it cannot be combined with --web, --compare, --predict or --follow")
             return 2
-        return print_step_text(args.file, args.step)
+        return print_step_text(str(path), args.step)
     if args.follow:
         if args.web or args.compare or args.predict:
             err("--follow shows a trace as it is written: it cannot be combined with --web, --compare or --predict")
             return 2
         from tracer.live.follow import run_follow
 
-        return run_follow(args.file)
+        return run_follow(str(path))
     if args.web and args.compare:
         err("--web and --compare cannot be combined yet: use `nanoengine diff A B` beside the web replay")
         return 2
@@ -338,9 +369,9 @@ def replay_main(argv: list[str]) -> int:
         from tracer.export.web import serve_replay
 
         check_port(args.port)
-        return serve_replay(Path(args.file), args.step, args.predict, args.port, listen=listen_sockets)
+        return serve_replay(path, args.step, args.predict, args.port, listen=listen_sockets)
     # run_replay opens the trace (lazily when it is big) and refuses a bad file or --step in one line.
-    return open_replay(Path(args.file), args.step, args.predict, args.compare)
+    return open_replay(path, args.step, args.predict, compare)
 
 
 def print_step_text(path: str, index: int) -> int:
@@ -366,7 +397,7 @@ def print_step_text(path: str, index: int) -> int:
     return 0
 
 
-def open_replay(path: Path, start_step: int, predict: bool = False, compare: str | None = None) -> int:
+def open_replay(path: Path, start_step: int, predict: bool = False, compare: Path | None = None) -> int:
     try:
         from tracer.replay.app import run_replay
     except ModuleNotFoundError as e:
@@ -451,9 +482,10 @@ def list_invariants(profile: str) -> int:
 
 
 def load_or_report(path: str, validate: str = "sample") -> Trace | None:
+    """The trace at path (or vllm:NAME), or None after a one-line error."""
     try:
-        trace = load_trace(path, validate)
-    except TraceError as e:
+        trace = load_trace(resolve_trace(path), validate)
+    except ValueError as e:  # a TraceError, or an unknown vllm:NAME
         err(str(e))
         return None
     if trace.warning:

@@ -13,7 +13,9 @@ A scenario file (lessons/NN_name/scenario.json) looks like:
      "look_for": "what to watch in the replay"}
 
 Anything else (a misspelt key, a value of the wrong type, an `arrive` that is not a whole step >= 0)
-is a ScenarioError in one line before anything runs.
+is a ScenarioError in one line before anything runs. The same format is published as a JSON Schema,
+scenario.schema.json beside this file (tests/teach/test_lessons.py keeps the two in step), and
+`nanoengine run --template` prints a commented example (TEMPLATE).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
 TOP_LEVEL = {"title": str, "model": str, "engine": dict, "params": dict, "requests": list, "focus": dict,
              "look_for": str, "max_steps": int}  # fmt: skip
 KIND_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer"}
+FOCUS_LEAST = {"step": 0, "nth": 1, "request": 0}  # focus's integer keys, each with its least value
+SCHEMA_FILE = Path(__file__).with_name("scenario.schema.json")
 
 
 class ScenarioError(ValueError):
@@ -131,11 +135,7 @@ def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scena
             )
         requests.append(Request(prompt, params, arrive))
     focus = data.get("focus", {})
-    if focus.get("event") and focus["event"] not in FOCUS_EVENTS:
-        raise ScenarioError(f"{source}: focus event {focus['event']!r} is not one of {', '.join(FOCUS_EVENTS)}")
-    for key in ("step", "nth", "request"):
-        if key in focus and not is_int(focus[key]):
-            raise ScenarioError(f"{source}: focus {key} is {short_repr(focus[key])}: give an integer")
+    check_focus(focus, source)
     return Scenario(
         name=name,
         title=data.get("title", name),
@@ -165,9 +165,67 @@ def check_top_level(data: object, source: str) -> None:
         raise ScenarioError(f"{source}: 'max_steps' must be >= 1, got {data['max_steps']}")
 
 
+def check_focus(focus: dict, source: str) -> None:
+    """A ScenarioError unless focus is {"step": N} or {"event": KIND, "nth": N, "request": I}."""
+    unknown = sorted(set(focus) - {"event", *FOCUS_LEAST})
+    if unknown:
+        raise ScenarioError(
+            f"{source}: focus has unknown key(s) {', '.join(map(repr, unknown))}; use step, or event with nth and request"
+        )
+    if "step" in focus and "event" in focus:
+        raise ScenarioError(f"{source}: focus gives a step or an event, not both")
+    if "event" in focus and focus["event"] not in FOCUS_EVENTS:
+        raise ScenarioError(
+            f"{source}: focus event {short_repr(focus['event'])} is not one of {', '.join(FOCUS_EVENTS)}"
+        )
+    for key, least in FOCUS_LEAST.items():
+        if key in focus and not (is_int(focus[key]) and focus[key] >= least):
+            raise ScenarioError(f"{source}: focus {key} is {short_repr(focus[key])}: give an integer >= {least}")
+
+
 def scenario_arrivals(scenario: Scenario) -> list[Arrival]:
     """The scenario's requests as the driver's arrivals (index: the request's place in the file)."""
     return [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]
+
+
+# `nanoengine run --template`. Its `//` lines are comments (printed on stderr); the others, alone, are
+# a scenario file that runs (printed on stdout): `nanoengine run --template > my.json` keeps pure JSON.
+TEMPLATE = """\
+// A scenario: requests for the engine, the step that matters and what to look for there.
+// Every key is optional but "requests"; any other key is refused. JSON Schema: tracer/teach/scenario.schema.json
+{
+  // the trace's title
+  "title": "A late request shares the first one's prefix",
+  // "tiny" (random weights, instant), "default" (SmolLM2-135M) or a model folder; --model overrides it
+  "model": "tiny",
+  // LLMEngine options (nanoengine/config.py); a small pool makes preemption easy to see; flags override them
+  "engine": {"block_size": 4, "num_kv_blocks": 32},
+  // SamplingParams for every request (nanoengine/sampling_params.py)
+  "params": {"max_tokens": 6, "ignore_eos": true},
+  // each request: a prompt (text or token ids), or an object with the prompt, "arrive" (the engine
+  // step it joins before; 0 = at once) and any SamplingParams field for this request alone
+  "requests": [
+    "The cat sat on the mat and looked at the door",
+    {"prompt": "The cat sat on the mat and looked at the window", "arrive": 3, "max_tokens": 3}
+  ],
+  // the step the replay opens at: {"step": N}, or the nth step with an event (admitted, not_admitted,
+  // prefix_hit, prefill_chunk, prefill_done, preempted, finished); "request": I counts only request I's
+  "focus": {"event": "prefix_hit", "nth": 1},
+  // what to watch at that step: shown with the replay, in the summary and in the HTML export
+  "look_for": "The second request joins at step 3 and finds its first prompt blocks in the prefix cache (the first request computed them): only the rest of its prompt is computed.",
+  // the run is refused if it has not finished after this many steps (default 2000)
+  "max_steps": 100
+}
+"""
+
+
+def is_comment(line: str) -> bool:
+    return line.lstrip().startswith("//")
+
+
+def template_json() -> str:
+    """The template without its comments: a scenario file."""
+    return "".join(line for line in TEMPLATE.splitlines(keepends=True) if not is_comment(line))
 
 
 # ---- running -------------------------------------------------------------------------------
@@ -217,7 +275,7 @@ def run_scenario(
         violations = list(recorder.violations)
         focus = find_focus(scenario.focus, collector.steps)
         if trace_path is not None:
-            set_header_fields(path, focus_step=focus, look_for=scenario.look_for or None)
+            mark_focus(path, scenario, focus)
     return ScenarioRun(
         scenario,
         model,
@@ -249,6 +307,11 @@ def find_focus(focus: dict, steps: list[StepSummary]) -> int:
         if hits:
             return hits[min(nth, len(hits)) - 1]
     return 0
+
+
+def mark_focus(path: Path, scenario: Scenario, focus_step: int) -> None:
+    """The scenario's step that matters and what to look for there, in the trace's header."""
+    set_header_fields(path, focus_step=focus_step, look_for=scenario.look_for or None)
 
 
 def set_header_fields(path: Path, **fields) -> None:
