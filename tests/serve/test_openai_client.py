@@ -90,3 +90,31 @@ def test_a_stop_string_never_reaches_the_client(client, reference):
     chunks = [c for c in client.completions.create(stream=True, **kw) if c.choices]
     assert "".join(c.choices[0].text for c in chunks) == want.text
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_vllms_sampler_parameters_reach_the_engine(client, reference):
+    """OpenAI's penalties and logit_bias (token ids as strings) and vLLM's extras give the tokens
+    LLM.generate gives with the same SamplingParams, and differ from the plain greedy run."""
+    plain = reference(PROMPT, max_tokens=12, ignore_eos=True)
+    banned = plain.token_ids[0]
+    extra = {"repetition_penalty": 1.3, "min_p": 0.05, "min_tokens": 3, "stop_token_ids": [7], "ignore_eos": True}
+    out = client.completions.create(
+        model="tiny",
+        prompt=PROMPT,
+        max_tokens=12,
+        temperature=0,
+        presence_penalty=0.5,
+        frequency_penalty=0.3,
+        logit_bias={str(banned): -100},
+        extra_body=extra | {"return_token_ids": True},
+    )
+    want = reference(
+        PROMPT,
+        max_tokens=12,
+        presence_penalty=0.5,
+        frequency_penalty=0.3,
+        logit_bias={banned: -100},
+        **extra,
+    )
+    assert out.choices[0].model_extra["token_ids"] == want.token_ids
+    assert want.token_ids[0] != banned and want.token_ids != plain.token_ids

@@ -1,19 +1,25 @@
 """The OpenAI request bodies the server accepts, and their sampling parameters.
 
-Parameters nanoengine does not implement are refused by name (400), never silently ignored, and
-values are taken as their JSON type says (strict): `max_tokens: true` or `"temperature": "0.5"` is
-a 400, never converted. Extensions, as vLLM spells them: top_k (-1 or 0: off), ignore_eos,
-return_token_ids.
+Values are taken as their JSON type says (strict): `max_tokens: true` or `"temperature": "0.5"` is
+a 400, never converted. A top-level `null` means "left out" (the default), as in OpenAI's API.
+
+Every field a client may send is in one of three places:
+- declared on the models below: implemented (the sampler's fields carry vLLM's names and ranges);
+- KNOWN_FIELDS: known to OpenAI or vLLM but not implemented. Bookkeeping fields (`user`, `store`,
+  ...) change no output and are accepted as they are; the others are accepted at their neutral
+  value only (`logprobs: false`, `echo: false`, `best_of` equal to `n`, ...) and refused by name
+  otherwise, never silently ignored;
+- nowhere: unknown, refused by name.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import fields
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nanoengine.sampling_params import MAX_SEED, SamplingParams
 
@@ -28,6 +34,77 @@ class RequestError(ValueError):
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 PARAM_NAMES = [f.name for f in fields(SamplingParams)]
+ANY = None  # a bookkeeping field: every value is accepted (and changes nothing)
+SAME_AS_N = "same as n"  # best_of: neutral when it equals n
+
+
+@dataclass(frozen=True, slots=True)
+class KnownField:
+    """A field known to OpenAI or vLLM that nanoengine does not implement."""
+
+    endpoints: tuple[str, ...]  # "completions", "chat"
+    neutral: tuple[Any, ...] | str | None  # the values that change nothing; ANY: bookkeeping
+
+
+BOTH, COMPLETIONS, CHAT = ("completions", "chat"), ("completions",), ("chat",)
+# Null is neutral for every one of them (it means "left out"); the values listed are the others.
+KNOWN_FIELDS: dict[str, KnownField] = {
+    # OpenAI: not implemented yet, neutral values only
+    "logprobs": KnownField(BOTH, (False, 0)),  # an int on completions, a bool on chat
+    "top_logprobs": KnownField(BOTH, (0,)),
+    "echo": KnownField(BOTH, (False,)),  # vLLM has it on chat too
+    "best_of": KnownField(COMPLETIONS, SAME_AS_N),
+    "suffix": KnownField(COMPLETIONS, ("",)),
+    "response_format": KnownField(BOTH, ({"type": "text"},)),
+    "tools": KnownField(CHAT, ()),
+    "tool_choice": KnownField(CHAT, ("none",)),
+    "functions": KnownField(CHAT, ()),
+    "function_call": KnownField(CHAT, ("none",)),
+    "modalities": KnownField(CHAT, (["text"],)),
+    "audio": KnownField(CHAT, ()),
+    "prediction": KnownField(CHAT, ()),
+    "web_search_options": KnownField(CHAT, ()),
+    "reasoning_effort": KnownField(CHAT, ()),
+    "verbosity": KnownField(CHAT, ()),
+    "stream_options.continuous_usage_stats": KnownField(BOTH, (False,)),
+    # OpenAI: bookkeeping, accepted as sent
+    "user": KnownField(BOTH, ANY),
+    "store": KnownField(BOTH, ANY),
+    "metadata": KnownField(BOTH, ANY),
+    "service_tier": KnownField(BOTH, ANY),
+    "prompt_cache_key": KnownField(BOTH, ANY),
+    "safety_identifier": KnownField(BOTH, ANY),
+    "parallel_tool_calls": KnownField(CHAT, ANY),  # without tools it changes nothing
+    "stream_options.include_obfuscation": KnownField(BOTH, ANY),  # padding a client ignores
+    # vLLM's extras: neutral values only
+    "use_beam_search": KnownField(BOTH, (False,)),
+    "length_penalty": KnownField(BOTH, (1.0,)),
+    "include_stop_str_in_output": KnownField(BOTH, (False,)),
+    "skip_special_tokens": KnownField(BOTH, (True,)),  # nanoengine always skips them
+    "spaces_between_special_tokens": KnownField(BOTH, (True,)),
+    "prompt_logprobs": KnownField(BOTH, ()),
+    "truncate_prompt_tokens": KnownField(BOTH, ()),
+    "allowed_token_ids": KnownField(BOTH, ()),
+    "bad_words": KnownField(BOTH, ([],)),
+    "guided_json": KnownField(BOTH, ()),
+    "guided_regex": KnownField(BOTH, ()),
+    "guided_choice": KnownField(BOTH, ()),
+    "guided_grammar": KnownField(BOTH, ()),
+    "structured_outputs": KnownField(BOTH, ()),
+    "logits_processors": KnownField(BOTH, ()),
+    "return_tokens_as_token_ids": KnownField(BOTH, (False,)),
+    "priority": KnownField(BOTH, (0,)),
+    "add_generation_prompt": KnownField(CHAT, (True,)),
+    "continue_final_message": KnownField(CHAT, (False,)),
+    "chat_template": KnownField(CHAT, ()),
+    "chat_template_kwargs": KnownField(CHAT, ({},)),
+    "documents": KnownField(CHAT, ()),
+    "kv_transfer_params": KnownField(BOTH, ()),
+    "vllm_xargs": KnownField(BOTH, ()),
+    # vLLM's bookkeeping
+    "request_id": KnownField(BOTH, ANY),
+    "cache_salt": KnownField(BOTH, ANY),
+}
 
 
 class StreamOptions(BaseModel):
@@ -39,18 +116,26 @@ class Sampling(BaseModel):
     """The fields both endpoints share."""
 
     model_config = STRICT
+    ENDPOINT: ClassVar[str]
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = Field(default=0, ge=-1)  # extension; 0 or -1 (vLLM's) = off
+    top_k: int = Field(default=0, ge=-1)  # vLLM's; 0 or -1 = off
+    min_p: float = 0.0  # vLLM's; this and the ones below are checked by SamplingParams
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # vLLM's
+    logit_bias: dict[str, float] = Field(default_factory=dict)  # OpenAI's: token ids as strings
+    min_tokens: int = 0  # vLLM's
+    stop_token_ids: list[int] = Field(default_factory=list)  # vLLM's
     seed: int | None = Field(default=None, ge=0, lt=MAX_SEED)
     stop: str | list[str] | None = None
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    ignore_eos: bool = False  # extension
-    return_token_ids: bool = False  # extension: the prompt's and the completion's token ids
+    ignore_eos: bool = False  # vLLM's
+    return_token_ids: bool = False  # vLLM's: the prompt's and the completion's token ids
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -63,6 +148,13 @@ class Sampling(BaseModel):
                 seed=self.seed,
                 ignore_eos=self.ignore_eos,
                 stop=stop,
+                stop_token_ids=self.stop_token_ids,
+                min_tokens=self.min_tokens,
+                logit_bias=token_bias(self.logit_bias),
+                repetition_penalty=self.repetition_penalty,
+                frequency_penalty=self.frequency_penalty,
+                presence_penalty=self.presence_penalty,
+                min_p=self.min_p,
             )
         except ValueError as e:
             raise RequestError(str(e), param=param_named_in(str(e))) from None
@@ -72,8 +164,23 @@ class Sampling(BaseModel):
         return self.stream_options is not None and self.stream_options.include_usage
 
 
+def token_bias(bias: dict[str, float]) -> dict[int, float]:
+    """OpenAI's logit_bias keys are token ids written as strings ({"50256": -100})."""
+    for key in bias:
+        if not (key.isascii() and key.isdigit()):
+            raise RequestError(
+                f"logit_bias keys are token ids written as strings, such as \"42\"; got {key!r}", "logit_bias"
+            )
+    return {int(key): value for key, value in bias.items()}
+
+
+PROMPT_SHAPES = "a string, a list of strings, a list of token ids, or a list of token-id lists"
+CONTENT_SHAPES = 'a string, a list of {"type": "text", "text": ...} parts, or null on an assistant message'
+
+
 class CompletionRequest(Sampling):
-    prompt: str | list[int] | list[str]
+    ENDPOINT = "completions"
+    prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(default=16, ge=1)  # the legacy API's default
 
 
@@ -90,21 +197,68 @@ class TextPart(BaseModel):
 
 class Message(BaseModel):
     model_config = STRICT
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls, for the chat template
+    tool_call_id: str | None = None  # a tool message: the call it answers
+
+    @model_validator(mode="after")
+    def content_is_given(self) -> Message:
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"a {self.role} message needs content: {CONTENT_SHAPES}")
+        return self
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
 class ChatCompletionRequest(Sampling):
+    ENDPOINT = "chat"
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
 
-def parse_body(raw: bytes, model_class: type[Sampling]) -> Any:
+class TokenizeRequest(BaseModel):
+    """vLLM's /tokenize: a prompt, or chat messages rendered as /v1/chat/completions renders them."""
+
+    model_config = STRICT
+    ENDPOINT: ClassVar[str] = "tokenize"
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    add_special_tokens: bool = False  # as the completions endpoint reads a prompt
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def one_input(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("send either 'prompt' (a string) or 'messages' (a chat), not both or neither")
+        return self
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = STRICT
+    ENDPOINT: ClassVar[str] = "detokenize"
+    model: str | None = None
+    tokens: list[int]
+
+
+def parse_body(raw: bytes, model_class: type[BaseModel]) -> Any:
     """The request body as model_class; a RequestError that names what is wrong otherwise."""
+    data = read_json(raw)
+    try:
+        return model_class.model_validate(accepted_fields(data, getattr(model_class, "ENDPOINT", "")))
+    except RecursionError:
+        raise RequestError("the request body is nested too deep: send a flat OpenAI request object") from None
+    except ValidationError as e:
+        raise describe(e.errors()[0]) from None
+
+
+def read_json(raw: bytes) -> dict:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -120,12 +274,47 @@ def parse_body(raw: bytes, model_class: type[Sampling]) -> Any:
         raise RequestError(f"the request body holds a number with more than {limit:,} digits") from None
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object")
-    try:
-        return model_class.model_validate(data)
-    except RecursionError:
-        raise RequestError("the request body is nested too deep: send a flat OpenAI request object") from None
-    except ValidationError as e:
-        raise describe(e.errors()[0]) from None
+    return data
+
+
+def accepted_fields(data: dict, endpoint: str) -> dict:
+    """The body without its nulls and its KNOWN_FIELDS (each checked to be neutral, or bookkeeping)."""
+    data = {key: value for key, value in data.items() if value is not None}
+    options = data.get("stream_options")
+    if isinstance(options, dict):
+        data["stream_options"] = {key: value for key, value in options.items() if value is not None}
+    for path, known in KNOWN_FIELDS.items():
+        if endpoint not in known.endpoints:
+            continue
+        *parents, name = path.split(".")
+        holder = data.get(parents[0]) if parents else data
+        if isinstance(holder, dict) and name in holder:
+            check_neutral(path, holder.pop(name), known, data)
+    return data
+
+
+def check_neutral(path: str, value: Any, known: KnownField, data: dict) -> None:
+    if known.neutral is ANY:
+        return
+    if known.neutral == SAME_AS_N:
+        if same_value(value, data.get("n", 1)):
+            return
+        neutral = "the same number as n"
+    elif any(same_value(value, n) for n in known.neutral):  # type: ignore[union-attr]
+        return
+    else:
+        neutral = ", ".join(["null", *(json.dumps(n) for n in known.neutral)])  # type: ignore[union-attr]
+    shown = json.dumps(value)[:60]
+    raise RequestError(
+        f"unsupported value {shown} for {path!r}: nanoengine does not implement it, "
+        f"so it accepts only the neutral value ({neutral}) or the field left out",
+        path,
+    )
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as JSON values: `false` is not `0` (Python's False == 0 is)."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
 def describe(error: Any) -> RequestError:
@@ -136,7 +325,13 @@ def describe(error: Any) -> RequestError:
         return RequestError(f"unsupported parameter {param!r}: nanoengine does not implement it", param)
     if error["type"] == "missing":
         return RequestError(f"missing required parameter {param!r}", param)
-    return RequestError(f"invalid {param!r}: {error['msg']}", param)
+    if loc[:1] == ["prompt"]:
+        return RequestError(f"invalid 'prompt': a prompt is {PROMPT_SHAPES}", "prompt")
+    if len(loc) >= 3 and loc[0] == "messages" and loc[2] == "content":
+        param = ".".join(loc[:3])
+        return RequestError(f"invalid {param!r}: a message's content is {CONTENT_SHAPES}", param)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return RequestError(f"invalid {param!r}: {message}", param)
 
 
 def is_union_tag(part: str) -> bool:

@@ -20,6 +20,7 @@ import uvicorn
 from nanoengine.engine import LLMEngine
 from tracer.loop.engine_loop import EngineLoop
 from tracer.serve.app import DEFAULT_MAX_BODY_BYTES, ServedModel, build_app
+from tracer.serve.metrics import ServerMetrics
 
 GRACEFUL_SHUTDOWN_S = 3  # open streams get this long to end on Ctrl-C; then they are cut (and aborted)
 
@@ -76,10 +77,12 @@ class Server:
         engine.config.use_chat_template = False  # the server templates chat requests itself, completions never
         self.sock = sock
         self.model_name = name or engine.model_name
+        self.metrics = ServerMetrics(self.model_name)
+        self.metrics.watch(engine)  # before the loop thread owns the engine
         self.loop = EngineLoop(engine, recorder).start()
         served = ServedModel(self.model_name, engine.tokenizer, engine.scheduler.max_model_len, aliases)
         config = uvicorn.Config(
-            build_app(self.loop, served, max_body_bytes, api_key),
+            build_app(self.loop, served, max_body_bytes, api_key, self.metrics),
             log_level="warning",
             access_log=False,
             lifespan="off",
