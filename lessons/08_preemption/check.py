@@ -3,11 +3,14 @@
 from nanoengine.scheduler import SchedulerOutput
 from nanoengine.sequence import SequenceStatus
 from tracer.teach.kit import (
+    add_sequences,
+    engine_step,
     expect,
     expect_engine_matches,
     lesson_scenario,
     make_scheduler,
     make_sequence,
+    names,
     prefilled,
 )
 
@@ -36,15 +39,19 @@ def check_choose_victim(fns):
 
 def check_preempt_resets_the_sequence(fns):
     """preempt frees the blocks, forgets the KV and puts the sequence back to WAITING."""
-    sched = make_scheduler(16)
-    a, b = prefilled(sched, 9, 10)
+    sched = make_scheduler(16, budget=8)
+    a, b = add_sequences(sched, 4, 12)
+    engine_step(
+        sched
+    )  # a budget of 8: A's 4 tokens and the first 4 of B's 12, so B is mid-prefill
+    assert b.is_prefilling, "the kit's situation: B is inside its prefill"
     tokens_before = list(b.token_ids)
     out = SchedulerOutput()
     fns.preempt(sched, b, out, a)
     expect(
-        b.block_table == [] and sched.block_manager.num_free_blocks == 16 - 3,
+        b.block_table == [] and sched.block_manager.num_free_blocks == 16 - 1,
         f"after preempt B must hold no blocks (free them with self.block_manager.free(seq)); it holds "
-        f"{b.block_table}, {sched.block_manager.num_free_blocks} of 16 blocks are free (A holds 3)",
+        f"{b.block_table}, {sched.block_manager.num_free_blocks} of 16 blocks are free (A holds 1)",
     )
     expect(
         b.num_cached_tokens == 0,
@@ -52,7 +59,9 @@ def check_preempt_resets_the_sequence(fns):
     )
     expect(
         not b.is_prefilling,
-        "B no longer prefills: is_prefilling must be False (set it with the other counters)",
+        "B was preempted in the middle of its prefill (4 of its 12 prompt tokens computed): "
+        "is_prefilling must be False after preempt (set it with the other counters); it is still True, "
+        "so a waiting B would claim a prefill in progress",
     )
     expect(
         b.status == SequenceStatus.WAITING,
@@ -79,18 +88,49 @@ def check_preempt_queues_at_head(fns):
     )
     expect(
         out.preempted == [b],
-        f"list B in out.preempted (schedule admits nobody in a step that preempted); got {out.preempted}",
+        f"list B in out.preempted (schedule admits nobody in a step that preempted); got {names(out.preempted)}",
     )
-    kinds = [(e.kind, e.seq_id) for e in out.events]
+    kinds = [
+        (e.kind, names(s for s in (a, b, later) if s.seq_id == e.seq_id))
+        for e in out.events
+    ]
     expect(
-        kinds == [("preempted", b.seq_id)],
-        f"expected one event ('preempted', B's seq_id, {{...}}), got {kinds}",
+        kinds == [("preempted", ["B"])],
+        f"expected one event: ('preempted', B); got {kinds}",
     )
     expect(
         isinstance(out.events[0].detail, dict)
         and ("by" in out.events[0].detail or "reason" in out.events[0].detail),
         "the event's detail must be a dict saying who needed the room "
         "(by=needed_by.seq_id, or a 'reason')",
+    )
+
+
+def check_preempt_records_the_free_blocks_before(fns):
+    """The event's `free` is the free blocks before the victim's were given back."""
+    sched = make_scheduler(16)
+    a, b = prefilled(sched, 9, 10)  # A holds 3 blocks, B 3: 10 free
+    out = SchedulerOutput()
+    fns.preempt(sched, b, out, a)
+    detail = (
+        out.events[0].detail
+        if out.events and isinstance(out.events[0].detail, dict)
+        else {}
+    )
+    expect(
+        detail.get("by") == a.seq_id,
+        f"by= must be the seq_id of the sequence that needed the room (A, seq_id {a.seq_id}); got {detail.get('by')!r}",
+    )
+    free = detail.get("free")
+    expect(
+        free == 10,
+        "free= must be the free blocks BEFORE B's were given back: 10 (A and B hold 3 each of 16); you recorded "
+        + (
+            f"{free}, the count after B's 3 blocks came back: read num_free_blocks before bm.free(seq). The decision "
+            "itself is right; only the recorded number is wrong"
+            if free == 13
+            else repr(free)
+        ),
     )
 
 

@@ -2,9 +2,12 @@
 
 This is the engine's block allocation from the free list with one real bug
 planted in it (a method of BlockManager: self is the block manager; it takes
-the oldest free block for a new owner, evicting a cached one). Every
-counter, ref count and hash the trace records stays consistent, and the
-outputs match the engine's own in this scenario.
+the oldest free block for a new owner, evicting a cached one). The block
+manager remembers the prefix cache in two places: self.hashes[block_id], each
+block's hash (None: not cached), and self.hash_to_block, hash -> block id,
+the table find_cached_prefix looks a prefix up in. Every counter, ref count
+and hash the trace records stays consistent, and the outputs match the
+engine's own in this scenario.
 
 Find it: `nanoengine lesson trace 14` runs the lesson's scenario with this
 code and opens the replay at the first broken invariant; `nanoengine check` on

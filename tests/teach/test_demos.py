@@ -139,3 +139,17 @@ def test_continuous_vs_static_says_how_to_open_the_static_trace(tmp_path, capsys
     assert demo_main(["continuous-vs-static", "--model", "tiny", "--no-tui", "--out-dir", str(tmp_path)]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert f"nanoengine replay {tmp_path / 'demo-continuous-vs-static-static.jsonl'}" in printed
+
+
+def test_vs_vllm_without_the_models_vllm_trace_says_so_before_using_the_tiny_model(tmp_path, capsys, monkeypatch):
+    """Issue 37: --vs-vllm on the default model no longer turns silently into a tiny-model run."""
+    from tracer.vllm.scenarios import TRACES_DIR
+
+    if (TRACES_DIR / "demo-preemption.default.jsonl").exists():
+        pytest.skip("vLLM's trace of the demo on the default model's token ids is committed")
+    monkeypatch.delenv("NANOENGINE_VLLM_PYTHON", raising=False)
+    assert demo_main(["preemption", "--vs-vllm", "--no-tui", "--out-dir", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not recorded yet" in out and "NANOENGINE_VLLM_PYTHON" in out and "model tiny" in out
+    with pytest.raises(ValueError, match="NANOENGINE_VLLM_PYTHON"):
+        demo_main(["preemption", "--vs-vllm", "--block-size", "8", "--no-tui", "--out-dir", str(tmp_path)])

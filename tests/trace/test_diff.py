@@ -101,3 +101,58 @@ def test_a_why_carries_the_numbers_the_decision_recorded(tmp_path):
     by, free = index[event["detail"]["by"]], event["detail"]["free"]
     assert first is not None and first.kind == "preempted"
     assert f"preempted (for request {by}, {free} blocks free)" in first.a and "preempted" not in first.b
+
+
+def test_lesson_15_against_vllm_differs_only_in_block_ids_and_says_why(tmp_path, capsys):
+    """Issue 37: the diff lesson 15 suggests exits 0; its rows are block ids under a renaming (the
+    free-list order), and vLLM's null block is named, not shown as a block of its own."""
+    path = tmp_path / "15.jsonl"
+    run_scenario(load_scenario(ROOT / "lessons" / "15_vs_vllm" / "scenario.json"), path, model="tiny")
+    vllm = VLLM / "15_vs_vllm.jsonl"
+    diff = diff_traces(load_trace(path), load_trace(vllm))
+    assert diff.differences and all(d.kind == "blocks" and d.ids_only for d in diff.differences)
+    assert not diff.decisions_differ()
+    assert main(["diff", str(path), str(vllm)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "null block 0" in out and "Only block ids differ, and only by a renaming" in out and "free-list order" in out
+
+
+def test_a_table_of_another_length_is_a_decision_not_a_renaming(lesson10):
+    trace = load_trace(lesson10)
+    planted = copy.copy(trace)
+    planted.steps = copy.deepcopy(list(trace.steps))
+    row = next(r for r in planted.steps[2]["seqs"] if r["block_table_after"])
+    row["block_table_after"] = row["block_table_after"][:-1]
+    diff = diff_traces(trace, planted)
+    assert [(d.step, d.kind, d.ids_only) for d in diff.differences][:1] == [(2, "blocks", False)]
+    assert diff.decisions_differ()
+
+
+def preemption_pools(tmp_path) -> tuple[Path, Path]:
+    """Lesson 8's workload on 14 and on 10 blocks (budget 8, 24 tokens each): the small pool preempts more."""
+    paths = []
+    for blocks in (14, 10):
+        scenario = load_scenario(ROOT / "lessons" / "08_preemption" / "scenario.json")
+        scenario.engine = {**scenario.engine, "num_kv_blocks": blocks, "max_num_batched_tokens": 8}
+        for request in scenario.requests:
+            request.params = {**request.params, "max_tokens": 24}
+        paths.append(tmp_path / f"{blocks}.jsonl")
+        run_scenario(scenario, paths[-1], model="tiny")
+    return paths[0], paths[1]
+
+
+def test_a_preemption_is_one_row_and_summary_is_one_line_per_kind(tmp_path, capsys):
+    a, b = preemption_pools(tmp_path)
+    diff = diff_traces(load_trace(a), load_trace(b))
+    both = {(d.step, d.request) for d in diff.differences if d.kind == "tokens"} & {
+        (d.step, d.request) for d in diff.differences if d.kind == "preempted"
+    }
+    assert both, "the small pool's preemption also changes the tokens of that request at that step"
+    assert main(["diff", str(a), str(b)]) == 1
+    table = capsys.readouterr().out
+    assert "tokens, preempted" in table
+    assert main(["diff", str(a), str(b), "--summary"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    names = [line.strip().split(":")[0] for line in lines if line.startswith("  ")]
+    assert names[:3] == ["steps", "tokens", "admitted"] and "preempted" in names and len(names) == len(set(names))
+    assert len(lines) < 20

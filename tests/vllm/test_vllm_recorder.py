@@ -80,12 +80,11 @@ def test_without_vllm_the_recorder_says_which_python_to_use(tmp_path):
 def test_the_committed_workloads_are_the_scenarios_of_today():
     """Each workload's requests, arrivals, params and engine sizes are those the scenario gives now
     (the tokens sampled come from nanoengine's run and are not compared: a scheduler change may move them)."""
-    from tracer.vllm.scenarios import TRACES_DIR, all_scenarios, arrivals_in_seq_order
+    from tracer.vllm.scenarios import TRACES_DIR, all_scenarios, arrivals_in_seq_order, default_model_demos
 
-    scenarios = all_scenarios()
-    assert sorted(scenarios) == sorted(
-        p.name.removesuffix(".workload.json") for p in TRACES_DIR.glob("*.workload.json")
-    )
+    committed = {p.name.removesuffix(".workload.json") for p in TRACES_DIR.glob("*.workload.json")}
+    scenarios = {**all_scenarios(), **{n: s for n, s in default_model_demos().items() if n in committed}}
+    assert sorted(scenarios) == sorted(committed)
     for name, scenario in scenarios.items():
         w = load_workload(TRACES_DIR / f"{name}.workload.json")
         assert [r.arrive for r in w.requests] == arrivals_in_seq_order(scenario), name
@@ -132,3 +131,18 @@ def test_the_recorder_reads_a_nanoengine_trace_directly(tmp_path):
     ours = [json.loads(line) for line in (tmp_path / "vllm.jsonl").read_text().splitlines()[1:]]
     committed = [json.loads(line) for line in (TRACES / "08_preemption.jsonl").read_text().splitlines()[1:]]
     assert ours == committed  # no later arrivals: first_step is the scenario's arrive
+
+
+def test_demo_vs_vllm_records_vllm_on_the_runs_own_tokens_when_no_committed_trace_fits(tmp_path, capsys, monkeypatch):
+    """Issue 37: with a vLLM python at hand, --vs-vllm records vLLM's scheduler on the demo's own run
+    (any model, any engine flags) instead of falling back to the tiny model's committed trace."""
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no python with vllm==0.33.0 (set NANOENGINE_VLLM_PYTHON; docs/vllm.md)")
+    from tracer.cli.main import main
+
+    monkeypatch.setenv("NANOENGINE_VLLM_PYTHON", python)
+    argv = ["demo", "preemption", "--vs-vllm", "--model", "tiny", "--block-size", "8", "--no-tui"]
+    assert main([*argv, "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert (tmp_path / "demo-preemption.vllm.jsonl").exists() and "Beside vLLM v1:" in out

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 from pathlib import Path
 
 from rich.console import Console
@@ -26,7 +28,7 @@ def demo_main(argv: list[str]) -> int:
         raise ValueError(f"no demo {args.name!r}; choose one of: {', '.join(DEMOS)} (or `nanoengine demo list`)")
     steps = parse_steps(args.steps)
     size = parse_terminal_size(args.size)
-    vllm_trace = vs_vllm_trace(demo.name, args) if args.vs_vllm else None
+    vllm_trace = vs_vllm_trace(demo.name, args, console) if args.vs_vllm else None
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     runs = run_demo(demo, args.model, args.out_dir, console, threads=args.threads, engine=engine_overrides(args))
@@ -46,6 +48,8 @@ def demo_main(argv: list[str]) -> int:
             console.print(f"{len(paths)} frame(s) of the {variant or demo.name} run → {escape(str(args.export))}")
         return 0
     assert runs[0].trace_path is not None, "demos always record a trace"
+    if vllm_trace == RECORD_NOW:
+        vllm_trace = record_vllm(runs[0].trace_path, console)
     if vllm_trace is not None:
         report_vs_vllm(console, runs[0].trace_path, vllm_trace)
     if args.no_tui:
@@ -57,17 +61,49 @@ def demo_main(argv: list[str]) -> int:
     )
 
 
-def vs_vllm_trace(name: str, args: argparse.Namespace) -> Path:
-    """The committed trace of vLLM v1's scheduler on this demo (recorded from the tiny model's run)."""
-    from tracer.vllm.scenarios import TRACES_DIR
+RECORD_NOW = Path("<record vLLM on this run>")  # vs_vllm_trace: no committed trace fits, the recorder is here
+VLLM_PYTHON = "NANOENGINE_VLLM_PYTHON"  # a python with vllm==0.33.0 (docs/vllm.md)
 
-    if args.model not in ("default", "tiny") or engine_overrides(args):
+
+def vs_vllm_trace(name: str, args: argparse.Namespace, console: Console) -> Path:
+    """vLLM v1's scheduler on this demo's requests, as the run's own model tokenizes them: the
+    committed trace of that model's token ids (demo-NAME.jsonl: tiny, demo-NAME.default.jsonl:
+    default), else RECORD_NOW when $NANOENGINE_VLLM_PYTHON can record it from the run; else the
+    tiny model's, said so."""
+    from tracer.vllm.scenarios import DEFAULT_SUFFIX, TRACES_DIR
+
+    committed = TRACES_DIR / f"demo-{name}{'' if args.model == 'tiny' else DEFAULT_SUFFIX}.jsonl"
+    fits = args.model in ("default", "tiny") and not engine_overrides(args)
+    if fits and committed.exists():
+        return committed
+    if os.environ.get(VLLM_PYTHON):
+        return RECORD_NOW
+    if not fits:
         raise ValueError(
-            "--vs-vllm compares with vLLM's committed trace of the demo as it is: use it without --model "
-            "and engine flags (it runs the tiny model)"
+            f"--vs-vllm with --model {args.model} or engine flags needs vLLM's scheduler recorded on this run: set "
+            f"{VLLM_PYTHON} to a python with vllm==0.33.0 (docs/vllm.md), or leave them out"
         )
+    console.print(
+        f"vLLM's trace of this demo on the {args.model} model's token ids is not recorded yet (docs/vllm.md; or set "
+        f"{VLLM_PYTHON} to record it now): comparing on the tiny model, whose text is random bytes.",
+        markup=False,
+    )
     args.model = "tiny"
     return TRACES_DIR / f"demo-{name}.jsonl"
+
+
+def record_vllm(ours: Path, console: Console) -> Path:
+    """Record vLLM's scheduler on this run's requests and sampled tokens (no weights needed), beside it."""
+    theirs = ours.with_name(ours.stem + ".vllm.jsonl")
+    console.print(f"recording vLLM v1's scheduler on the same requests → {theirs} ...", markup=False)
+    root = Path(__file__).resolve().parents[2]  # the recorder imports tracer.vllm from this checkout
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu"}
+    command = [os.environ[VLLM_PYTHON], "-m", "tracer.vllm.record", str(ours), "-o", str(theirs)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"the vLLM recorder ({os.environ[VLLM_PYTHON]}) failed: {last}")
+    return theirs
 
 
 def report_vs_vllm(console: Console, ours: Path, theirs: Path) -> None:
@@ -131,7 +167,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--vs-vllm",
         action="store_true",
-        help="open the demo beside vLLM v1's own scheduler on the same requests (its committed trace; tiny model)",
+        help="open the demo beside vLLM v1's own scheduler on the same requests (its committed trace of this "
+        "model's token ids, or recorded now with $NANOENGINE_VLLM_PYTHON)",
     )
     p.add_argument(
         "--threads",

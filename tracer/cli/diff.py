@@ -1,20 +1,43 @@
 """`nanoengine diff A.jsonl B.jsonl`: where two traces of the same workload first differ, and why.
 
-Exit 0 when every step takes the same decisions, 1 when they differ, 2 on a file it cannot read
-or two traces of different workloads.
+One row per request and step: a preemption that also changes the tokens scheduled is one row
+("tokens, preempted"), not two. `--summary` prints one line per kind of difference instead.
+Exit 0 when every step takes the same decisions (block ids that differ only by a renaming, as
+two free-list orders hand out other blocks, are said but no difference), 1 when they differ, 2 on
+a file it cannot read or two traces of different workloads.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tracer.trace.diff import KINDS, DiffError, TraceDiff, diff_traces, first_difference_line
+from tracer.trace.diff import KINDS, Difference, DiffError, TraceDiff, diff_traces, first_difference_line, summary
 from tracer.trace.readable import printable
+
+IDS_ONLY = (
+    "Only block ids differ, and only by a renaming: every request holds as many blocks, shared the same way, so "
+    "the decisions are the same. Which free block is handed out next is the free-list order: nanoengine takes the "
+    "least recently freed, vLLM 0.33 a freed block without a hash first (lessons/README.md, 'One order for the "
+    "free list')."
+)
+
+
+@dataclass(slots=True)
+class Row:
+    """The differences of one request at one step that share their whys, as one table row."""
+
+    step: int
+    kinds: list[str]
+    request: int | None
+    a: str
+    b: str
+    ids_only: bool
 
 
 def diff_main(argv: list[str]) -> int:
@@ -26,6 +49,7 @@ def diff_main(argv: list[str]) -> int:
     p.add_argument("a", help="a trace (e.g. nanoengine's run)")
     p.add_argument("b", help="a trace of the same workload (e.g. tracer/vllm/traces/NAME.jsonl)")
     p.add_argument("--first", action="store_true", help="only the first step that differs")
+    p.add_argument("--summary", action="store_true", help="one line per kind of difference, with its first step")
     p.add_argument("--only", default=None, help=f"only these kinds, comma-separated: {', '.join(KINDS)} (default: all)")
     args = p.parse_args(argv)
     from tracer.cli.trace import err, load_or_report
@@ -41,8 +65,8 @@ def diff_main(argv: list[str]) -> int:
         return 2
     diff.differences = [d for d in diff.differences if d.kind in kinds]
     console = Console(highlight=False)
-    print_diff(console, diff, printable(args.a), printable(args.b), first_only=args.first)
-    return 1 if diff.differences or diff.num_steps[0] != diff.num_steps[1] else 0
+    print_diff(console, diff, printable(args.a), printable(args.b), first_only=args.first, brief=args.summary)
+    return 1 if diff.decisions_differ() else 0
 
 
 def parse_kinds(text: str | None) -> tuple[str, ...]:
@@ -55,20 +79,42 @@ def parse_kinds(text: str | None) -> tuple[str, ...]:
     return kinds
 
 
-def print_diff(console: Console, diff: TraceDiff, path_a: str, path_b: str, first_only: bool = False) -> None:
+def merged_rows(differences: list[Difference]) -> list[Row]:
+    """One row per (step, request, whys): the kinds one decision shows up as are listed together."""
+    rows: dict[tuple, Row] = {}
+    for d in differences:
+        key = (d.step, d.request, d.a, d.b)
+        if key in rows:
+            rows[key].kinds.append(d.kind)
+        else:
+            rows[key] = Row(d.step, [d.kind], d.request, d.a, d.b, d.ids_only)
+    return list(rows.values())
+
+
+def print_diff(
+    console: Console, diff: TraceDiff, path_a: str, path_b: str, first_only: bool = False, brief: bool = False
+) -> None:
     console.print(f"A = {escape(diff.label_a)}: {escape(path_a)} ({diff.num_steps[0]} steps)")
     console.print(f"B = {escape(diff.label_b)}: {escape(path_b)} ({diff.num_steps[1]} steps)")
+    for note in diff.notes:
+        console.print(Text(note))
     if not diff.differences:
         same = "the same number of steps" if diff.num_steps[0] == diff.num_steps[1] else "different step counts"
         console.print(f"[green]no difference[/] in any step's decisions ({same})")
         return
+    if not diff.decisions_differ():
+        console.print(Text(IDS_ONLY, style="green"))
     console.print(Text("First difference: " + first_difference_line(diff)))
+    if brief:
+        for line in summary(diff):
+            console.print(Text("  " + line))
+        return
     steps = diff.steps()[:1] if first_only else diff.steps()
     table = Table(title=f"{len(diff.steps())} of {max(diff.num_steps)} steps differ", title_justify="left")
     for col in ("step", "what", "request", "A: did, and why", "B: did, and why"):
         table.add_column(col, overflow="fold")
-    for d in diff.differences:
-        if d.step in steps:
-            who = "" if d.request is None else str(d.request)
-            table.add_row(str(d.step), d.kind, who, Text(d.a), Text(d.b))
+    for row in merged_rows([d for d in diff.differences if d.step in steps]):
+        who = "" if row.request is None else str(row.request)
+        what = ", ".join(row.kinds) + (" (ids only)" if row.ids_only else "")
+        table.add_row(str(row.step), what, who, Text(row.a), Text(row.b))
     console.print(table)

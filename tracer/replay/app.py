@@ -33,7 +33,7 @@ from tracer.replay.help import HelpScreen
 from tracer.replay.messages import SeqSelected
 from tracer.replay.model import ReplayModel, focus_index, viewer_header
 from tracer.replay.narration import narrate
-from tracer.replay.predict import PredictScreen, Quiz
+from tracer.replay.predict import PredictScreen, Quiz, predict_start
 from tracer.replay.views.banner import Banner
 from tracer.replay.views.batch import BatchView
 from tracer.replay.views.code import CodeView
@@ -173,7 +173,8 @@ class ReplayApp(App[int]):
         yield Static(id="topbar")
         yield TimelineView(self.model.marks, self.model.step_numbers, id="timeline")
         yield NarrationBar(id="narration")
-        yield Banner(self.guide, tuple(w for w in [getattr(self.model.source, "warning", None)] if w), id="banner")
+        warnings = tuple(w for w in [getattr(self.model.source, "warning", None)] if w)
+        yield Banner(self.guide, warnings, predict=self.quiz is not None, id="banner")
         yield Static(id="violations")
         if self.model.compare is not None:
             yield CompareView(id="compare")
@@ -585,6 +586,7 @@ class ReplayApp(App[int]):
                 self.quiz.last_reveal, severity="information" if right else "warning", timeout=8 if right else 10
             )
         self.go_to(self.step_index + 1)
+        self.query_one(Banner).show_guide()
         self.update_topbar()
 
     # ---- selection ------------------------------------------------------------------------
@@ -643,6 +645,8 @@ def run_replay(
         return 2
     if start_step == 0:
         start_step = focus_index(trace) or 0
+    if predict:
+        start_step = predict_start(start_step)
     try:
         app = ReplayApp(trace, start_step, predict, guide=guide, compare=other)
     except DiffError as e:

@@ -7,6 +7,7 @@ the KV slot of a scheduled token whose block is already in its table, the block 
 next (the free list's head), how many tokens a sequence or the whole step computes. The kind
 changes from one question to the next.
 
+    predict_start(focus) -> the step index to open at (the step before the one that matters)
     quiz = Quiz()                                      # the score, across questions
     quiz.ask(shown, upcoming, header) -> Question | None
     PredictScreen(quiz, question)                      # the app pushes it; dismisses with the verdict
@@ -39,6 +40,12 @@ class Question:
     choices: tuple[str, ...] = ()  # empty: a typed answer
     explanation: str = ""
     kind: str = ""  # which maker asked it: the next question is of another kind
+
+
+def predict_start(step_index: int) -> int:
+    """Predict mode opens one step before the step that matters, so that step is the first to be
+    predicted instead of already on screen."""
+    return max(0, step_index - 1)
 
 
 def make_question(shown: dict, upcoming: dict, header: dict, avoid: str = "") -> Question | None:

@@ -11,7 +11,6 @@ frames of chosen steps without opening anything (for slides and handouts).
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nanoengine.sequence import EventKind
-from tracer.replay.colors import seq_letter
+from tracer.teach.look_for import look_for
 from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario, set_header_fields
 from tracer.teach.swap import original, plugged
 
@@ -248,72 +247,6 @@ DEMOS: dict[str, Demo] = {
         ),
     )
 }
-
-
-# ---- what to look for, from what this run's trace shows ---------------------------------------
-def who(seq_id: int) -> str:
-    return f"seq {seq_id} ({seq_letter(seq_id)})"
-
-
-def block_list(blocks: list[int]) -> str:
-    if len(blocks) > 3 and blocks == list(range(blocks[0], blocks[0] + len(blocks))):
-        return f"blocks {blocks[0]}-{blocks[-1]}"
-    return f"block{'s' if len(blocks) != 1 else ''} {', '.join(map(str, blocks))}"
-
-
-def look_for(run: ScenarioRun) -> str:
-    """The "Look for" text of a demo run, naming the steps and sequences this trace shows (they
-    differ between the tiny and the real model); the scenario's fixed text when none match."""
-    from tracer.trace.trace_file import load_trace
-
-    if run.trace_path is None:
-        return run.scenario.look_for
-    steps = load_trace(run.trace_path, validate="none").steps
-    index = {s["step"]: i for i, s in enumerate(steps)}
-    if run.focus_step not in index:
-        return run.scenario.look_for
-    i = index[run.focus_step]
-    focus, after = steps[i], steps[i + 1] if i + 1 < len(steps) else None
-    events = {e["kind"]: e for e in reversed(focus["events"])}  # the first of each kind
-    kind = run.scenario.focus.get("event")
-    e = events.get(kind) if kind else None
-    if e is None:
-        return run.scenario.look_for
-    d, step = e.get("detail") or {}, focus["step"]
-    if kind == EventKind.PREEMPTED:
-        needed = re.search(r"seq (\d+) needed", str(d.get("reason", "")))  # a trace before `by`
-        by = d.get("by", int(needed.group(1)) if needed else None)
-        needer = who(by) if isinstance(by, int) else "a running request"
-        return (
-            f"Step {step}: {needer} needs a new KV block and none is free, so the newest running request, "
-            f"{who(e['seq_id'])}, is preempted: its blocks go back to the pool and it waits at the head of "
-            f"the queue, to be recomputed later (press n to see it return)."
-        )
-    if kind == EventKind.PREFIX_HIT:
-        return (
-            f"Step {step}: {who(e['seq_id'])} is admitted with a prefix hit: its block table starts with "
-            f"{block_list(d.get('blocks') or [])}, already in the cache and now shared (ref count 2), so "
-            f"{d.get('tokens_saved')} prompt tokens are not computed again; only the rest of its prompt is."
-        )
-    if kind == EventKind.PREFILL_CHUNK:
-        return (
-            f"Step {step}: {who(e['seq_id'])}'s {d.get('num_tokens')}-token prompt is prefilled in chunks "
-            f"(this is chunk {d.get('chunk')}, tokens {d.get('start')} up to {d.get('end')}) "
-            f"that fill the token budget, while the short requests keep decoding one token per step; its "
-            f"sampled token is discarded until the last chunk."
-        )
-    if kind == EventKind.FINISHED:
-        admitted = [x["seq_id"] for x in (after or {}).get("events", []) if x["kind"] == EventKind.ADMITTED]
-        then = (
-            f"in step {after['step']} {who(admitted[0])} takes its place"
-            if after and admitted
-            else "in the next steps a waiting request takes its place"
-        )
-        return (
-            f"Step {step}: {who(e['seq_id'])} finishes; {then}. In static batching its place would stay "
-            f"empty until the whole batch is done."
-        )
-    return run.scenario.look_for
 
 
 # ---- running --------------------------------------------------------------------------------

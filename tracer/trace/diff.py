@@ -16,6 +16,11 @@ need not agree. Block ids are compared after dropping a trace's reserved null bl
 
 Each difference says what each side did and why, from that side's own step: the request's
 counters, its events, the step's token budget and free blocks.
+
+Block ids alone may differ: two engines (or free-list orders) can hand out other blocks for the
+same decisions. A step's block difference is `ids_only` when every request's table there is the
+other side's under one renaming of block ids (same lengths, same sharing); `decisions_differ()`
+leaves those out, and `summary()` says it in one line per kind.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Difference:
     request: int | None  # request index (add order), None for the whole step
     a: str  # what side A did, and why
     b: str
+    ids_only: bool = False  # blocks: the tables are the other side's under one renaming of block ids
 
 
 @dataclass(slots=True)
@@ -49,6 +55,7 @@ class TraceDiff:
     label_b: str
     num_steps: tuple[int, int]
     differences: list[Difference] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # how the ids are compared, one sentence each
 
     @property
     def first(self) -> Difference | None:
@@ -59,6 +66,10 @@ class TraceDiff:
 
     def steps(self) -> list[int]:
         return sorted({d.step for d in self.differences})
+
+    def decisions_differ(self) -> bool:
+        """Whether anything but block ids differs (a renaming of ids is no different decision)."""
+        return self.num_steps[0] != self.num_steps[1] or any(not d.ids_only for d in self.differences)
 
     def schedule_differs(self) -> bool:
         """Whether the tokens scheduled per request per step differ anywhere (or the step counts)."""
@@ -77,6 +88,14 @@ def request_order(trace: Any) -> dict[int, int]:
 def null_blocks(trace: Any) -> list[int]:
     null = (trace.header.get("vllm") or {}).get("null_block_id")
     return [] if null is None else [int(null)]
+
+
+def null_block_note(nulls: list[int], side: str) -> str:
+    shown = ", ".join(map(str, nulls))
+    return (
+        f"{side}'s block ids are shown without its null block {shown} (vLLM's placeholder, never handed out): "
+        f"its block {nulls[0] + 1} is shown as {nulls[0]}, so both sides count from 0"
+    )
 
 
 def check_same_workload(a: Any, b: Any) -> None:
@@ -148,15 +167,15 @@ class Side:
         cfg = self.trace.header["config"]
         used = sum(self.scheduled().values())
         free = len(self.step["pool"]["free_block_ids"])
-        return f"step used {used}/{cfg['max_num_batched_tokens']} tokens, {free} blocks free after it"
+        return f"step used {used}/{cfg['max_num_batched_tokens']} tokens, {plural(free, 'block')} free after it"
 
     def numbers(self, detail: Mapping[str, Any]) -> str:
         """A decision's recorded numbers (trace schema 3), in words: '3 blocks needed, 1 free',
         'for request 0, 0 blocks free'; '' for an event without them."""
         if isinstance(detail.get("need"), int) and isinstance(detail.get("free"), int):
-            return f"{detail['need']} blocks needed, {detail['free']} free"
+            return f"{plural(detail['need'], 'block')} needed, {detail['free']} free"
         if detail.get("by") in self.index and isinstance(detail.get("free"), int):
-            return f"for request {self.index[detail['by']]}, {detail['free']} blocks free"
+            return f"for request {self.index[detail['by']]}, {plural(detail['free'], 'block')} free"
         return ""
 
     def why(self, i: int) -> str:
@@ -167,7 +186,7 @@ class Side:
         if row is None:
             return "not added yet"
         status = own_status_after(row)
-        parts = [f"{row['num_scheduled_tokens']} tokens from {row['num_cached_tokens']} cached, now {status}"]
+        parts = [f"{plural(row['num_scheduled_tokens'], 'token')} from {row['num_cached_tokens']} cached, now {status}"]
         kinds = (
             EventKind.ADMITTED,
             EventKind.NOT_ADMITTED,
@@ -191,6 +210,10 @@ class Side:
         return "; ".join(parts) + f" ({self.budget()})"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def event_key(kind: str, detail: Mapping[str, Any] | None) -> object:
     """What must agree about an event (block ids and wording may differ between engines)."""
     if detail is None:
@@ -212,10 +235,25 @@ def compare_step(n: int, a: Side, b: Side) -> Iterator[Difference]:
         for i in sorted(set(ea) | set(eb)):
             if event_key(kind, ea.get(i)) != event_key(kind, eb.get(i)):
                 yield Difference(n, kind, i, a.why(i), b.why(i))
+    renamed = same_up_to_renaming(a, b)
     for i in sorted(set(a.rows()) | set(b.rows())):
         ta, tb = a.table(i), b.table(i)
         if ta != tb and (a.prev is None or b.prev is None or (prev_table(a, i), prev_table(b, i)) != (ta, tb)):
-            yield Difference(n, "blocks", i, a.blocks_why(i), b.blocks_why(i))
+            yield Difference(n, "blocks", i, a.blocks_why(i), b.blocks_why(i), ids_only=renamed)
+
+
+def same_up_to_renaming(a: Side, b: Side) -> bool:
+    """Whether one renaming of block ids turns every request's table in A's step into B's."""
+    forward: dict[int, int] = {}
+    backward: dict[int, int] = {}
+    for i in set(a.rows()) | set(b.rows()):
+        ta, tb = a.table(i), b.table(i)
+        if len(ta) != len(tb):
+            return False
+        for x, y in zip(ta, tb):
+            if forward.setdefault(x, y) != y or backward.setdefault(y, x) != x:
+                return False
+    return True
 
 
 def prev_table(side: Side, i: int) -> list[int]:
@@ -228,6 +266,7 @@ def diff_traces(a: Any, b: Any) -> TraceDiff:
     ia, ib = request_order(a), request_order(b)
     na, nb = null_blocks(a), null_blocks(b)
     result = TraceDiff(engine_label(a), engine_label(b), (len(a.steps), len(b.steps)))
+    result.notes = [null_block_note(side, label) for side, label in ((na, "A"), (nb, "B")) if side]
     for n in range(max(len(a.steps), len(b.steps))):
         sa = a.steps[n] if n < len(a.steps) else None
         sb = b.steps[n] if n < len(b.steps) else None
@@ -237,10 +276,33 @@ def diff_traces(a: Any, b: Any) -> TraceDiff:
     return result
 
 
+def summary(diff: TraceDiff) -> list[str]:
+    """One line per kind of difference: how many, in how many steps, the first; block ids that
+    differ only by a renaming are named as such."""
+    lines = []
+    if diff.num_steps[0] != diff.num_steps[1]:
+        lines.append(f"steps: A takes {diff.num_steps[0]}, B {diff.num_steps[1]}")
+    for kind in KINDS:
+        for ids_only in (False, True):
+            found = [d for d in diff.differences if d.kind == kind and d.ids_only == ids_only]
+            if not found:
+                continue
+            first = found[0]
+            who = "" if first.request is None else f" (request {first.request})"
+            name = "block ids only (the same tables under a renaming)" if ids_only else kind
+            steps = len({d.step for d in found})
+            lines.append(
+                f"{name}: {plural(len(found), 'difference')} in {plural(steps, 'step')}, first at step "
+                f"{first.step}{who}"
+            )
+    return lines
+
+
 def first_difference_line(diff: TraceDiff) -> str:
     """One sentence: where the two runs first part ways (or that they never do)."""
     d = diff.first
     if d is None:
         return f"{diff.label_a} and {diff.label_b} take the same decisions at every step ({diff.num_steps[0]} steps)"
     who = f"request {d.request}" if d.request is not None else "the step"
-    return f"step {d.step}, {d.kind} of {who}: {diff.label_a}: {d.a} | {diff.label_b}: {d.b}"
+    ids = " (ids only: the same tables under a renaming)" if d.ids_only else ""
+    return f"step {d.step}, {d.kind} of {who}{ids}: {diff.label_a}: {d.a} | {diff.label_b}: {d.b}"

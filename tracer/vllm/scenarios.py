@@ -1,5 +1,7 @@
 """The scenarios recorded under vLLM: the lessons', the demos' and issue 26's two shared-prefix
-workloads, each run by nanoengine (tiny model) to get the tokens and the reference trace.
+workloads, each run by nanoengine (tiny model) to get the tokens and the reference trace; and the
+demos in their default-model form (`demo-NAME.default`, run by the default model: the token ids
+`nanoengine demo NAME --vs-vllm` compares on).
 
 Runs in nanoengine's venv (it runs the engine); the vLLM recorder then reads the workload files.
 """
@@ -15,6 +17,7 @@ from tracer.vllm.workload import Workload, workload_from_trace
 TRACES_DIR = Path(__file__).with_name("traces")
 CREATED = "2026-12-01T00:00:00+00:00"  # fixed, so a re-recording is byte-identical
 PREFIX = list(range(100, 148))  # issue 26's 48-token shared prefix
+DEFAULT_SUFFIX = ".default"  # demo-NAME.default: the demo on the default model's token ids
 
 
 def lessons_root() -> Path:
@@ -60,16 +63,29 @@ def all_scenarios() -> dict[str, Scenario]:
     return found
 
 
+def default_model_demos() -> dict[str, Scenario]:
+    """name -> scenario: the demos as `nanoengine demo NAME` runs them on the default model."""
+    from tracer.teach.demos import DEMOS
+
+    return {f"demo-{name}{DEFAULT_SUFFIX}": demo.build(False) for name, demo in DEMOS.items()}
+
+
+def model_of(name: str) -> str:
+    """The model a workload's reference run uses: the default model for demo-NAME.default."""
+    return "default" if name.endswith(DEFAULT_SUFFIX) else "tiny"
+
+
 def arrivals_in_seq_order(scenario: Scenario) -> list[int]:
     """Each request's arrive step in the order the driver adds them (their seq_id order)."""
     return sorted(r.arrive for r in scenario.requests)
 
 
 def run_reference(name: str, scenario: Scenario, trace_path: Path) -> tuple[ScenarioRun, Workload]:
-    """nanoengine's run of the scenario (tiny model), recorded to trace_path, and its workload."""
+    """nanoengine's run of the scenario (tiny model, or the default one for demo-NAME.default),
+    recorded to trace_path, and its workload."""
     from tracer.trace.trace_file import load_trace
 
-    run = run_scenario(scenario, trace_path, model="tiny")
+    run = run_scenario(scenario, trace_path, model=model_of(name))
     workload = workload_from_trace(load_trace(trace_path, validate="none"), name, arrivals_in_seq_order(scenario))
     workload.title = scenario.title
     workload.focus = dict(scenario.focus)
@@ -80,7 +96,7 @@ def run_reference(name: str, scenario: Scenario, trace_path: Path) -> tuple[Scen
 def write_workloads(out_dir: Path = TRACES_DIR, names: list[str] | None = None) -> list[Path]:
     """Run nanoengine on each scenario and write NAME.workload.json files."""
     paths = []
-    scenarios = all_scenarios()
+    scenarios = {**all_scenarios(), **default_model_demos()}
     with tempfile.TemporaryDirectory(prefix="nanoengine-ref-") as tmp:
         for name in names or list(scenarios):
             _, workload = run_reference(name, scenarios[name], Path(tmp) / f"{name}.jsonl")
@@ -89,5 +105,7 @@ def write_workloads(out_dir: Path = TRACES_DIR, names: list[str] | None = None) 
 
 
 if __name__ == "__main__":
-    for path in write_workloads():
+    import sys
+
+    for path in write_workloads(names=sys.argv[1:] or None):  # NAME ...: only those
         print(path)

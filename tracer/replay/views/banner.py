@@ -1,6 +1,7 @@
 """The guidance banner: a lesson's or demo's "Look for" text and loader warnings (a truncated
 trace), shown inside the replay because the full-screen app covers anything printed before it.
-`x` or a click hides it."""
+`x` or a click hides it. In predict mode the "Look for" text, which tells what the step that
+matters does, waits until the first answer (show_guide)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from textual.widgets import Static
 
 WARNING_STYLE = "bold #ffd23f"
 GUIDE_STYLE = "bold #2ec4b6"
+WITHHELD = "→ asks what the next step, the one that matters, will do; its Look-for text follows your answer."
 
 
 class Banner(Static):
-    def __init__(self, guide: str = "", warnings: tuple[str, ...] = (), **kwargs) -> None:
+    def __init__(self, guide: str = "", warnings: tuple[str, ...] = (), predict: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.guide = guide
         self.warnings = warnings
+        self.withheld = predict and bool(guide)
 
     def on_mount(self) -> None:
         self.display = bool(self.guide or self.warnings)
@@ -27,10 +30,18 @@ class Banner(Static):
         lines = []
         for warning in self.warnings:
             lines.append(Text.assemble(("⚠ ", WARNING_STYLE), warning))
-        if self.guide:
+        if self.withheld:
+            lines.append(Text.assemble(("Predict: ", GUIDE_STYLE), WITHHELD))
+        elif self.guide:
             lines.append(Text.assemble(("Look for: ", GUIDE_STYLE), self.guide))
         lines[-1].append("  (x hides this)", "dim")
         return Text("\n").join(lines)
+
+    def show_guide(self) -> None:
+        """The "Look for" text, once predict mode's first answer is in."""
+        if self.withheld:
+            self.withheld = False
+            self.update(self.banner_text())
 
     def hide(self) -> None:
         self.display = False
