@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_async
 
 from nanoengine import LLMEngine, SamplingParams
 from tracer.cli.lesson import lesson_main
@@ -651,3 +652,26 @@ def test_lesson_trace_on_the_default_model_says_what_that_run_did(tmp_path, caps
     assert f"Step {focus['step']}: seq {first} ({seq_letter(first)}) finishes with reason 'length'" in printed
     assert ("Still running after it" in printed) == bool(running)
     assert trace.header["look_for"].startswith("(on SmolLM2"), "`nanoengine replay` of the trace shows it too"
+
+
+@run_async
+async def test_lesson_8_predict_opens_before_the_preemption_and_keeps_the_look_for_text_until_answered(tmp_path):
+    """Issue 37: --predict no longer opens on the step it should ask about, nor shows its Look-for text."""
+    from tracer.replay.app import ReplayApp
+    from tracer.replay.predict import PredictScreen, predict_start
+
+    path = tmp_path / "08.jsonl"
+    run = run_scenario(load_scenario(find_lesson("8").scenario_file), path)
+    guide = load_scenario(find_lesson("8").scenario_file).look_for
+    app = ReplayApp(load_trace(path), predict_start(run.focus_step), True, guide=guide)
+    async with app.run_test(size=(160, 48)) as pilot:
+        banner = str(app.query_one("#banner").render())
+        assert app.step_index == run.focus_step - 1 and "preempted" not in banner and "Predict:" in banner
+        await pilot.press("right")
+        await pilot.pause()
+        assert isinstance(app.screen, PredictScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.step_index == run.focus_step and "Look for: A needs a 4th block" in str(
+            app.query_one("#banner").render()
+        )

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -95,9 +94,11 @@ def test_the_committed_workloads_are_the_scenarios_of_today():
 
 
 def asdict_params(params: dict) -> dict:
+    """As a trace's request entry lists them (the logits processors' fields only when set)."""
     from nanoengine.sampling_params import SamplingParams
+    from tracer.trace.recorder import params_entry
 
-    return asdict(SamplingParams(**params))
+    return params_entry(SamplingParams(**params))
 
 
 def test_rerecording_every_committed_trace_is_byte_identical(tmp_path):
