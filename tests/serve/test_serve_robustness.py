@@ -91,8 +91,10 @@ def test_a_prompt_too_long_is_refused_while_the_engine_thread_is_busy(server, pr
         (b'{"model": "tiny", "prompt": ' + b"[" * 1000 + b"]" * 1000 + b"}", ["nested"]),
         (b'{"model": "tiny", "prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}", ["nested"]),
         (b'{"model": "tiny", "prompt": [' + b"9" * 5000 + b"]}", ["digits"]),
+        (b'{"model": "tiny", "prompt": "a", "presence_penalty": NaN}', ["NaN", "not a JSON number"]),
+        (b'{"model": "tiny", "prompt": "a", "best_of": -Infinity}', ["-Infinity", "not a JSON number"]),
     ],
-    ids=["depth 1,000", "depth 100,000", "5,000 digits"],
+    ids=["depth 1,000", "depth 100,000", "5,000 digits", "NaN", "-Infinity"],
 )
 def test_json_nested_too_deep_or_a_huge_integer_is_a_400(server, content, words):
     assert_error(post(server, "/v1/completions", content), 400, *words)

@@ -368,11 +368,15 @@ def check_as_json(args) -> int:
         check_python_file(path)
         results = run_lesson_checks(lesson, None, path)
     except LessonError as e:
-        print(json.dumps({**report, "passed": False, "checks": [], "error": str(e)}, ensure_ascii=False))
+        print(
+            json.dumps({**report, "passed": False, "checks": [], "error": str(e)}, ensure_ascii=False, allow_nan=False)
+        )
         return 2
     save_progress(workdir(args), lesson, path, results)
     checks = [{"name": r.name, "passed": r.passed, "status": r.status, "message": r.message} for r in results]
-    print(json.dumps({**report, "passed": exit_code(results) == 0, "checks": checks}, ensure_ascii=False))
+    print(
+        json.dumps({**report, "passed": exit_code(results) == 0, "checks": checks}, ensure_ascii=False, allow_nan=False)
+    )
     return exit_code(results)
 
 

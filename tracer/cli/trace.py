@@ -246,7 +246,7 @@ def record(
     from tracer.trace.recorder import TraceRecorder
 
     with (
-        TraceRecorder(engine, path, title=title) as recorder,
+        TraceRecorder(engine, path, title=title, log_failure=False) as recorder,  # err() says it
         Progress(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
         ) as progress,

@@ -258,17 +258,24 @@ def parse_body(raw: bytes, model_class: type[BaseModel]) -> Any:
         raise describe(e.errors()[0]) from None
 
 
+def refuse_constant(name: str) -> None:
+    """NaN and Infinity: Python's json reads them, JSON has no such numbers."""
+    raise RequestError(f"the request body holds {name}, which is not a JSON number: send a finite number")
+
+
 def read_json(raw: bytes) -> dict:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RequestError(f"the request body is not UTF-8 (byte {e.start}): send JSON encoded as UTF-8") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=refuse_constant)
     except json.JSONDecodeError as e:
         raise RequestError(f"the request body is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except RecursionError:
         raise RequestError("the request body is nested too deep: send a flat OpenAI request object") from None
+    except RequestError:  # NaN or Infinity (refuse_constant)
+        raise
     except ValueError:  # Python refuses to convert an integer this long (a guard against slow parsing)
         limit = sys.get_int_max_str_digits()
         raise RequestError(f"the request body holds a number with more than {limit:,} digits") from None
@@ -303,8 +310,8 @@ def check_neutral(path: str, value: Any, known: KnownField, data: dict) -> None:
     elif any(same_value(value, n) for n in known.neutral):  # type: ignore[union-attr]
         return
     else:
-        neutral = ", ".join(["null", *(json.dumps(n) for n in known.neutral)])  # type: ignore[union-attr]
-    shown = json.dumps(value)[:60]
+        neutral = ", ".join(["null", *(json.dumps(n, allow_nan=False) for n in known.neutral)])  # type: ignore[union-attr]
+    shown = json.dumps(value, allow_nan=False)[:60]  # a request's JSON holds no NaN: the parser refused it
     raise RequestError(
         f"unsupported value {shown} for {path!r}: nanoengine does not implement it, "
         f"so it accepts only the neutral value ({neutral}) or the field left out",

@@ -338,9 +338,9 @@ def serve(load: Load, plug: Plug, requests: int, answers: int) -> None:
         try:
             functions = load()
         except Exception as e:  # noqa: BLE001 - the student reads why, as one line
-            write_frame(answers, b"R" + json.dumps({"error": str(e)}).encode())
+            write_frame(answers, b"R" + json.dumps({"error": str(e)}, allow_nan=False).encode())
             return
-        write_frame(answers, b"R" + json.dumps({"ready": sorted(functions)}).encode())
+        write_frame(answers, b"R" + json.dumps({"ready": sorted(functions)}, allow_nan=False).encode())
         with plug(functions):
             while (request := read_request(requests)) is not None:
                 write_frame(answers, b"A" + answer(functions, *request))
@@ -406,7 +406,9 @@ def describe(e: BaseException) -> dict:
 
 def say_where(fd: int, frame: Any) -> None:
     frames = traceback.extract_stack(frame)
-    write_frame(fd, b"W" + json.dumps([[f.filename, f.lineno, f.name, f.line or ""] for f in frames]).encode())
+    write_frame(
+        fd, b"W" + json.dumps([[f.filename, f.lineno, f.name, f.line or ""] for f in frames], allow_nan=False).encode()
+    )
 
 
 def write_frame(fd: int, body: bytes) -> None:
@@ -496,7 +498,7 @@ def run_work(work: Callable[[], str | None], fd: int) -> None:
         become_child(keep={fd})
         limit_memory()
         why = work()
-        write_frame(fd, b"D" + json.dumps(why).encode())
+        write_frame(fd, b"D" + json.dumps(why, allow_nan=False).encode())
     except BaseException:  # noqa: B036
         code = 1
     finally:

@@ -127,15 +127,24 @@ def default_trace_path(folder: str | Path = "traces") -> Path:
 
 
 class TraceRecorder:
-    def __init__(self, engine: LLMEngine, path: str | Path, title: str | None = None, focus_step: int | None = None):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        path: str | Path,
+        title: str | None = None,
+        focus_step: int | None = None,
+        log_failure: bool = True,  # False: the caller reports `failed` itself (the trace command)
+    ):
         self.engine = engine
+        self.log_failure = log_failure
         self.path = Path(path)
         self.title = title
         self.focus_step = focus_step
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open_locked(self.path)
         self.written = 0  # bytes of whole lines in the file
-        self.failed: str | None = None
+        self.failed: str | None = None  # why recording stopped, in one line
+        self.error: Exception | None = None  # the error that stopped it
         self.header: dict | None = None
         self.config = engine_config(engine)
         self.checker = InvariantChecker(self.config, eos_token_ids=engine.eos_token_ids)
@@ -201,13 +210,15 @@ class TraceRecorder:
     def stop(self, e: Exception) -> None:
         """Recording failed: stop, keep the whole lines, say why once. A file without its header is
         no trace: it goes."""
+        self.error = e
         self.failed = f"{type(e).__name__}: {e}".splitlines()[0][:300]
         if self.header is None or self.written == 0:
             self.failed += "; no trace was written"
             self.remove_file()
         else:
             self.failed += f"; the trace {self.path} holds the {self.num_steps} steps before it"
-        LOG.error("nanoengine: recording stopped: %s", self.failed)
+        if self.log_failure:
+            LOG.error("nanoengine: recording stopped: %s", self.failed)
 
     def remove_file(self) -> None:
         """The file this recorder created, if path still names it (never a device or another's file)."""
@@ -346,6 +357,8 @@ class TraceRecorder:
     def __exit__(self, kind, value, traceback) -> None:
         self.close()
         if self.failed is not None and kind is None:
+            if isinstance(self.error, OSError):  # the disk's own error: the caller names the file
+                raise self.error
             raise OSError(f"recording the trace stopped: {self.failed}")
 
 
