@@ -91,7 +91,9 @@ def check_passes_the_budget_left(fns):
     sched = make(budget=16)
     add_sequences(sched, 10, 10, 10)
     out, got = batch_now(fns, sched)
-    budgets = [e.detail.get("budget") for e in out.events if e.kind == "prefill_chunk"]
+    budgets = [
+        e.detail.get("budget") for e in out.events if e.kind == "prefill_chunk"
+    ]
     expect(
         budgets == [16, 6],
         f"budget 16, three 10-token prompts: A's chunk starts with 16 tokens of budget left, B's "
