@@ -291,7 +291,9 @@ def test_except_exception_cannot_swallow_the_time_limit(tmp_path):
         "        except Exception:\n            pass\n",
         encoding="utf-8",
     )
-    results = run_lesson_checks(lesson, student_functions(lesson, path), path, time_limit=0.3)
+    # 3 s, not less: the limit counts from the call, and on a busy machine a child given 0.3 s was
+    # asked where it was before it had reached the student's loop (no exercise.py line to name)
+    results = run_lesson_checks(lesson, student_functions(lesson, path), path, time_limit=3)
     assert results[0].timed_out and "exercise.py line" in results[0].message
 
 
