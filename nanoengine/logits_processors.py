@@ -1,5 +1,6 @@
 """What a request's sampling params do to its logits before a token is drawn, in vLLM v1's order:
-min_tokens and logit_bias, then the penalties, then min_p (at the request's temperature).
+min_tokens and logit_bias, then the penalties, then min_p (at the request's temperature), then
+the request's own logits_processors.
 
 A request whose params are all neutral is not touched, so a plain batch pays nothing."""
 
@@ -13,7 +14,8 @@ from nanoengine.sequence import Sequence
 
 def changes_logits(p: SamplingParams) -> bool:
     penalized = p.repetition_penalty != 1 or p.frequency_penalty or p.presence_penalty
-    return bool(p.min_tokens or p.logit_bias or penalized or (p.min_p and not p.greedy))
+    min_p = p.min_p and not p.greedy
+    return bool(p.min_tokens or p.logit_bias or penalized or min_p or p.logits_processors)
 
 
 def process_logits(
@@ -34,6 +36,8 @@ def process_logits(
         if p.min_p and not p.greedy:
             probs = (row / p.temperature).softmax(-1)
             row[probs < p.min_p * probs.max()] = float("-inf")
+        for fn in p.logits_processors:
+            row.copy_(fn(seq.completion_token_ids, row))
     return logits
 
 

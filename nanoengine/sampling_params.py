@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nanoengine.validation import check_text, is_int, is_real, short_repr
 
@@ -38,6 +40,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # minus this times the token's count in the output
     presence_penalty: float = 0.0  # minus this once the token is in the output
     min_p: float = 0.0  # drop tokens less likely than min_p times the likeliest
+    # vLLM v0's per-request hook, last in line: fn(output_token_ids, logits_row) -> logits_row
+    # (the server's structured output masks the tokens its grammar forbids this way)
+    logits_processors: list[Callable[[list[int], Any], Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.stop is None or isinstance(self.stop, (str, tuple)):  # None, "a", ("a", "b")
@@ -86,6 +91,10 @@ class SamplingParams:
             value = getattr(self, name)
             if not is_real(value) or not low <= value <= high:
                 raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+        if not isinstance(self.logits_processors, list) or not all(
+            callable(fn) for fn in self.logits_processors
+        ):
+            raise ValueError("logits_processors must be a list of functions (token ids, logits)")
         if self.repetition_penalty == 0:
             raise ValueError("repetition_penalty must be > 0 (1 = off), got 0")
 

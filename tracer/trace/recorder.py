@@ -41,6 +41,7 @@ the pool's big arrays.
 
 from __future__ import annotations
 
+import copy
 import errno
 import fcntl
 import hashlib
@@ -51,7 +52,7 @@ import stat
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -460,7 +461,10 @@ NEUTRAL = SamplingParams()
 
 def params_entry(params: SamplingParams) -> dict:
     """A request's sampling params as its trace entry lists them."""
-    entry = asdict(params)
+    entry = {f.name: copy.copy(getattr(params, f.name)) for f in fields(params)}
+    del entry["logits_processors"]  # functions: the trace says how many, when there are any
+    if params.logits_processors:
+        entry["logits_processors"] = len(params.logits_processors)
     for name in PROCESSOR_FIELDS:
         if entry[name] == getattr(NEUTRAL, name):
             del entry[name]
