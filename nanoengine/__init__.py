@@ -11,13 +11,21 @@ from nanoengine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from nanoengine.engine import LLMEngine
     from nanoengine.llm import LLM
-    from nanoengine.outputs import RequestOutput
+    from nanoengine.outputs import CompletionOutput, RequestOutput
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "LLMEngine", "RequestOutput", "SamplingParams", "__version__"]
+__all__ = [
+    "LLM",
+    "CompletionOutput",
+    "LLMEngine",
+    "RequestOutput",
+    "SamplingParams",
+    "__version__",
+]
 LAZY = {
     "LLM": "nanoengine.llm",
     "LLMEngine": "nanoengine.engine",
+    "CompletionOutput": "nanoengine.outputs",
     "RequestOutput": "nanoengine.outputs",
 }
 

@@ -54,8 +54,8 @@ class BlockManager:
         Stops one token short of the whole sequence, so the last token is always computed
         and the step has logits to sample from.
         """
-        if not self.enable_prefix_caching:
-            return [], []
+        if not self.enable_prefix_caching or seq.params.prompt_logprobs is not None:
+            return [], []  # prompt logprobs need every prompt position computed (as vLLM v1)
         blocks, hashes, parent = [], [], None
         for i in range((seq.num_tokens - 1) // self.block_size):
             start = i * self.block_size

@@ -4,6 +4,7 @@ Each step is schedule -> run -> postprocess -> publish (to the step hooks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 from nanoengine.block_manager import BlockManager, blocks_needed
 from nanoengine.config import EngineConfig, idle_cores
 from nanoengine.loading import load_engine_parts
+from nanoengine.logprobs import Sampled
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
 from nanoengine.outputs import RequestOutput, output_of, stop_string_in_tail
 from nanoengine.sampling_params import SamplingParams
@@ -51,7 +53,8 @@ class LLMEngine:
             self.eos_token_ids,
         )
         self.runner = ModelRunner(self.model, config, self.device, parts.dtype, self.eos_token_ids)
-        self.sequences: dict[int, Sequence] = {}  # every request not yet collected
+        self.sequences: dict[int, Sequence] = {}  # every sequence not yet collected, by seq_id
+        self.requests: dict[int, list[Sequence]] = {}  # request_id -> its n sequences
         self.step_hooks: list[StepHook] = []
         self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
         self.num_steps = 0
@@ -118,27 +121,34 @@ class LLMEngine:
         return token_ids
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+        """Returns the request id. n > 1 fans out into n sequences that share the prompt's
+        blocks through the prefix cache (vLLM v1: child i samples with seed + i)."""
         params = SamplingParams() if params is None else params
         token_ids = self.check_request(prompt, params)
-        seq = Sequence(token_ids, params, prompt if isinstance(prompt, str) else "")
-        self.sequences[seq.seq_id] = seq
-        self.scheduler.add(seq)
-        if self.step_hooks:
-            self.added.append(seq)
-        return seq.seq_id
+        text = prompt if isinstance(prompt, str) else ""
+        seqs = [Sequence(list(token_ids), child_params(params, i), text) for i in range(params.n)]
+        self.requests[seqs[0].seq_id] = seqs
+        for seq in seqs:
+            seq.request_id = seqs[0].seq_id
+            self.sequences[seq.seq_id] = seq
+            self.scheduler.add(seq)
+            if self.step_hooks:
+                self.added.append(seq)
+        return seqs[0].seq_id
 
-    def abort(self, seq_id: int) -> None:
+    def abort(self, request_id: int) -> None:
         """Finishes the request (reason 'abort') at the start of the next step."""
-        if seq_id in self.sequences and not self.sequences[seq_id].is_finished:
-            self.to_abort.setdefault(seq_id, self.num_steps)
+        if any(not s.is_finished for s in self.requests.get(request_id, [])):
+            self.to_abort.setdefault(request_id, self.num_steps)
 
-    def drop(self, seq_id: int) -> None:
+    def drop(self, request_id: int) -> None:
         """Finishes the request at once (reason 'abort') and forgets it: cleanup outside a step."""
-        seq = self.sequences.pop(seq_id, None)
-        self.to_abort.pop(seq_id, None)
-        if seq is not None and not seq.is_finished:
-            seq.num_scheduled_tokens = 0
-            self.scheduler.finish(seq, FinishReason.ABORT)
+        self.to_abort.pop(request_id, None)
+        for seq in self.requests.pop(request_id, []):
+            self.sequences.pop(seq.seq_id, None)
+            if not seq.is_finished:
+                seq.num_scheduled_tokens = 0
+                self.scheduler.finish(seq, FinishReason.ABORT)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -160,8 +170,8 @@ class LLMEngine:
             return []
         watch = self.watch() if self.step_hooks else NO_WATCH
         out = self.schedule()
-        token_ids = self.run(out, watch)
-        appended = self.postprocess(out, token_ids)
+        samples = self.run(out, watch)
+        appended = self.postprocess(out, samples)
         # before the hooks: a hook that raises cannot make the next step reuse the number
         self.num_steps += 1
         watch.publish(out, self.block_manager)
@@ -177,7 +187,7 @@ class LLMEngine:
             )
         return out
 
-    def run(self, out: SchedulerOutput, watch: StepWatch) -> list[int | None]:
+    def run(self, out: SchedulerOutput, watch: StepWatch) -> list[Sampled | None]:
         """Each scheduled sequence's sampled token; None where its forward or sampling failed."""
         if not out.seqs:
             return []
@@ -191,20 +201,33 @@ class LLMEngine:
         watch.saw_tokens()
         return token_ids
 
-    def postprocess(self, out: SchedulerOutput, token_ids: list[int | None]) -> list[Sequence]:
-        """Finish the sequences whose run failed, commit the others' tokens, check stop strings.
+    def postprocess(self, out: SchedulerOutput, samples: list[Sampled | None]) -> list[Sequence]:
+        """Finish the sequences whose run failed, commit the others' tokens (and the logprobs
+        they asked for), check stop strings.
 
         Returns the sequences that gained a token."""
-        for seq, token_id in zip(out.seqs, token_ids):
-            if token_id is None:
+        for seq, sampled in zip(out.seqs, samples):
+            if sampled is None:
                 self.fail(seq, out)
-        ran = [s for s in out.seqs if not s.is_finished]
-        succeeded = SchedulerOutput(seqs=ran, events=out.events)  # its events go to out's list
-        appended = self.scheduler.postprocess(succeeded, [t for t in token_ids if t is not None])
+        ran = [(s, x) for s, x in zip(out.seqs, samples) if x is not None and not s.is_finished]
+        succeeded = SchedulerOutput(seqs=[s for s, _ in ran], events=out.events)  # out's events
+        appended = self.scheduler.postprocess(succeeded, [x.token_id for _, x in ran])
+        self.keep_logprobs(ran, {s.seq_id for s in appended})
         self.check_stop_strings(appended, out)
         return appended
 
-    def run_isolating_faults(self, seqs: list[Sequence], inputs: StepInputs) -> list[int | None]:
+    def keep_logprobs(self, ran: list[tuple[Sequence, Sampled]], appended: set[int]) -> None:
+        for seq, sampled in ran:
+            for index, entry in sampled.prompt_logprobs.items():
+                if index == len(seq.prompt_logprobs):  # not already kept before a preemption
+                    seq.prompt_logprobs.append(entry)
+            if sampled.logprobs is not None and seq.seq_id in appended:
+                seq.logprobs.append(sampled.logprobs)
+                seq.cumulative_logprob += sampled.logprobs[sampled.token_id].logprob
+
+    def run_isolating_faults(
+        self, seqs: list[Sequence], inputs: StepInputs
+    ) -> list[Sampled | None]:
         """Each sequence's sampled token, None where its forward or sampling failed."""
         try:
             return list(self.runner.run(seqs, inputs))
@@ -213,7 +236,7 @@ class LLMEngine:
             unwritten: set[int] = set()  # blocks a failed sequence was to write in this step
             return [self.run_alone(seq, unwritten) for seq in seqs]
 
-    def run_alone(self, seq: Sequence, unwritten: set[int]) -> int | None:
+    def run_alone(self, seq: Sequence, unwritten: set[int]) -> Sampled | None:
         bs = self.config.block_size
         try:
             if not unwritten.isdisjoint(seq.block_table[: seq.num_cached_tokens // bs]):
@@ -263,11 +286,11 @@ class LLMEngine:
 
         Returns each aborted sequence with the step its abort was requested in."""
         aborted = []
-        for seq_id, requested_step in self.to_abort.items():
-            seq = self.sequences.get(seq_id)
-            if seq is not None and not seq.is_finished:
-                self.scheduler.finish(seq, FinishReason.ABORT)
-                aborted.append((seq, requested_step))
+        for request_id, requested_step in self.to_abort.items():
+            for seq in self.requests.get(request_id, []):
+                if not seq.is_finished:
+                    self.scheduler.finish(seq, FinishReason.ABORT)
+                    aborted.append((seq, requested_step))
         self.to_abort.clear()
         return aborted
 
@@ -280,16 +303,27 @@ class LLMEngine:
                 self.scheduler.finish(seq, FinishReason.STOP, out)
 
     # ---- results --------------------------------------------------------------------------
-    def collect(self, seq_id: int) -> RequestOutput:
+    def collect(self, request_id: int) -> RequestOutput:
         """The finished request's output; it is then forgotten."""
-        seq = self.sequences.get(seq_id)
-        if seq is None:
+        seqs = self.requests.get(request_id)
+        if seqs is None:
             raise ValueError(
-                f"no request {seq_id!r} to collect: it was never added or was already collected"
+                f"no request {request_id!r} to collect: it was never added or was already collected"
             )
-        if not seq.is_finished:
-            raise ValueError(
-                f"request {seq_id} is still {seq.status.value}: "
-                "step() until it finishes, or abort() it first"
-            )
-        return output_of(self.sequences.pop(seq_id), self.tokenizer)
+        for seq in seqs:
+            if not seq.is_finished:
+                raise ValueError(
+                    f"request {request_id} is still {seq.status.value}: "
+                    "step() until it finishes, or abort() it first"
+                )
+        for seq in self.requests.pop(request_id):
+            del self.sequences[seq.seq_id]
+        return output_of(seqs, self.tokenizer)
+
+
+def child_params(params: SamplingParams, i: int) -> SamplingParams:
+    """Sample i of n: n = 1, and seed + i when seeded (vLLM v1's rule)."""
+    if params.n == 1:
+        return params
+    seed = None if params.seed is None else params.seed + i
+    return dataclasses.replace(params, n=1, seed=seed)

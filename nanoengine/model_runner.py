@@ -11,6 +11,7 @@ import torch
 from nanoengine.attention import AttentionMetadata, DecodeGroup, pick_backend
 from nanoengine.config import EngineConfig
 from nanoengine.logits_processors import process_logits
+from nanoengine.logprobs import Sampled, prompt_logprobs, sampled_logprobs
 from nanoengine.model import CausalLM, head_dim_of
 from nanoengine.sampler import sample
 from nanoengine.sequence import Sequence
@@ -127,13 +128,22 @@ class ModelRunner:
         return DecodeGroup(rows, block_ids, pad.to(self.device))
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence], inputs: StepInputs) -> list[int]:
+    def run(self, seqs: list[Sequence], inputs: StepInputs) -> list[Sampled]:
         """Forward the flat batch, compute logits only at logits_indices, sample one token per
-        sequence."""
+        sequence (with the logprobs it asked for)."""
         meta = self.build_metadata(inputs)
         input_ids = inputs.input_ids.to(self.device)
         positions = inputs.positions.to(self.device)
-        hidden = self.model(input_ids, positions, self.kv_caches, meta, self.attend)
-        logits = self.model.compute_logits(hidden[inputs.logits_indices.to(self.device)])
-        logits = process_logits(logits, seqs, self.eos_token_ids)
-        return sample(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])
+        hidden = self.model(input_ids, positions, self.kv_caches, meta, self.attend)  # [T, hidden]
+        logits = self.model.compute_logits(hidden[inputs.logits_indices.to(self.device)])  # [B, V]
+        wants_logprobs = any(s.params.logprobs is not None for s in seqs)
+        logprobs = logits.float().log_softmax(-1) if wants_logprobs else None  # raw: before the
+        logits = process_logits(logits, seqs, self.eos_token_ids)  # sampling parameters' changes
+        token_ids = sample(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])
+        results = sampled_logprobs(logprobs, seqs, token_ids)
+        for i, seq in enumerate(seqs):
+            if seq.params.prompt_logprobs is not None and seq.is_prefilling:
+                start, end = inputs.query_start_loc[i : i + 2].tolist()
+                chunk = self.model.compute_logits(hidden[start:end])  # [num_scheduled, V]
+                results[i].prompt_logprobs = prompt_logprobs(chunk, seq)
+        return results

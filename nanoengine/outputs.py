@@ -1,34 +1,83 @@
-"""What a request gives back: its text and tokens, and where its text stops."""
+"""What a request gives back, in vLLM's shape: a RequestOutput with one CompletionOutput per
+sequence (its n samples), and where a text stops."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from nanoengine.sequence import Sequence
+from nanoengine.sequence import Logprob, Sequence, TopLogprobs
 
 
 @dataclass(slots=True)
-class RequestOutput:
-    seq_id: int
-    prompt: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
+class CompletionOutput:
+    index: int
     text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None  # None unless logprobs were asked for
+    logprobs: list[TopLogprobs] | None  # per token, when asked for
     finish_reason: str | None
     error: str = ""  # why it failed, when finish_reason is 'error'
 
 
-def output_of(seq: Sequence, tokenizer: Any) -> RequestOutput:
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: int
+    prompt: str
+    prompt_token_ids: list[int]
+    prompt_logprobs: list[TopLogprobs | None] | None
+    outputs: list[CompletionOutput] = field(default_factory=list)
+    finished: bool = True
+
+    # One sequence's fields, as before there were several: outputs[0]'s.
+    @property
+    def seq_id(self) -> int:
+        return self.request_id
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def error(self) -> str:
+        return self.outputs[0].error
+
+
+def output_of(seqs: list[Sequence], tokenizer: Any) -> RequestOutput:
+    first = seqs[0]
+    prompt_logprobs = None
+    if first.params.prompt_logprobs is not None:
+        prompt_logprobs = [e and decoded(e, tokenizer) for e in first.prompt_logprobs]
+    outputs = [completion_of(i, seq, tokenizer) for i, seq in enumerate(seqs)]
+    prompt_ids = first.token_ids[: first.num_prompt_tokens]
+    return RequestOutput(first.request_id, first.prompt, prompt_ids, prompt_logprobs, outputs)
+
+
+def completion_of(index: int, seq: Sequence, tokenizer: Any) -> CompletionOutput:
     text = tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
     for s in seq.params.stop:
         if s in text:  # cut at the first stop string
             text = text[: text.index(s)]
     reason = seq.finish_reason.value if seq.finish_reason else None
-    prompt_ids = seq.token_ids[: seq.num_prompt_tokens]
-    return RequestOutput(
-        seq.seq_id, seq.prompt, prompt_ids, seq.completion_token_ids, text, reason, seq.error
+    asked = seq.params.logprobs is not None
+    logprobs = [decoded(e, tokenizer) for e in seq.logprobs] if asked else None
+    cumulative = seq.cumulative_logprob if asked else None
+    return CompletionOutput(
+        index, text, seq.completion_token_ids, cumulative, logprobs, reason, seq.error
     )
+
+
+def decoded(entry: TopLogprobs, tokenizer: Any) -> TopLogprobs:
+    """The entry with each token's text, as vLLM's Logprob.decoded_token."""
+    return {t: Logprob(lp.logprob, lp.rank, tokenizer.decode([t])) for t, lp in entry.items()}
 
 
 def stop_string_in_tail(seq: Sequence, tokenizer: Any) -> bool:

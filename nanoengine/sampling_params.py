@@ -9,6 +9,8 @@ from nanoengine.validation import check_text, is_int, is_real, short_repr
 MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: use 0 (greedy)
 # The sampler seeds each draw with seed * 1_000_003 + num_tokens, which must fit 64 bits.
 MAX_SEED = 2**32
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit
+MAX_N = 64
 # (name, lowest, highest): OpenAI's ranges for its penalties, vLLM's for the others
 PENALTY_RANGES = (
     ("presence_penalty", -2.0, 2.0),
@@ -25,6 +27,7 @@ class SamplingParams:
     Checked when made and again by add_request, so a bad value is a one-line ValueError
     there, never a failure inside a step."""
 
+    n: int = 1  # samples of the prompt: n sequences, each seeded seed + i when seed is set
     temperature: float = 0.0
     top_k: int = 0  # 0 = off; -1 = off too (vLLM's spelling)
     top_p: float = 1.0
@@ -33,6 +36,8 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)  # finish on any of these, as on EOS
+    logprobs: int | None = None  # per output token: the chosen one's and the k likeliest
+    prompt_logprobs: int | None = None  # the same for each prompt token after the first
     # vLLM's logits processors (nanoengine/logits_processors.py); each neutral by default
     min_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens were made
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
@@ -71,6 +76,12 @@ class SamplingParams:
             raise ValueError(f"stop must be a list of non-empty strings, got {shown}")
         for s in self.stop:
             check_text(s, "a stop string")
+        for name in ("logprobs", "prompt_logprobs"):
+            k = getattr(self, name)
+            if k is not None and (not is_int(k) or not 0 <= k <= MAX_LOGPROBS):
+                raise ValueError(f"{name} must be None or in [0, {MAX_LOGPROBS}], got {k!r}")
+        if not is_int(self.n) or not 1 <= self.n <= MAX_N:
+            raise ValueError(f"n must be an integer in [1, {MAX_N}], got {self.n!r}")
         self.validate_processors()
 
     def validate_processors(self) -> None:

@@ -37,6 +37,18 @@ class EventKind(str, Enum):  # what a step did to a sequence: a scheduler event,
 _seq_ids = itertools.count()
 
 
+@dataclass(frozen=True, slots=True)
+class Logprob:
+    """A token's log-probability under the model (before any sampling parameter changes it)."""
+
+    logprob: float
+    rank: int  # 1 = the model's likeliest token
+    decoded_token: str | None = None  # filled in when the output is made
+
+
+TopLogprobs = dict[int, Logprob]  # token id -> its logprob: the chosen token first, then the top k
+
+
 @dataclass(slots=True, eq=False)
 class Sequence:
     """One request: its tokens, how many of them have KV in the cache, and where."""
@@ -57,9 +69,17 @@ class Sequence:
     is_prefilling: bool = False
     num_prefill_chunks: int = 0  # chunks of the current prefill computed so far
     error: str = ""  # why it failed, when finish_reason is ERROR
+    request_id: int = -1  # the request it answers: its own seq_id, or its first sibling's if n > 1
+    logprobs: list[TopLogprobs] = field(default_factory=list)  # per output token, if asked
+    prompt_logprobs: list[TopLogprobs | None] = field(default_factory=list)  # idem
+    cumulative_logprob: float = 0.0  # sum of the output tokens' logprobs, when they are computed
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)
+        if self.request_id < 0:
+            self.request_id = self.seq_id
+        if self.params.prompt_logprobs is not None:
+            self.prompt_logprobs = [None]  # the first prompt token has no logprob
 
     @property
     def num_tokens(self) -> int:

@@ -40,6 +40,7 @@ class SeqStep:
     block_table_after: tuple[int, ...]
     new_token_ids: tuple[int, ...]  # tokens appended this step (0 or 1)
     finish_reason: str | None  # stop / length / abort / ignored / error, once FINISHED
+    request_id: int  # the request it answers: its own seq_id, or its first sibling's if n > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,7 @@ class StepWatch:
             block_table_after=tuple(s.block_table),
             new_token_ids=tuple(s.token_ids[before.num_tokens :]),
             finish_reason=s.finish_reason.value if s.finish_reason else None,
+            request_id=s.request_id,
         )
 
 

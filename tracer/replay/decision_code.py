@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from nanoengine.decisions import DECISIONS, SCHEDULES_TOKENS, Role
+from tracer.trace.decisions import DECISIONS, SCHEDULES_TOKENS, Role
 from nanoengine.sequence import EventKind
 from tracer.replay.colors import seq_tag
 from tracer.replay.glossary import vllm_counterpart

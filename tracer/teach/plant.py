@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nanoengine.decisions import DECISIONS
+from tracer.trace.decisions import DECISIONS
 from tracer.teach.swap import SWAPPABLE, original
 
 
@@ -44,7 +44,7 @@ class Edit:
 
 @dataclass(frozen=True, slots=True)
 class Patch:
-    target: str  # a name in nanoengine.decisions ("Scheduler.preempt"), or "module:Qualified.name"
+    target: str  # a name in tracer.trace.decisions ("Scheduler.preempt"), or "module:Qualified.name"
     edits: tuple[Edit, ...]
 
 
@@ -57,7 +57,7 @@ def engine_function(target: str) -> Callable:
     else:
         module, _, qualname = target.partition(":")
     if not qualname:
-        raise ValueError(f"{target!r} is neither an engine decision (nanoengine.decisions) nor 'module:Qualified.name'")
+        raise ValueError(f"{target!r} is neither an engine decision (tracer.trace.decisions) nor 'module:Qualified.name'")
     owner: object = importlib.import_module(module)
     *path, attr = qualname.split(".")
     for part in path:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from nanoengine.decisions import DECISIONS
+from tracer.trace.decisions import DECISIONS
 
 # The engine functions a lesson may swap: the name a lesson uses -> "module:qualified name", from
 # the engine's table of its decision functions. (A lesson's own TARGETS maps its exercise

@@ -445,9 +445,12 @@ def engine_config(engine: LLMEngine) -> dict:
     return {name: getattr(engine.config, name) for name in CONFIG_FIELDS}
 
 
-# The logits processors' fields: written only when a request sets them, so a plain request's
-# entry is what it was before they existed.
+# The logits processors' and the outputs' fields: written only when a request sets them, so a
+# plain request's entry is what it was before they existed.
 PROCESSOR_FIELDS = (
+    "n",
+    "logprobs",
+    "prompt_logprobs",
     "stop_token_ids",
     "min_tokens",
     "logit_bias",

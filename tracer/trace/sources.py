@@ -3,7 +3,7 @@ and each event's `where` (the lines that emitted it, as the engine noted them on
 decision on a machine without the engine's source (docs/trace-format.md, "Sources").
 
     ENGINE_FUNCTIONS: qualified name -> module, for every engine function a trace records (from
-        nanoengine/decisions.py, the engine's one table of them)
+        tracer/trace/decisions.py, the engine's one table of them)
     SourceBook(): the functions as the engine holds them now (a lesson's swapped-in function is
         recorded as the student's own code, from their exercise.py)
         .entries -> {"Scheduler.preempt": {"file": ..., "line": ..., "source": ..., "engine": ...}}
@@ -20,7 +20,7 @@ from types import CodeType
 from typing import Any
 
 import nanoengine
-from nanoengine.decisions import DECISIONS
+from tracer.trace.decisions import DECISIONS
 
 # Every function that emits an event, runs a step phase or takes a decision one of them calls.
 ENGINE_FUNCTIONS: dict[str, str] = {name: d.module for name, d in DECISIONS.items()}

@@ -12,7 +12,7 @@ rule's name and the step.
 
 Where the checker can tell, a rule also says which engine functions make what it checks
 (`checks=("Scheduler.preempt",)`, names from the engine's one table of its decision functions,
-nanoengine/decisions.py, refused at import when the table has no such name: the replay's code
+tracer/trace/decisions.py, refused at import when the table has no such name: the replay's code
 panel shows the first the trace holds) and which sequence field a violation
 is about (`field="num_cached_tokens"`: the replay marks that cell of the sequence's row).
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from nanoengine.decisions import decision_named
+from tracer.trace.decisions import decision_named
 from tracer.trace.kv_shadow import KvShadow
 from tracer.trace.step_line import ViolationLine
 

@@ -1,4 +1,4 @@
-"""nanoengine/decisions.py is the one table of the engine's decision functions: it must name
+"""tracer/trace/decisions.py is the one table of the engine's decision functions: it must name
 functions the engine has, and every function that emits an event must be in it (the trace records
 those functions' source and the replay shows them)."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nanoengine.decisions import DECISIONS, SCHEDULES_TOKENS, Role, decision_named
 from tracer.replay.glossary import GLOSSARY, function_names
 from tracer.teach.swap import SWAPPABLE
+from tracer.trace.decisions import DECISIONS, SCHEDULES_TOKENS, Role, decision_named
 from tracer.trace.invariants.rule import REGISTRY
 from tracer.trace.sources import ENGINE_FUNCTIONS
 

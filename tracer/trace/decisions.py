@@ -1,4 +1,5 @@
 """The engine's decision functions: the one table every tool that points into the engine reads.
+The engine never reads it, so it lives with the tracer, not in the engine's budgeted core.
 
 The trace records these functions' source (the replay's code panel shows them), a lesson may swap
 any SWAPPABLE one for a student's own, an invariant names those it checks, and the code panel
