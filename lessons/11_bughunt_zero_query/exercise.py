@@ -20,7 +20,11 @@ from nanoengine.sequence import Sequence
 def find_cached_prefix(self, seq: Sequence) -> tuple[list[int], list[int]]:
     """Longest run of full prompt blocks already in the cache: (block ids,
     their hashes)."""
-    if not self.enable_prefix_caching:
+    if (
+        not self.enable_prefix_caching
+        or seq.params.prompt_logprobs is not None
+    ):
+        # prompt logprobs need every prompt position computed (as vLLM v1)
         return [], []
     blocks, hashes, parent = [], [], None
     for i in range(seq.num_tokens // self.block_size):

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the engine loads torch (2 s): `run --help` and `demo --help
 
 DEFAULT_MAX_STEPS = 2000
 FOCUS_EVENTS = tuple(EventKind)
-PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
+PARAM_FIELDS = {f.name for f in fields(SamplingParams)} - {"logits_processors"}  # functions: not JSON
 TOP_LEVEL = {"title": str, "model": str, "engine": dict, "params": dict, "requests": list, "focus": dict,
              "look_for": str, "max_steps": int}  # fmt: skip
 KIND_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer"}
