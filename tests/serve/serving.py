@@ -1,6 +1,7 @@
 """A real nanoengine server in this process (uvicorn in a thread, the engine loop in another), on
 a free port, for tests that also look at the engine (its block pool) through the loop; and
-`nanoengine serve` as a process, its stdout read line by line."""
+`nanoengine serve` as a process, its stdout read line by line (the served_process fixture); lm-eval
+run against a server (evaluate)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
+import pytest
 from conftest import HANG_S, sigint_as_in_a_terminal, torch_threads
 
 from nanoengine.engine import LLMEngine
@@ -79,3 +82,36 @@ class ServeProcess:
             assert line is not None, f"the server exited: {self.proc.stderr.read() if self.proc.stderr else ''}"
             if text in line:
                 return line
+
+
+TASKS = Path(__file__).resolve().parents[1] / "data" / "lm_eval"  # lm-eval task files, local data
+
+
+@pytest.fixture(scope="module")
+def served_process() -> Iterator[str]:
+    """`nanoengine serve --model tiny` as a user starts it; its URL. A fixture: import it."""
+    process = ServeProcess("--model", "tiny", "--port", "0")
+    try:
+        yield process.wait_for(" on http://").split(" on ")[1].strip()
+    finally:
+        process.proc.kill()
+        process.proc.wait(timeout=WAIT)
+
+
+def evaluate(url: str, task: str, monkeypatch: pytest.MonkeyPatch, **model_args: str) -> dict:
+    """lm_eval.simple_evaluate with local-completions and only base_url and model set (plus
+    model_args), on a task of tests/data/lm_eval; its results and samples."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing from a hub: the task's data is a local jsonl
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.chdir(TASKS)  # the task's data_files are relative to its folder
+    args = {"base_url": f"{url}/v1/completions", "model": "tiny", **model_args}
+    return lm_eval.simple_evaluate(
+        model="local-completions",
+        model_args=args,
+        tasks=[task],
+        task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
+        log_samples=True,
+    )

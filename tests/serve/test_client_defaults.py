@@ -167,11 +167,9 @@ OK = {"model": "tiny", "prompt": "hello", "max_tokens": 3}
 @pytest.mark.parametrize(
     "extra, param",
     [
-        ({"logprobs": 2}, "logprobs"),
-        ({"logprobs": True}, "logprobs"),
-        ({"echo": True}, "echo"),
+        ({"top_logprobs": 2}, "top_logprobs"),  # completions' k is logprobs
         ({"best_of": 3}, "best_of"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"suffix": "the end"}, "suffix"),
         ({"use_beam_search": True}, "use_beam_search"),
         ({"stream_options": {"continuous_usage_stats": True}}, "stream_options.continuous_usage_stats"),
     ],

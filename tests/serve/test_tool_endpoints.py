@@ -102,3 +102,16 @@ def test_metrics_count_the_requests_served(tmp_path):
     assert after["vllm:time_per_output_token_seconds_count"] == 4 * 39
     assert after["vllm:num_requests_running"] == after["vllm:num_requests_waiting"] == 0
     assert after["vllm:kv_cache_usage_perc"] == 0
+
+
+def test_tokenizer_info_names_the_special_tokens_as_vllm_does(server):
+    info = httpx.get(f"{server.url}/tokenizer_info", timeout=WAIT).json()
+    assert info == {
+        "tokenizer_class": "ByteTokenizer",
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "unk_token": None,
+        "chat_template": None,
+        "model_max_length": 2048,
+    }

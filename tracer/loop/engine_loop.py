@@ -33,7 +33,7 @@ from typing import Any
 
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.sequence import FinishReason, Sequence
+from nanoengine.sequence import FinishReason, Sequence, TopLogprobs
 from nanoengine.validation import first_line
 
 REJECTED = "rejected"  # an update's finish_reason when add_request refused the request
@@ -49,6 +49,8 @@ class RequestUpdate:
     finish_reason: str | None = None
     error: str = ""  # why, for finish_reason 'error' or 'rejected'
     text: str = ""
+    logprobs: list[TopLogprobs] = field(default_factory=list)  # the new tokens', when the params ask
+    prompt_logprobs: list[TopLogprobs | None] | None = None  # on the first update, when the params ask
 
     @property
     def finished(self) -> bool:
@@ -239,13 +241,15 @@ class EngineLoop:
             new = seq.token_ids[start:]
             if not new and not seq.is_finished:
                 continue
+            logprobs = seq.logprobs[request.num_delivered : request.num_delivered + len(new)]
+            prompt = list(seq.prompt_logprobs) if request.num_delivered == 0 and seq.prompt_logprobs else None
             request.num_delivered += len(new)
             if seq.is_finished:
                 del self.live[seq_id]
                 out = self.engine.collect(seq_id)
                 error = f"{out.error}; other requests were not affected" if out.error else ""
-                notify(request, RequestUpdate(request, new, out.finish_reason, error, out.text))
-            elif not notify(request, RequestUpdate(request, new)):
+                notify(request, RequestUpdate(request, new, out.finish_reason, error, out.text, logprobs, prompt))
+            elif not notify(request, RequestUpdate(request, new, logprobs=logprobs, prompt_logprobs=prompt)):
                 self.abort_now(request)
 
     def fail_all(self, error: str) -> None:

@@ -1,6 +1,7 @@
 """The FastAPI app: OpenAI's /v1/completions and /v1/chat/completions (streaming over SSE, or one
-JSON body), /v1/models and /health, on an EngineLoop; vLLM's /tokenize, /detokenize, /version and
-/metrics are in tools.py.
+JSON body), /v1/models and /health, on an EngineLoop; vLLM's /tokenize, /detokenize,
+/tokenizer_info, /version and /metrics are in tools.py. Structured output (response_format, guided_*)
+is compiled in structured.py and rides on each choice's SamplingParams as a logits processor.
 
 Each request is checked in its own context before the engine thread sees it: the body read up to
 a size limit (413 past it), parsed, and its prompt tokenized and checked (LLMEngine.check_request)
@@ -21,7 +22,7 @@ import hmac
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -44,7 +45,8 @@ from tracer.serve.protocol import (
     parse_body,
 )
 from tracer.serve.reply import Reply, error_body
-from tracer.serve.tools import detokenize, tokenize, version
+from tracer.serve.structured import GrammarMask, StructuredOutput
+from tracer.serve.tools import detokenize, tokenize, tokenizer_info, version
 
 if TYPE_CHECKING:
     from nanoengine.engine import LLMEngine
@@ -81,6 +83,7 @@ def build_app(
     if metrics is None:
         metrics = ServerMetrics(served.name)
         loop.call(metrics.watch)
+    structured = StructuredOutput(served.tokenizer, loop.engine.vocab_size, loop.engine.eos_token_ids)
     app = FastAPI(title="nanoengine", docs_url=None, redoc_url=None, openapi_url=None)
     add_error_handlers(app)
     if api_key:
@@ -112,7 +115,8 @@ def build_app(
         check_model(body.model, served)
         prompts = completion_prompts(body.prompt)
         max_tokens = checked_max_tokens(body.max_tokens, served)
-        return await answer(request, body, lambda: prompts, max_tokens, "text_completion", "cmpl")
+        echo_only = max_tokens == 0  # the engine makes at least one token: the reply drops it
+        return await answer(request, body, lambda: prompts, max(max_tokens, 1), "text_completion", "cmpl", echo_only)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -129,18 +133,22 @@ def build_app(
         )
 
     async def answer(
-        request: Request, body: Sampling, make_prompts: Any, max_tokens: int, kind: str, prefix: str
+        request: Request,
+        body: Sampling,
+        make_prompts: Any,
+        max_tokens: int,
+        kind: str,
+        prefix: str,
+        echo_only: bool = False,
     ) -> Any:
-        """make_prompts() -> the prompts, one choice each; it runs in a worker thread with the check
+        """make_prompts() -> the prompts, n choices each; it runs in a worker thread with the check
         (a chat template may be slow)."""
-        if body.n != 1:
-            raise RequestError(
-                f"n must be 1 (got {body.n}): nanoengine returns one choice per prompt; send n requests", "n"
-            )
-        reply = Reply(kind, f"{prefix}-{uuid.uuid4().hex}", served.name, body, served.tokenizer)
+        reply = Reply(kind, f"{prefix}-{uuid.uuid4().hex}", served.name, body, served.tokenizer, echo_only)
         params = body.sampling_params(max_tokens)
         param = "messages" if kind.startswith("chat") else "prompt"
+        grammar = body.grammar()
         checked = await asyncio.to_thread(checked_prompts, loop.engine, make_prompts, params, param)
+        compiled = await asyncio.to_thread(structured.compile, grammar) if grammar is not None else None
         aio = asyncio.get_running_loop()
         updates: asyncio.Queue[RequestUpdate] = asyncio.Queue()
 
@@ -149,7 +157,11 @@ def build_app(
             aio.call_soon_threadsafe(updates.put_nowait, update)
 
         for prompt, token_ids in checked:
-            reply.add_choice(loop.add(prompt, params, on_update, reply.notes(len(checked)), token_ids))
+            for j in range(params.n):
+                own = sample_params(params, j)
+                own = own if compiled is None else with_mask(own, structured.mask(compiled))
+                handle = loop.add(prompt, own, on_update, reply.notes(len(checked) * params.n), token_ids)
+                reply.add_choice(handle, first_of_prompt=j == 0)
         rejected = await unless_disconnected(request, reply.start(updates), lambda: reply.abort(loop))
         if rejected is None:
             return Response(status_code=CLIENT_CLOSED)
@@ -176,6 +188,10 @@ def build_app(
         body = parse_body(await read_body(request, max_body_bytes), DetokenizeRequest)
         check_model(body.model or served.name, served)
         return JSONResponse(await asyncio.to_thread(detokenize, body, served.tokenizer, loop.engine.vocab_size))
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info_route() -> JSONResponse:
+        return JSONResponse(tokenizer_info(served.tokenizer, served.max_model_len))
 
     @app.get("/version")
     async def version_route() -> JSONResponse:
@@ -246,6 +262,19 @@ def checked_prompts(
         except Exception as e:  # e.g. a tokenizer's TypeError on text it cannot read: this request only
             raise RequestError(f"{which}the prompt could not be tokenized ({first_line(e)})", param) from None
     return checked
+
+
+def sample_params(params: SamplingParams, j: int) -> SamplingParams:
+    """Sample j of n as its own engine request: n 1, seeded seed + j (vLLM v1's front end does the
+    same, and the engine's own n > 1 too: each sample is a request of its own to the scheduler)."""
+    if params.n == 1:
+        return params
+    return replace(params, n=1, seed=None if params.seed is None else params.seed + j)
+
+
+def with_mask(params: SamplingParams, mask: GrammarMask) -> SamplingParams:
+    """The request's params with its own grammar mask (a mask follows one sequence)."""
+    return replace(params, logits_processors=[*params.logits_processors, mask])
 
 
 def completion_prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:

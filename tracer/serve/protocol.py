@@ -7,7 +7,7 @@ Every field a client may send is in one of three places:
 - declared on the models below: implemented (the sampler's fields carry vLLM's names and ranges);
 - KNOWN_FIELDS: known to OpenAI or vLLM but not implemented. Bookkeeping fields (`user`, `store`,
   ...) change no output and are accepted as they are; the others are accepted at their neutral
-  value only (`logprobs: false`, `echo: false`, `best_of` equal to `n`, ...) and refused by name
+  value only (`suffix: ""`, `best_of` equal to `n`, `use_beam_search: false`, ...) and refused by name
   otherwise, never silently ignored;
 - nowhere: unknown, refused by name.
 """
@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nanoengine.sampling_params import MAX_SEED, SamplingParams
+from nanoengine.sampling_params import MAX_LOGPROBS, MAX_SEED, SamplingParams
 
 
 class RequestError(ValueError):
@@ -50,12 +50,10 @@ BOTH, COMPLETIONS, CHAT = ("completions", "chat"), ("completions",), ("chat",)
 # Null is neutral for every one of them (it means "left out"); the values listed are the others.
 KNOWN_FIELDS: dict[str, KnownField] = {
     # OpenAI: not implemented yet, neutral values only
-    "logprobs": KnownField(BOTH, (False, 0)),  # an int on completions, a bool on chat
-    "top_logprobs": KnownField(BOTH, (0,)),
-    "echo": KnownField(BOTH, (False,)),  # vLLM has it on chat too
+    "top_logprobs": KnownField(COMPLETIONS, (0,)),  # chat's is implemented; completions has logprobs: k
+    "echo": KnownField(CHAT, (False,)),  # vLLM's chat echo (the last message); completions' is implemented
     "best_of": KnownField(COMPLETIONS, SAME_AS_N),
     "suffix": KnownField(COMPLETIONS, ("",)),
-    "response_format": KnownField(BOTH, ({"type": "text"},)),
     "tools": KnownField(CHAT, ()),
     "tool_choice": KnownField(CHAT, ("none",)),
     "functions": KnownField(CHAT, ()),
@@ -82,15 +80,9 @@ KNOWN_FIELDS: dict[str, KnownField] = {
     "include_stop_str_in_output": KnownField(BOTH, (False,)),
     "skip_special_tokens": KnownField(BOTH, (True,)),  # nanoengine always skips them
     "spaces_between_special_tokens": KnownField(BOTH, (True,)),
-    "prompt_logprobs": KnownField(BOTH, ()),
     "truncate_prompt_tokens": KnownField(BOTH, ()),
     "allowed_token_ids": KnownField(BOTH, ()),
     "bad_words": KnownField(BOTH, ([],)),
-    "guided_json": KnownField(BOTH, ()),
-    "guided_regex": KnownField(BOTH, ()),
-    "guided_choice": KnownField(BOTH, ()),
-    "guided_grammar": KnownField(BOTH, ()),
-    "structured_outputs": KnownField(BOTH, ()),
     "logits_processors": KnownField(BOTH, ()),
     "return_tokens_as_token_ids": KnownField(BOTH, (False,)),
     "priority": KnownField(BOTH, (0,)),
@@ -112,6 +104,50 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    """The structured output a request asks for (tracer/serve/structured.py compiles it). spec: a
+    JSON schema (a dict; None for any JSON object), a regex, a list of strings, or an EBNF grammar
+    (GBNF, as llama.cpp writes it)."""
+
+    kind: Literal["json", "regex", "choice", "grammar"]
+    spec: Any
+    param: str  # the request field it came from, for error messages
+
+
+class JsonSchemaFormat(BaseModel):
+    """response_format's json_schema: OpenAI's shape (the schema itself under "schema")."""
+
+    model_config = STRICT
+    name: str = "response"  # OpenAI wants one; it changes nothing here
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")  # None: any JSON object
+    strict: bool | None = None  # the schema is always followed exactly (xgrammar's strict mode)
+
+
+class ResponseFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('type "json_schema" needs "json_schema": {"name": ..., "schema": {...}}')
+        return self
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's structured_outputs: one of these."""
+
+    model_config = STRICT
+    json_: str | dict[str, Any] | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
 class Sampling(BaseModel):
     """The fields both endpoints share."""
 
@@ -131,16 +167,27 @@ class Sampling(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list)  # vLLM's
     seed: int | None = Field(default=None, ge=0, lt=MAX_SEED)
     stop: str | list[str] | None = None
-    n: int = 1
+    n: int = 1  # each choice its own engine request, seeded seed + i (vLLM v1's fan-out)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob and the k likeliest
     ignore_eos: bool = False  # vLLM's
     return_token_ids: bool = False  # vLLM's: the prompt's and the completion's token ids
+    # structured output (tracer/serve/structured.py): OpenAI's, then vLLM's older and newer extras
+    response_format: ResponseFormat | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: StructuredOutputs | None = None
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         try:
             return SamplingParams(
+                n=self.n,
+                logprobs=self.sampled_logprobs(),
+                prompt_logprobs=self.prompt_logprobs_asked(),
                 temperature=self.temperature,
                 top_p=self.top_p,
                 top_k=self.top_k,
@@ -159,9 +206,55 @@ class Sampling(BaseModel):
         except ValueError as e:
             raise RequestError(str(e), param=param_named_in(str(e))) from None
 
+    def sampled_logprobs(self) -> int | None:
+        """k for SamplingParams.logprobs: how many likeliest tokens each output token comes with."""
+        return None
+
+    def prompt_logprobs_asked(self) -> int | None:
+        return self.prompt_logprobs
+
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    def grammar(self) -> Grammar | None:
+        """The one grammar the request asks for, if any; a RequestError if it asks for several."""
+        asked = [g for g in (*self.response_format_grammar(), *self.guided_grammars()) if g is not None]
+        if len(asked) > 1:
+            names = " and ".join(repr(g.param) for g in asked)
+            raise RequestError(f"send one structured-output constraint, not several: got {names}", asked[1].param)
+        return asked[0] if asked else None
+
+    def response_format_grammar(self) -> list[Grammar | None]:
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return []
+        schema = fmt.json_schema.schema_ if fmt.json_schema is not None else None
+        return [Grammar("json", schema, "response_format")]
+
+    def guided_grammars(self) -> list[Grammar | None]:
+        so = self.structured_outputs or StructuredOutputs()
+        return [
+            json_grammar(self.guided_json, "guided_json"),
+            Grammar("regex", self.guided_regex, "guided_regex") if self.guided_regex is not None else None,
+            Grammar("choice", self.guided_choice, "guided_choice") if self.guided_choice is not None else None,
+            Grammar("grammar", self.guided_grammar, "guided_grammar") if self.guided_grammar is not None else None,
+            json_grammar(so.json_, "structured_outputs.json"),
+            Grammar("regex", so.regex, "structured_outputs.regex") if so.regex is not None else None,
+            Grammar("choice", so.choice, "structured_outputs.choice") if so.choice is not None else None,
+            Grammar("grammar", so.grammar, "structured_outputs.grammar") if so.grammar is not None else None,
+            Grammar("json", None, "structured_outputs.json_object") if so.json_object else None,
+        ]
+
+
+def json_grammar(schema: str | dict[str, Any] | None, param: str) -> Grammar | None:
+    """vLLM's guided_json: a schema as an object or as a JSON string."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema, parse_constant=refuse_constant)
+        except json.JSONDecodeError as e:
+            raise RequestError(f"invalid {param!r}: the schema string is not JSON ({e.msg})", param) from None
+    return None if schema is None else Grammar("json", schema, param)
 
 
 def token_bias(bias: dict[str, float]) -> dict[int, float]:
@@ -181,7 +274,27 @@ CONTENT_SHAPES = 'a string, a list of {"type": "text", "text": ...} parts, or nu
 class CompletionRequest(Sampling):
     ENDPOINT = "completions"
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(default=16, ge=1)  # the legacy API's default
+    max_tokens: int | None = Field(default=16, ge=0)  # the legacy API's default; 0 only with echo
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | Literal[False] | None = None  # the legacy shape's k
+    echo: bool = False  # the prompt first, in the text and (with logprobs) in the logprobs
+
+    @model_validator(mode="after")
+    def zero_tokens_with_echo(self) -> CompletionRequest:
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError(
+                "max_tokens 0 returns nothing: ask for at least 1, or send echo: true for the prompt alone"
+            )
+        return self
+
+    def sampled_logprobs(self) -> int | None:
+        return None if self.logprobs is False else self.logprobs
+
+    def prompt_logprobs_asked(self) -> int | None:
+        """echo with logprobs: the prompt's tokens get logprobs too (what lm-eval's loglikelihood reads)."""
+        k = self.sampled_logprobs()
+        if self.echo and k is not None:
+            return max(k, self.prompt_logprobs or 0)
+        return self.prompt_logprobs
 
 
 def param_named_in(message: str) -> str | None:
@@ -219,6 +332,17 @@ class ChatCompletionRequest(Sampling):
     ENDPOINT = "chat"
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False  # each output token's logprob, in chat's shape
+    top_logprobs: int = Field(default=0, ge=0, le=MAX_LOGPROBS)  # and the k likeliest, with logprobs: true
+
+    @model_validator(mode="after")
+    def top_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError(f"top_logprobs {self.top_logprobs} needs logprobs: true")
+        return self
+
+    def sampled_logprobs(self) -> int | None:
+        return self.top_logprobs if self.logprobs else None
 
 
 class TokenizeRequest(BaseModel):
@@ -338,9 +462,15 @@ def describe(error: Any) -> RequestError:
         param = ".".join(loc[:3])
         return RequestError(f"invalid {param!r}: a message's content is {CONTENT_SHAPES}", param)
     message = str(error["msg"]).removeprefix("Value error, ")
+    if param is None:  # a check across fields ('max_tokens 0 returns nothing ...'): the field it names first
+        named = message.split()[0]
+        return RequestError(
+            message, named if isinstance(error.get("input"), dict) and named in error["input"] else None
+        )
     return RequestError(f"invalid {param!r}: {message}", param)
 
 
 def is_union_tag(part: str) -> bool:
     """pydantic names the member of a union it tried ('str', 'list[int]') in an error's location."""
-    return "[" in part or part in ("str", "int", "float", "bool", "list") or part.startswith("function-")
+    plain = part in ("str", "int", "float", "bool", "list")
+    return "[" in part or plain or part.startswith(("function-", "constrained-"))
