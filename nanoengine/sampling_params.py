@@ -82,6 +82,8 @@ class SamplingParams:
                 raise ValueError(f"{name} must be None or in [0, {MAX_LOGPROBS}], got {k!r}")
         if not is_int(self.n) or not 1 <= self.n <= MAX_N:
             raise ValueError(f"n must be an integer in [1, {MAX_N}], got {self.n!r}")
+        if self.n > 1 and self.logits_processors:  # one processor's state cannot follow n texts
+            raise ValueError("n > 1 with logits_processors: add n requests, each its own")
         self.validate_processors()
 
     def validate_processors(self) -> None:

@@ -32,6 +32,10 @@ import torch
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
 
+# The suite reads English whatever the machine's locale says (LANG=zh_CN.UTF-8 would pick Chinese);
+# tests/i18n sets the language it tests itself. Child processes inherit this too.
+os.environ["NANOENGINE_LANG"] = "en"
+
 TINY_OPTIONS = dict(block_size=4, num_kv_blocks=12, max_num_batched_tokens=8, max_num_seqs=4)
 SCENARIO_PROMPTS = ["hello world, how are you", "hello world, how is it", "abc"]
 SCENARIO_LATE_PROMPT = "hello world, how are we"  # added after step 2: a prefix hit

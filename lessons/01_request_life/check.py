@@ -1,6 +1,7 @@
 """Checks for lesson 1: check_stop."""
 
 from nanoengine.sequence import FinishReason, Sequence
+from tracer.i18n import _
 from tracer.teach.kit import (
     EOS,
     expect,
@@ -27,7 +28,9 @@ def ask(fns, seq: Sequence, max_model_len: int = 64):
     )
     expect(
         result is None or isinstance(result, FinishReason),
-        f"check_stop must return a FinishReason member or None, got {result!r}",
+        _(
+            "check_stop must return a FinishReason member or None, got {result!r}"
+        ).format(result=result),
     )
     return result
 
@@ -37,7 +40,10 @@ def check_ordinary_token_continues(fns):
     result = ask(fns, sequence_after(5, [40], max_tokens=10))
     expect(
         result is None,
-        f"after 1 of 10 tokens (not EOS) check_stop returned {result!r}; expected None",
+        _(
+            "after 1 of 10 tokens (not EOS) check_stop returned {result!r}; "
+            "expected None"
+        ).format(result=result),
     )
 
 
@@ -46,8 +52,11 @@ def check_eos_stops(fns):
     result = ask(fns, sequence_after(5, [40, EOS], max_tokens=10))
     expect(
         result == FinishReason.STOP,
-        f"the token just appended is the EOS id {EOS} (it is in self.eos_token_ids) but check_stop "
-        f"returned {result!r}; expected FinishReason.STOP",
+        _(
+            "the token just appended is the EOS id {eos} (it is in "
+            "self.eos_token_ids) but check_stop returned {result!r}; expected "
+            "FinishReason.STOP"
+        ).format(eos=EOS, result=result),
     )
 
 
@@ -58,7 +67,10 @@ def check_ignore_eos(fns):
     )
     expect(
         result is None,
-        f"the request set ignore_eos=True, so EOS must not stop it; check_stop returned {result!r}; expected None",
+        _(
+            "the request set ignore_eos=True, so EOS must not stop it; "
+            "check_stop returned {result!r}; expected None"
+        ).format(result=result),
     )
 
 
@@ -67,13 +79,19 @@ def check_max_tokens(fns):
     before = ask(fns, sequence_after(5, [40, 41], max_tokens=3))
     expect(
         before is None,
-        f"after 2 of max_tokens=3 generated tokens check_stop returned {before!r}; "
-        f"expected None (one more token to go)"
-        + (
-            ". The prompt's 5 tokens are not generated tokens: count with seq.num_completion_tokens, not seq.num_tokens"
+        (
+            _(
+                "after 2 of max_tokens=3 generated tokens check_stop returned "
+                "{result!r}; expected None (one more token to go). The prompt's "
+                "5 tokens are not generated tokens: count with "
+                "seq.num_completion_tokens, not seq.num_tokens"
+            )
             if before == FinishReason.LENGTH
-            else ""
-        ),
+            else _(
+                "after 2 of max_tokens=3 generated tokens check_stop returned "
+                "{result!r}; expected None (one more token to go)"
+            )
+        ).format(result=before),
     )
     at = ask(fns, sequence_after(5, [40, 41, 42], max_tokens=3))
     late = (
@@ -83,13 +101,20 @@ def check_max_tokens(fns):
     )
     expect(
         at == FinishReason.LENGTH,
-        f"after 3 of max_tokens=3 generated tokens check_stop returned {at!r}; expected FinishReason.LENGTH"
-        + (
-            f" (it returned {late.name} only one token later: compare with >=, not >: the request has "
-            f"used its budget once num_completion_tokens == max_tokens)"
+        (
+            _(
+                "after 3 of max_tokens=3 generated tokens check_stop returned "
+                "{result!r}; expected FinishReason.LENGTH (it returned {late} "
+                "only one token later: compare with >=, not >: the request has "
+                "used its budget once num_completion_tokens == max_tokens)"
+            )
             if late is not None
-            else ". Compare seq.num_completion_tokens with seq.params.max_tokens"
-        ),
+            else _(
+                "after 3 of max_tokens=3 generated tokens check_stop returned "
+                "{result!r}; expected FinishReason.LENGTH. Compare "
+                "seq.num_completion_tokens with seq.params.max_tokens"
+            )
+        ).format(result=at, late=late.name if late is not None else ""),
     )
 
 
@@ -98,8 +123,11 @@ def check_prompt_not_counted(fns):
     result = ask(fns, sequence_after(20, [40], max_tokens=5))
     expect(
         result is None,
-        f"a 20-token prompt with 1 generated token and max_tokens=5: check_stop returned "
-        f"{result!r}; expected None. Use seq.num_completion_tokens",
+        _(
+            "a 20-token prompt with 1 generated token and max_tokens=5: "
+            "check_stop returned {result!r}; expected None. Use "
+            "seq.num_completion_tokens"
+        ).format(result=result),
     )
 
 
@@ -110,13 +138,18 @@ def check_max_model_len(fns):
     )
     expect(
         result == FinishReason.LENGTH,
-        f"14 prompt + 2 generated tokens = 16 = max_model_len, but "
-        f"check_stop returned {result!r}; expected FinishReason.LENGTH",
+        _(
+            "14 prompt + 2 generated tokens = 16 = max_model_len, but "
+            "check_stop returned {result!r}; expected FinishReason.LENGTH"
+        ).format(result=result),
     )
     below = ask(fns, sequence_after(14, [40], max_tokens=50), max_model_len=16)
     expect(
         below is None,
-        f"15 tokens with max_model_len=16: check_stop returned {below!r}; expected None",
+        _(
+            "15 tokens with max_model_len=16: check_stop returned {result!r}; "
+            "expected None"
+        ).format(result=below),
     )
 
 
@@ -125,8 +158,10 @@ def check_eos_wins_over_length(fns):
     result = ask(fns, sequence_after(5, [40, EOS], max_tokens=2))
     expect(
         result == FinishReason.STOP,
-        f"the 2nd of max_tokens=2 tokens is EOS: check_stop returned {result!r}; "
-        f"expected FinishReason.STOP (test EOS first)",
+        _(
+            "the 2nd of max_tokens=2 tokens is EOS: check_stop returned "
+            "{result!r}; expected FinishReason.STOP (test EOS first)"
+        ).format(result=result),
     )
 
 
@@ -147,6 +182,11 @@ def engine_context_limit(fns):
     expect(
         len(out.prompt_token_ids) + len(out.token_ids) == 8
         and out.finish_reason == "length",
-        f"a 3-token prompt with max_model_len=8 must stop at 8 tokens with reason 'length'; it stopped at "
-        f"{len(out.prompt_token_ids) + len(out.token_ids)} with reason {out.finish_reason!r}",
+        _(
+            "a 3-token prompt with max_model_len=8 must stop at 8 tokens with "
+            "reason 'length'; it stopped at {n} with reason {reason!r}"
+        ).format(
+            n=len(out.prompt_token_ids) + len(out.token_ids),
+            reason=out.finish_reason,
+        ),
     )

@@ -2,6 +2,7 @@
 
 from nanoengine.scheduler import Scheduler
 from nanoengine.sequence import FinishReason, Sequence, SequenceStatus
+from tracer.i18n import _
 from tracer.teach.kit import (
     EOS,
     event_kinds,
@@ -32,7 +33,9 @@ def run_step(fns, sched: Scheduler, token_ids: list[int]):
     appended = fns.postprocess(sched, out, token_ids[: len(out.seqs)])
     expect(
         isinstance(appended, list),
-        f"postprocess must return a list of sequences, got {appended!r}",
+        _(
+            "postprocess must return a list of sequences, got {appended!r}"
+        ).format(appended=appended),
     )
     return out, appended
 
@@ -43,30 +46,49 @@ def check_mid_prefill_keeps_no_token(fns):
     out, appended = run_step(fns, sched, [99])
     expect(
         seq.num_cached_tokens == 4,
-        f"after a 4-token chunk of a fresh prompt num_cached_tokens is "
-        f"{seq.num_cached_tokens}; expected 4 (add num_scheduled_tokens)",
+        _(
+            "after a 4-token chunk of a fresh prompt "
+            "num_cached_tokens is {num_cached_tokens}; expected 4 "
+            "(add num_scheduled_tokens)"
+        ).format(num_cached_tokens=seq.num_cached_tokens),
     )
     expect(
         seq.num_scheduled_tokens == 0,
-        f"num_scheduled_tokens is {seq.num_scheduled_tokens} after the step; it must be reset to 0",
+        _(
+            "num_scheduled_tokens is {num_scheduled_tokens} after "
+            "the step; it must be reset to 0"
+        ).format(num_scheduled_tokens=seq.num_scheduled_tokens),
     )
     expect(
         seq.num_tokens == 6,
-        f"the prompt is only 4/6 computed, so the sampled token must be dropped, but "
-        f"num_tokens went from 6 to {seq.num_tokens}",
+        _(
+            "the prompt is only 4/6 computed, so the sampled token "
+            "must be dropped, but num_tokens went from 6 to "
+            "{num_tokens}"
+        ).format(num_tokens=seq.num_tokens),
     )
     expect(
         appended == [],
-        f"no sequence gained a token, but postprocess returned {len(appended)} sequence(s)",
+        _(
+            "no sequence gained a token, but postprocess returned "
+            "{n} sequence(s)"
+        ).format(n=len(appended)),
     )
     expect(
         seq.num_prefill_chunks == 1 and seq.is_prefilling,
-        f"after chunk 1 num_prefill_chunks is {seq.num_prefill_chunks} and is_prefilling is "
-        f"{seq.is_prefilling}; expected 1 and True (count the chunk: seq.num_prefill_chunks += 1)",
+        _(
+            "after chunk 1 num_prefill_chunks is "
+            "{num_prefill_chunks} and is_prefilling is "
+            "{is_prefilling}; expected 1 and True (count the chunk: "
+            "seq.num_prefill_chunks += 1)"
+        ).format(
+            num_prefill_chunks=seq.num_prefill_chunks,
+            is_prefilling=seq.is_prefilling,
+        ),
     )
     expect(
         "prefill_done" not in event_kinds(out),
-        "a 'prefill_done' event was recorded, but the prefill is not done",
+        _("a 'prefill_done' event was recorded, but the prefill is not done"),
     )
 
 
@@ -77,25 +99,34 @@ def check_last_chunk_keeps_token(fns):
     out, appended = run_step(fns, sched, [77])
     expect(
         seq.num_cached_tokens == 6,
-        f"num_cached_tokens is {seq.num_cached_tokens} after both chunks; expected 6",
+        _(
+            "num_cached_tokens is {num_cached_tokens} after both "
+            "chunks; expected 6"
+        ).format(num_cached_tokens=seq.num_cached_tokens),
     )
     expect(
         seq.token_ids[-1] == 77 and seq.num_tokens == 7,
-        f"the prompt is now fully computed, so the sampled token 77 must be appended; token_ids ends with "
-        f"{seq.token_ids[-2:]} (num_tokens {seq.num_tokens}, expected 7)",
+        _(
+            "the prompt is now fully computed, so the sampled token "
+            "77 must be appended; token_ids ends with {last_two} "
+            "(num_tokens {num_tokens}, expected 7)"
+        ).format(last_two=seq.token_ids[-2:], num_tokens=seq.num_tokens),
     )
     expect(
         appended == [seq],
-        "postprocess must return the sequences that gained a token: [seq]",
+        _("postprocess must return the sequences that gained a token: [seq]"),
     )
     done = [e.detail for e in out.events if e.kind == "prefill_done"]
     expect(
         done == [{"chunks": 2}],
-        f"expected one 'prefill_done' event with detail {{'chunks': 2}}, got {done}",
+        _(
+            "expected one 'prefill_done' event with detail "
+            "{{'chunks': 2}}, got {done}"
+        ).format(done=done),
     )
     expect(
         not seq.is_prefilling,
-        "is_prefilling must be False once the prefill is done, got True",
+        _("is_prefilling must be False once the prefill is done, got True"),
     )
 
 
@@ -106,16 +137,23 @@ def check_decode_step(fns):
     out, appended = run_step(fns, sched, [51])
     expect(
         (seq.num_tokens, seq.num_cached_tokens) == (5, 4),
-        f"after a prefill and one decode step of a 3-token prompt, (num_tokens, num_cached_tokens) is "
-        f"{(seq.num_tokens, seq.num_cached_tokens)}; expected (5, 4)",
+        _(
+            "after a prefill and one decode step of a 3-token "
+            "prompt, (num_tokens, num_cached_tokens) is {counts}; "
+            "expected (5, 4)"
+        ).format(counts=(seq.num_tokens, seq.num_cached_tokens)),
     )
     expect(
         seq.token_ids[3:] == [50, 51],
-        f"the generated tokens are {seq.token_ids[3:]}; expected [50, 51]",
+        _("the generated tokens are {generated}; expected [50, 51]").format(
+            generated=seq.token_ids[3:]
+        ),
     )
     expect(
         event_kinds(out) == [],
-        f"a plain decode step records no events, got {event_kinds(out)}",
+        _("a plain decode step records no events, got {events}").format(
+            events=event_kinds(out)
+        ),
     )
 
 
@@ -127,12 +165,14 @@ def check_tokens_go_to_their_sequence(fns):
     out, appended = run_step(fns, sched, [61, 62])
     expect(
         (a.token_ids[-1], b.token_ids[-1]) == (61, 62),
-        f"the batch was [A, B] and the sampled tokens [61, 62], but A ends with {a.token_ids[-1]} and B with "
-        f"{b.token_ids[-1]}",
+        _(
+            "the batch was [A, B] and the sampled tokens [61, 62], "
+            "but A ends with {last_a} and B with {last_b}"
+        ).format(last_a=a.token_ids[-1], last_b=b.token_ids[-1]),
     )
     expect(
         appended == [a, b],
-        "postprocess must return [A, B]: both gained a token",
+        _("postprocess must return [A, B]: both gained a token"),
     )
 
 
@@ -144,20 +184,26 @@ def check_finishes_at_max_tokens(fns):
     expect(
         seq.status == SequenceStatus.FINISHED
         and seq.finish_reason == FinishReason.LENGTH,
-        f"2 of max_tokens=2 tokens generated, but the sequence is {seq.status.value} "
-        f"(finish_reason {seq.finish_reason}); call self.check_stop and self.finish",
+        _(
+            "2 of max_tokens=2 tokens generated, but the sequence is "
+            "{value} (finish_reason {finish_reason}); call "
+            "self.check_stop and self.finish"
+        ).format(value=seq.status.value, finish_reason=seq.finish_reason),
     )
     expect(
         appended == [seq],
-        "a sequence that finished this step still gained a token: return it",
+        _("a sequence that finished this step still gained a token: return it"),
     )
     expect(
         sched.block_manager.num_free_blocks == 16,
-        "a finished sequence's blocks must be freed (self.finish does it)",
+        _("a finished sequence's blocks must be freed (self.finish does it)"),
     )
     expect(
         "finished" in event_kinds(out),
-        "self.finish(seq, reason, out) records the 'finished' event; pass out to it",
+        _(
+            "self.finish(seq, reason, out) records the 'finished' "
+            "event; pass out to it"
+        ),
     )
 
 
@@ -167,7 +213,10 @@ def check_eos_finishes(fns):
     run_step(fns, sched, [EOS])
     expect(
         seq.finish_reason == FinishReason.STOP,
-        f"EOS was sampled; finish_reason is {seq.finish_reason}, expected FinishReason.STOP",
+        _(
+            "EOS was sampled; finish_reason is {finish_reason}, "
+            "expected FinishReason.STOP"
+        ).format(finish_reason=seq.finish_reason),
     )
 
 

@@ -4,6 +4,7 @@ import random
 
 import torch
 
+from tracer.i18n import N_, _
 from tracer.teach.kit import (
     expect,
     expect_engine_matches,
@@ -38,11 +39,22 @@ def check_blocks_needed(fns):
         got = fns.blocks_needed(num_tokens, block_size)
         expect(
             isinstance(got, int),
-            f"blocks_needed({num_tokens}, {block_size}) returned {got!r}, not an int",
+            _(
+                "blocks_needed({num_tokens}, {block_size}) returned "
+                "{got!r}, not an int"
+            ).format(num_tokens=num_tokens, block_size=block_size, got=got),
         )
         expect(
             got == expected,
-            f"blocks_needed({num_tokens}, {block_size}) returned {got}; expected {expected}",
+            _(
+                "blocks_needed({num_tokens}, {block_size}) returned "
+                "{got}; expected {expected}"
+            ).format(
+                num_tokens=num_tokens,
+                block_size=block_size,
+                got=got,
+                expected=expected,
+            ),
         )
 
 
@@ -60,15 +72,20 @@ def slots(
     )
     expect(
         isinstance(got, torch.Tensor),
-        f"compute_slot_mapping must return a torch tensor, got {type(got).__name__}",
+        _(
+            "compute_slot_mapping must return a torch tensor, got {type_name}"
+        ).format(type_name=type(got).__name__),
     )
     expect(
         tuple(got.shape) == (len(positions),),
-        f"compute_slot_mapping must return one slot per token: shape ({len(positions)},), got {tuple(got.shape)}",
+        _(
+            "compute_slot_mapping must return one slot per token: "
+            "shape ({n},), got {shape}"
+        ).format(n=len(positions), shape=tuple(got.shape)),
     )
     expect(
         not got.is_floating_point(),
-        f"slots are integers; got a {got.dtype} tensor",
+        _("slots are integers; got a {dtype} tensor").format(dtype=got.dtype),
     )
     return got.tolist()
 
@@ -83,15 +100,24 @@ def expected_slots(tables, seq_index, positions, block_size) -> list[int]:
 WRONG_FORMULAS = (
     (
         lambda b, p, bs: b * bs + p,
-        "add the offset inside the block, position % block_size, not the whole position",
+        N_(
+            "add the offset inside the block, position % block_size, not the "
+            "whole position"
+        ),
     ),
     (
         lambda b, p, bs: b + p % bs,
-        "multiply the block id by block_size: block b starts at slot b * block_size",
+        N_(
+            "multiply the block id by block_size: block b starts at slot "
+            "b * block_size"
+        ),
     ),
     (
         lambda b, p, bs: (p // bs) * bs + p % bs,
-        "look the block id up in the block table: block_table[p // block_size]",
+        N_(
+            "look the block id up in the block table: "
+            "block_table[p // block_size]"
+        ),
     ),
 )
 
@@ -110,13 +136,17 @@ def expect_slots(
         ]
         if got == wrong:
             raise AssertionError(
-                f"{what}: {first_difference(got, want)}: {fix}"
+                _("{what}: {difference}: {fix}").format(
+                    what=what,
+                    difference=first_difference(got, want),
+                    fix=_(fix),
+                )
             )
     expect_same_list(
         got,
         want,
         what,
-        "slot = block_table[p // block_size] * block_size + p % block_size",
+        _("slot = block_table[p // block_size] * block_size + p % block_size"),
     )
 
 
@@ -130,7 +160,7 @@ def check_slot_mapping_one_sequence(fns):
         [0] * 16,
         positions,
         4,
-        "block table [0, 1, 2, 6], block_size 4, positions 0..15",
+        _("block table [0, 1, 2, 6], block_size 4, positions 0..15"),
     )
 
 
@@ -148,14 +178,16 @@ def check_slot_mapping_batch(fns):
         seq_index,
         positions,
         4,
-        f"tables {tables}, seq_index {seq_index}, positions {positions}",
+        _(
+            "tables {tables}, seq_index {seq_index}, positions {positions}"
+        ).format(tables=tables, seq_index=seq_index, positions=positions),
     )
 
 
 def check_slot_mapping_random(fns):
     """Random batches and block sizes agree with slot = table[p // bs] * bs + p % bs."""
     rng = random.Random(3)
-    for _ in range(40):
+    for _i in range(40):
         block_size = rng.choice([1, 2, 3, 4, 16])
         lengths = [rng.randint(1, 40) for _ in range(rng.randint(1, 4))]
         free = list(range(200))
@@ -176,7 +208,9 @@ def check_slot_mapping_random(fns):
             seq_index,
             positions,
             block_size,
-            f"block_size {block_size}, tables {tables}",
+            _("block_size {block_size}, tables {tables}").format(
+                block_size=block_size, tables=tables
+            ),
         )
 
 

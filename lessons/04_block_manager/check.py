@@ -1,5 +1,6 @@
 """Checks for lesson 4: can_allocate, allocate, free."""
 
+from tracer.i18n import _
 from tracer.teach.kit import (
     expect,
     expect_engine_matches,
@@ -22,16 +23,19 @@ def check_can_allocate(fns):
         got = fns.can_allocate(bm, n)
         expect(
             got is expected or got == expected,
-            f"8 free blocks: can_allocate({n}) returned {got!r}, expected {expected}",
+            _(
+                "8 free blocks: can_allocate({n}) returned {got!r}, "
+                "expected {expected}"
+            ).format(n=n, got=got, expected=expected),
         )
     bm.take_free_block(), bm.take_free_block(), bm.take_free_block()
     expect(
         not fns.can_allocate(bm, 6),
-        "with 5 of 8 blocks free, can_allocate(6) must be False",
+        _("with 5 of 8 blocks free, can_allocate(6) must be False"),
     )
     expect(
         fns.can_allocate(bm, 5),
-        "with 5 of 8 blocks free, can_allocate(5) must be True",
+        _("with 5 of 8 blocks free, can_allocate(5) must be True"),
     )
 
 
@@ -41,15 +45,23 @@ def check_allocate_prefill(fns):
     fns.allocate(bm, seq, 6)
     expect(
         seq.block_table == [0, 1],
-        f"a fresh pool's first blocks are 0 and 1; the table is {seq.block_table}",
+        _(
+            "a fresh pool's first blocks are 0 and 1; the table is "
+            "{block_table}"
+        ).format(block_table=seq.block_table),
     )
     expect(
         bm.ref_counts[:3] == [1, 1, 0],
-        f"ref counts of blocks 0-2 are {bm.ref_counts[:3]}; expected [1, 1, 0] (use self.take_free_block())",
+        _(
+            "ref counts of blocks 0-2 are {ref_counts}; expected [1, 1, 0] "
+            "(use self.take_free_block())"
+        ).format(ref_counts=bm.ref_counts[:3]),
     )
     expect(
         bm.num_free_blocks == 6,
-        f"{bm.num_free_blocks} blocks are free after taking 2 of 8; expected 6",
+        _(
+            "{num_free_blocks} blocks are free after taking 2 of 8; expected 6"
+        ).format(num_free_blocks=bm.num_free_blocks),
     )
 
 
@@ -62,14 +74,19 @@ def check_allocate_decode(fns):
     fns.allocate(bm, seq, 1)  # position 6: still block 1
     expect(
         seq.block_table == [0, 1],
-        f"position 6 fits in the 2nd block (slots 4-7), but the table grew to {seq.block_table}",
+        _(
+            "position 6 fits in the 2nd block (slots 4-7), but the "
+            "table grew to {block_table}"
+        ).format(block_table=seq.block_table),
     )
     seq.num_cached_tokens = 8
     seq.token_ids += [98, 97]
     fns.allocate(bm, seq, 1)  # position 8: a 3rd block
     expect(
         seq.block_table == [0, 1, 2],
-        f"position 8 needs a 3rd block; the table is {seq.block_table}",
+        _("position 8 needs a 3rd block; the table is {block_table}").format(
+            block_table=seq.block_table
+        ),
     )
 
 
@@ -89,11 +106,17 @@ def check_allocate_uses_free_list_order(fns):
     fns.allocate(bm, b, 12)
     expect(
         b.block_table == [4, 5, 3],
-        f"free list is [4, 5, 3, 2, 1, 0]; a 12-token prefill must take [4, 5, 3], got {b.block_table}",
+        _(
+            "free list is [4, 5, 3, 2, 1, 0]; a 12-token prefill "
+            "must take [4, 5, 3], got {block_table}"
+        ).format(block_table=b.block_table),
     )
     expect(
         bm.hashes[3] is None,
-        "block 3 held a cached prefix; taking it for new data must evict its hash (self.take_free_block() does)",
+        _(
+            "block 3 held a cached prefix; taking it for new data "
+            "must evict its hash (self.take_free_block() does)"
+        ),
     )
 
 
@@ -105,20 +128,29 @@ def check_free(fns):
     fns.free(bm, seq)
     expect(
         bm.ref_counts[:3] == [0, 0, 0],
-        f"after free the ref counts of blocks 0-2 are {bm.ref_counts[:3]}",
+        _("after free the ref counts of blocks 0-2 are {ref_counts}").format(
+            ref_counts=bm.ref_counts[:3]
+        ),
     )
     expect(
         list(bm.free_blocks)[-3:] == [2, 1, 0],
-        f"freed blocks join the back of the free list tail first: "
-        f"expected it to end with [2, 1, 0], got {list(bm.free_blocks)}",
+        _(
+            "freed blocks join the back of the free list tail first: "
+            "expected it to end with [2, 1, 0], got {free_list}"
+        ).format(free_list=list(bm.free_blocks)),
     )
     expect(
         seq.block_table == [] and seq.block_hashes == [],
-        f"after free the sequence must hold nothing: block_table {seq.block_table}, block_hashes {seq.block_hashes}",
+        _(
+            "after free the sequence must hold nothing: block_table "
+            "{block_table}, block_hashes {block_hashes}"
+        ).format(block_table=seq.block_table, block_hashes=seq.block_hashes),
     )
     expect(
         bm.num_free_blocks == 8,
-        f"all 8 blocks must be free again, {bm.num_free_blocks} are",
+        _("all 8 blocks must be free again, {num_free_blocks} are").format(
+            num_free_blocks=bm.num_free_blocks
+        ),
     )
 
 
@@ -132,17 +164,20 @@ def check_free_shared_block(fns):
     fns.free(bm, a)
     expect(
         bm.ref_counts[0] == 1,
-        f"block 0 is still held by another sequence: its ref count must go 2 → 1, got {bm.ref_counts[0]}",
+        _(
+            "block 0 is still held by another sequence: its ref "
+            "count must go 2 → 1, got {ref_count}"
+        ).format(ref_count=bm.ref_counts[0]),
     )
     expect(
         0 not in bm.free_blocks,
-        "block 0 is still in use and must not be on the free list",
+        _("block 0 is still in use and must not be on the free list"),
     )
-    expect(1 in bm.free_blocks, "block 1 was only a's and must be free now")
+    expect(1 in bm.free_blocks, _("block 1 was only a's and must be free now"))
     fns.free(bm, b)
     expect(
         bm.ref_counts[0] == 0 and 0 in bm.free_blocks,
-        "after both frees block 0 must be free",
+        _("after both frees block 0 must be free"),
     )
 
 
@@ -158,5 +193,5 @@ def engine_memory_pressure(fns):
     )
     expect(
         run.event_counts["preempted"] >= 1,
-        "this run should preempt a request; none was preempted",
+        _("this run should preempt a request; none was preempted"),
     )

@@ -1,6 +1,7 @@
 """Checks for lesson 5: compute_block_hash and find_cached_prefix."""
 
 from nanoengine.block_manager import BlockManager
+from tracer.i18n import _
 from tracer.teach.kit import (
     batch_of,
     cache_prefix,
@@ -31,16 +32,25 @@ def check_hash_is_deterministic_int(fns):
         )
         expect(
             isinstance(a, int) and not isinstance(a, bool),
-            f"compute_block_hash({parent}, {tokens}) returned {a!r}; it must be an int",
+            _(
+                "compute_block_hash({parent}, {tokens}) returned {a!r}; "
+                "it must be an int"
+            ).format(parent=parent, tokens=tokens, a=a),
         )
         expect(
             a >= 0,
-            f"compute_block_hash({parent}, {tokens}) returned the negative {a}; mask it non-negative "
-            f"(& 0x7FFF_FFFF_FFFF_FFFF)",
+            _(
+                "compute_block_hash({parent}, {tokens}) returned the "
+                "negative {a}; mask it non-negative (& "
+                "0x7FFF_FFFF_FFFF_FFFF)"
+            ).format(parent=parent, tokens=tokens, a=a),
         )
         expect(
             a == b,
-            f"compute_block_hash({parent}, {tokens}) gave {a} then {b}: it must be deterministic",
+            _(
+                "compute_block_hash({parent}, {tokens}) gave {a} then "
+                "{b}: it must be deterministic"
+            ).format(parent=parent, tokens=tokens, a=a, b=b),
         )
 
 
@@ -49,19 +59,23 @@ def check_hash_depends_on_tokens_and_parent(fns):
     h = fns.compute_block_hash
     base = h(None, [1, 2, 3, 4])
     expect(
-        h(None, [1, 2, 3, 5]) != base, "changing a token must change the hash"
+        h(None, [1, 2, 3, 5]) != base,
+        _("changing a token must change the hash"),
     )
     expect(
         h(None, [4, 3, 2, 1]) != base,
-        "the same tokens in another order must hash differently",
+        _("the same tokens in another order must hash differently"),
     )
     expect(
         h(base, [1, 2, 3, 4]) != base,
-        "the same tokens after a parent block must hash differently from a first block: include parent_hash",
+        _(
+            "the same tokens after a parent block must hash "
+            "differently from a first block: include parent_hash"
+        ),
     )
     expect(
         h(h(None, [9, 9, 9, 9]), [5, 6, 7, 8]) != h(base, [5, 6, 7, 8]),
-        "the same block after different parents must hash differently",
+        _("the same block after different parents must hash differently"),
     )
 
 
@@ -83,12 +97,17 @@ def lookup(fns, bm: BlockManager, tokens: list[int]):
     result = fns.find_cached_prefix(bm, make_sequence(tokens))
     expect(
         isinstance(result, tuple) and len(result) == 2,
-        f"find_cached_prefix must return a pair (block ids, hashes), got {result!r}",
+        _(
+            "find_cached_prefix must return a pair (block ids, "
+            "hashes), got {result!r}"
+        ).format(result=result),
     )
     blocks, hashes = result
     expect(
         len(blocks) == len(hashes),
-        f"one hash per block: got {len(blocks)} blocks and {len(hashes)} hashes",
+        _("one hash per block: got {n} blocks and {n2} hashes").format(
+            n=len(blocks), n2=len(hashes)
+        ),
     )
     return list(blocks), list(hashes)
 
@@ -100,12 +119,17 @@ def check_full_prefix_hit(fns):
     blocks, hashes = lookup(fns, bm, a[:8] + [77, 78, 79])
     expect(
         blocks == seq_a.block_table[:2],
-        f"the first 8 tokens match A's two full blocks {seq_a.block_table[:2]}, "
-        f"but find_cached_prefix returned blocks {blocks}",
+        _(
+            "the first 8 tokens match A's two full blocks {a_blocks}, but "
+            "find_cached_prefix returned blocks {blocks}"
+        ).format(a_blocks=seq_a.block_table[:2], blocks=blocks),
     )
     expect(
         hashes == seq_a.block_hashes[:2],
-        "the hashes returned must be the blocks' chained keys, the same ones register_full_blocks stored",
+        _(
+            "the hashes returned must be the blocks' chained keys, "
+            "the same ones register_full_blocks stored"
+        ),
     )
 
 
@@ -113,22 +137,28 @@ def check_partial_hit_stops_at_miss(fns):
     """The walk stops at the first block that is not cached."""
     a = list(range(10, 22))  # 12 tokens: 3 full blocks
     bm, seq_a = cached_manager(a)
-    blocks, _ = lookup(fns, bm, a[:4] + [99, 99, 99, 99] + a[8:12] + [5])
+    blocks, _rest = lookup(fns, bm, a[:4] + [99, 99, 99, 99] + a[8:12] + [5])
     expect(
         blocks == seq_a.block_table[:1],
-        f"block 1 differs, so only block 0 can be reused (and block 2, though "
-        f"its tokens match, follows a different prefix); got {blocks}",
+        _(
+            "block 1 differs, so only block 0 can be reused (and "
+            "block 2, though its tokens match, follows a different "
+            "prefix); got {blocks}"
+        ).format(blocks=blocks),
     )
 
 
 def check_no_hit_for_shifted_text(fns):
     """The same tokens at another position are not a hit: keys are chained from the start."""
     a = list(range(10, 22))
-    bm, _ = cached_manager(a)
-    blocks, _ = lookup(fns, bm, [1, 1, 1, 1] + a)
+    bm, _rest = cached_manager(a)
+    blocks, _rest = lookup(fns, bm, [1, 1, 1, 1] + a)
     expect(
         blocks == [],
-        f"the prompt holds A's tokens shifted by one block; nothing may match, got {blocks}",
+        _(
+            "the prompt holds A's tokens shifted by one block; "
+            "nothing may match, got {blocks}"
+        ).format(blocks=blocks),
     )
 
 
@@ -136,15 +166,20 @@ def check_last_token_is_never_cached(fns):
     """Even an exact repeat leaves the last block to compute, so the step has logits to sample."""
     a = list(range(10, 26))  # 16 tokens: exactly 4 full blocks
     bm, seq_a = cached_manager(a)
-    blocks, _ = lookup(fns, bm, a)
+    blocks, _rest = lookup(fns, bm, a)
     expect(
         blocks == seq_a.block_table[:3],
-        f"a 16-token repeat may reuse only (16 - 1) // 4 = 3 blocks, got {len(blocks)}: {blocks}",
+        _(
+            "a 16-token repeat may reuse only (16 - 1) // 4 = 3 "
+            "blocks, got {n}: {blocks}"
+        ).format(n=len(blocks), blocks=blocks),
     )
-    blocks, _ = lookup(fns, bm, a + [7])
+    blocks, _rest = lookup(fns, bm, a + [7])
     expect(
         blocks == seq_a.block_table[:4],
-        f"with one more token all 4 blocks may be reused, got {blocks}",
+        _(
+            "with one more token all 4 blocks may be reused, got {blocks}"
+        ).format(blocks=blocks),
     )
 
 
@@ -160,27 +195,35 @@ def check_hit_on_blocks_scheduled_in_the_same_step(fns):
     )  # A is scheduled first: its full blocks enter the cache now, not after
     expect(
         batch_of(out) == [("A", 16), ("B", 4)],
-        f"A's 4 blocks are findable from the step that computes them, so B reuses 3 of them "
-        f"(never the last token) and computes 4 tokens: expected [('A', 16), ('B', 4)], got "
-        f"{batch_of(out)}",
+        _(
+            "A's 4 blocks are findable from the step that computes "
+            "them, so B reuses 3 of them (never the last token) and "
+            "computes 4 tokens: expected [('A', 16), ('B', 4)], got "
+            "{batch}"
+        ).format(batch=batch_of(out)),
     )
     expect(
         b.block_table[:3] == a.block_table[:3]
         and b.block_table[3] != a.block_table[3],
-        f"B's table must start with A's blocks {a.block_table[:3]} and end with a block of its "
-        f"own; it is {b.block_table}",
+        _(
+            "B's table must start with A's blocks {blocks} and end with "
+            "a block of its own; it is {block_table}"
+        ).format(blocks=a.block_table[:3], block_table=b.block_table),
     )
 
 
 def check_disabled(fns):
     """With prefix caching off, nothing is ever found."""
     a = list(range(10, 22))
-    bm, _ = cached_manager(a)
+    bm, _rest = cached_manager(a)
     bm.enable_prefix_caching = False
     blocks, hashes = lookup(fns, bm, a + [1])
     expect(
         blocks == [] and hashes == [],
-        f"enable_prefix_caching is False: expected ([], []), got ({blocks}, {hashes})",
+        _(
+            "enable_prefix_caching is False: expected ([], []), got "
+            "({blocks}, {hashes})"
+        ).format(blocks=blocks, hashes=hashes),
     )
 
 
@@ -189,7 +232,9 @@ def engine_lesson_scenario(fns):
     run = expect_engine_matches(lesson_scenario(__file__))
     expect(
         sum(run.prefix_hits.values()) == 24,
-        f"B should reuse 24 cached tokens, the run saved {sum(run.prefix_hits.values())}",
+        _("B should reuse 24 cached tokens, the run saved {saved}").format(
+            saved=sum(run.prefix_hits.values())
+        ),
     )
 
 

@@ -2,6 +2,7 @@
 
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import SequenceStatus
+from tracer.i18n import _
 from tracer.teach.kit import (
     add_sequences,
     batch_of,
@@ -29,7 +30,9 @@ def step(fns, sched: Scheduler) -> SchedulerOutput:
     out = fns.schedule(sched)
     expect(
         isinstance(out, SchedulerOutput),
-        f"schedule must return a SchedulerOutput, got {out!r}",
+        _("schedule must return a SchedulerOutput, got {out!r}").format(
+            out=out
+        ),
     )
     sched.postprocess(out, [50] * len(out.seqs))
     return out
@@ -41,7 +44,9 @@ def batch_now(
     out = fns.schedule(sched)
     expect(
         isinstance(out, SchedulerOutput),
-        f"schedule must return a SchedulerOutput, got {out!r}",
+        _("schedule must return a SchedulerOutput, got {out!r}").format(
+            out=out
+        ),
     )
     return out, batch_of(out)
 
@@ -53,11 +58,14 @@ def check_admits_a_waiting_request(fns):
     out, got = batch_now(fns, sched)
     expect(
         got == [("A", 6)],
-        f"one 6-token request waiting, budget 16: expected batch [('A', 6)], got {got}",
+        _(
+            "one 6-token request waiting, budget 16: expected batch "
+            "[('A', 6)], got {got}"
+        ).format(got=got),
     )
     expect(
         a.status == SequenceStatus.RUNNING and sched.running == [a],
-        "A must now be RUNNING, in self.running",
+        _("A must now be RUNNING, in self.running"),
     )
 
 
@@ -70,7 +78,10 @@ def check_running_before_waiting(fns):
     out, got = batch_now(fns, sched)
     expect(
         got == [("A", 1), ("B", 5)],
-        f"A is decoding and B just arrived: expected [('A', 1), ('B', 5)], got {got}",
+        _(
+            "A is decoding and B just arrived: expected [('A', 1), "
+            "('B', 5)], got {got}"
+        ).format(got=got),
     )
 
 
@@ -81,8 +92,10 @@ def check_token_budget(fns):
     out, got = batch_now(fns, sched)
     expect(
         got == [("A", 10), ("B", 6)],
-        f"budget 16, three 10-token prompts: expected [('A', 10), ('B', 6)] "
-        f"(B gets a 6-token chunk, C waits), got {got}",
+        _(
+            "budget 16, three 10-token prompts: expected [('A', 10), "
+            "('B', 6)] (B gets a 6-token chunk, C waits), got {got}"
+        ).format(got=got),
     )
 
 
@@ -96,9 +109,13 @@ def check_passes_the_budget_left(fns):
     ]
     expect(
         budgets == [16, 6],
-        f"budget 16, three 10-token prompts: A's chunk starts with 16 tokens of budget left, B's "
-        f"with 6; the prefill_chunk events recorded {budgets}. Pass schedule_tokens the budget "
-        f"as it is before you take the sequence's tokens off it",
+        _(
+            "budget 16, three 10-token prompts: A's chunk starts "
+            "with 16 tokens of budget left, B's with 6; the "
+            "prefill_chunk events recorded {budgets}. Pass "
+            "schedule_tokens the budget as it is before you take the "
+            "sequence's tokens off it"
+        ).format(budgets=budgets),
     )
 
 
@@ -110,7 +127,10 @@ def check_continues_a_chunked_prefill(fns):
     out, got = batch_now(fns, sched)
     expect(
         got == [("A", 1), ("B", 4)],
-        f"B has 4 prompt tokens left: expected [('A', 1), ('B', 4)], got {got}",
+        _(
+            "B has 4 prompt tokens left: expected [('A', 1), ('B', "
+            "4)], got {got}"
+        ).format(got=got),
     )
 
 
@@ -121,7 +141,10 @@ def check_max_num_seqs(fns):
     out, got = batch_now(fns, sched)
     expect(
         [n for n, _ in got] == ["A", "B"],
-        f"max_num_seqs=2 and three short requests: only A and B may run, got {got}",
+        _(
+            "max_num_seqs=2 and three short requests: only A and B "
+            "may run, got {got}"
+        ).format(got=got),
     )
 
 
@@ -136,7 +159,10 @@ def check_fifo_no_overtaking(fns):
     out, got = batch_now(fns, sched)
     expect(
         got == [("A", 1)],
-        f"B does not fit, so C must wait behind it (first come, first served); got {got}",
+        _(
+            "B does not fit, so C must wait behind it (first come, "
+            "first served); got {got}"
+        ).format(got=got),
     )
 
 
@@ -149,7 +175,10 @@ def check_stops_when_budget_is_spent(fns):
     out, got = batch_now(fns, sched)
     expect(
         got == [("A", 1), ("B", 1)],
-        f"budget 2 with three decoding sequences: expected [('A', 1), ('B', 1)], got {got}",
+        _(
+            "budget 2 with three decoding sequences: expected [('A', "
+            "1), ('B', 1)], got {got}"
+        ).format(got=got),
     )
 
 
@@ -163,22 +192,34 @@ def check_uses_make_room(fns):
     if preempted:
         name = batch_of(out)[out.seqs.index(preempted[0])][0]
         raise AssertionError(
-            f"{name} was preempted by make_room earlier in this same pass (its status is now "
-            f"{preempted[0].status.value}), but your loop went on to schedule it: {got}. Skip a "
-            f"sequence whose status is no longer RUNNING (the loop walks a copy, list(self.running))"
+            _(
+                "{name} was preempted by make_room earlier in this same "
+                "pass (its status is now {value}), but your loop went on "
+                "to schedule it: {got}. Skip a sequence whose status is "
+                "no longer RUNNING (the loop walks a copy, "
+                "list(self.running))"
+            ).format(name=name, value=preempted[0].status.value, got=got)
         )
     expect(
         "preempted" in event_kinds(out),
-        f"the pool is full and A needs a block, but nothing was preempted: call "
-        f"self.make_room(seq, num_new, out) before allocating; expected [('A', 1)], got {got}",
+        _(
+            "the pool is full and A needs a block, but nothing was "
+            "preempted: call self.make_room(seq, num_new, out) "
+            "before allocating; expected [('A', 1)], got {got}"
+        ).format(got=got),
     )
     expect(
         got == [("A", 1)],
-        f"the pool is full and A needs a block: B must be preempted; expected [('A', 1)], got {got}",
+        _(
+            "the pool is full and A needs a block: B must be "
+            "preempted; expected [('A', 1)], got {got}"
+        ).format(got=got),
     )
     expect(
         event_kinds(out) == ["preempted"],
-        f"expected one 'preempted' event, got {out.events}",
+        _("expected one 'preempted' event, got {events}").format(
+            events=out.events
+        ),
     )
 
 
@@ -189,20 +230,27 @@ def check_admits_nobody_in_a_step_that_preempted(fns):
     b = make_sequence(a.token_ids, name="B", max_tokens=50, ignore_eos=True)
     sched.add(a)
     sched.add(b)
-    for _ in range(8):
+    for _i in range(8):
         out = step(fns, sched)
         kinds = event_kinds(out)
         if "preempted" in kinds:
             break
     expect(
         "preempted" in kinds,
-        "A and B fill the pool, so within 8 steps A needs a block and B is preempted; nothing was",
+        _(
+            "A and B fill the pool, so within 8 steps A needs a "
+            "block and B is preempted; nothing was"
+        ),
     )
     expect(
         "admitted" not in kinds and sched.waiting and sched.waiting[0] is b,
-        "B was preempted, yet this same step admitted it again (most of its blocks are "
-        "shared, so it fit). A step that preempted must admit nobody: the pool is short, what "
-        "comes in would be pushed out again. Skip pass 2 after a 'preempted' event",
+        _(
+            "B was preempted, yet this same step admitted it again "
+            "(most of its blocks are shared, so it fit). A step that "
+            "preempted must admit nobody: the pool is short, what "
+            "comes in would be pushed out again. Skip pass 2 after a "
+            "'preempted' event"
+        ),
     )
 
 
@@ -226,5 +274,5 @@ def engine_tight_memory(fns):
     )
     expect(
         run.event_counts["preempted"] >= 1,
-        "this run should preempt a request; none was preempted",
+        _("this run should preempt a request; none was preempted"),
     )

@@ -2,6 +2,7 @@
 
 from nanoengine.scheduler import SchedulerOutput
 from nanoengine.sequence import SequenceStatus
+from tracer.i18n import _
 from tracer.teach.kit import (
     add_sequences,
     engine_step,
@@ -27,13 +28,15 @@ def check_choose_victim(fns):
     got = fns.choose_victim(list(seqs))
     expect(
         got is seqs[-1],
-        f"running is [A, B, C, D] (oldest first); choose_victim must return D, got "
-        f"{'ABCD'[seqs.index(got)] if got in seqs else got!r}",
+        _(
+            "running is [A, B, C, D] (oldest first); choose_victim must return "
+            "D, got {got}"
+        ).format(got="ABCD"[seqs.index(got)] if got in seqs else repr(got)),
     )
     one = [seqs[0]]
     expect(
         fns.choose_victim(one) is seqs[0],
-        "with one running sequence, it is the victim",
+        _("with one running sequence, it is the victim"),
     )
 
 
@@ -50,26 +53,37 @@ def check_preempt_resets_the_sequence(fns):
     fns.preempt(sched, b, out, a)
     expect(
         b.block_table == [] and sched.block_manager.num_free_blocks == 16 - 1,
-        f"after preempt B must hold no blocks (free them with self.block_manager.free(seq)); it holds "
-        f"{b.block_table}, {sched.block_manager.num_free_blocks} of 16 blocks are free (A holds 1)",
+        _(
+            "after preempt B must hold no blocks (free them with "
+            "self.block_manager.free(seq)); it holds {table}, {free} of 16 "
+            "blocks are free (A holds 1)"
+        ).format(table=b.block_table, free=sched.block_manager.num_free_blocks),
     )
     expect(
         b.num_cached_tokens == 0,
-        f"B's KV is gone: num_cached_tokens must be 0, got {b.num_cached_tokens}",
+        _("B's KV is gone: num_cached_tokens must be 0, got {n}").format(
+            n=b.num_cached_tokens
+        ),
     )
     expect(
         not b.is_prefilling,
-        "B was preempted in the middle of its prefill (4 of its 12 prompt tokens computed): "
-        "is_prefilling must be False after preempt (set it with the other counters); it is still True, "
-        "so a waiting B would claim a prefill in progress",
+        _(
+            "B was preempted in the middle of its prefill (4 of its 12 prompt "
+            "tokens computed): is_prefilling must be False after preempt (set "
+            "it with the other counters); it is still True, so a waiting B "
+            "would claim a prefill in progress"
+        ),
     )
     expect(
         b.status == SequenceStatus.WAITING,
-        f"B must be WAITING, is {b.status.value}",
+        _("B must be WAITING, is {status}").format(status=b.status.value),
     )
     expect(
         b.token_ids == tokens_before,
-        "preempt must keep token_ids (prompt and generated tokens): they are recomputed later",
+        _(
+            "preempt must keep token_ids (prompt and generated tokens): they "
+            "are recomputed later"
+        ),
     )
 
 
@@ -81,14 +95,20 @@ def check_preempt_queues_at_head(fns):
     sched.add(later)
     out = SchedulerOutput()
     fns.preempt(sched, b, out, a)
-    expect(sched.running == [a], "B must be removed from self.running")
+    expect(sched.running == [a], _("B must be removed from self.running"))
     expect(
         list(sched.waiting) == [b, later],
-        "B must go to the HEAD of self.waiting (appendleft), before the request that was already waiting",
+        _(
+            "B must go to the HEAD of self.waiting (appendleft), before the "
+            "request that was already waiting"
+        ),
     )
     expect(
         out.preempted == [b],
-        f"list B in out.preempted (schedule admits nobody in a step that preempted); got {names(out.preempted)}",
+        _(
+            "list B in out.preempted (schedule admits nobody in a step that "
+            "preempted); got {got}"
+        ).format(got=names(out.preempted)),
     )
     kinds = [
         (e.kind, names(s for s in (a, b, later) if s.seq_id == e.seq_id))
@@ -96,13 +116,15 @@ def check_preempt_queues_at_head(fns):
     ]
     expect(
         kinds == [("preempted", ["B"])],
-        f"expected one event: ('preempted', B); got {kinds}",
+        _("expected one event: ('preempted', B); got {got}").format(got=kinds),
     )
     expect(
         isinstance(out.events[0].detail, dict)
         and ("by" in out.events[0].detail or "reason" in out.events[0].detail),
-        "the event's detail must be a dict saying who needed the room "
-        "(by=needed_by.seq_id, or a 'reason')",
+        _(
+            "the event's detail must be a dict saying who needed the room "
+            "(by=needed_by.seq_id, or a 'reason')"
+        ),
     )
 
 
@@ -119,18 +141,28 @@ def check_preempt_records_the_free_blocks_before(fns):
     )
     expect(
         detail.get("by") == a.seq_id,
-        f"by= must be the seq_id of the sequence that needed the room (A, seq_id {a.seq_id}); got {detail.get('by')!r}",
+        _(
+            "by= must be the seq_id of the sequence that needed the room (A, "
+            "seq_id {seq_id}); got {got!r}"
+        ).format(seq_id=a.seq_id, got=detail.get("by")),
     )
     free = detail.get("free")
     expect(
         free == 10,
-        "free= must be the free blocks BEFORE B's were given back: 10 (A and B hold 3 each of 16); you recorded "
-        + (
-            f"{free}, the count after B's 3 blocks came back: read num_free_blocks before bm.free(seq). The decision "
-            "itself is right; only the recorded number is wrong"
+        (
+            _(
+                "free= must be the free blocks BEFORE B's were given back: 10 "
+                "(A and B hold 3 each of 16); you recorded {free}, the count "
+                "after B's 3 blocks came back: read num_free_blocks before "
+                "bm.free(seq). The decision itself is right; only the recorded "
+                "number is wrong"
+            )
             if free == 13
-            else repr(free)
-        ),
+            else _(
+                "free= must be the free blocks BEFORE B's were given back: 10 "
+                "(A and B hold 3 each of 16); you recorded {free}"
+            )
+        ).format(free=free if free == 13 else repr(free)),
     )
 
 
@@ -142,11 +174,14 @@ def check_make_room_when_it_fits(fns):
     ok = fns.make_room(sched, a, 1, out)
     expect(
         ok is True,
-        f"A's next token needs 1 block and 12 are free: make_room must return True, got {ok!r}",
+        _(
+            "A's next token needs 1 block and 12 are free: make_room must "
+            "return True, got {ok!r}"
+        ).format(ok=ok),
     )
     expect(
         out.events == [] and sched.running == [a, b],
-        "nothing may be preempted when the blocks fit",
+        _("nothing may be preempted when the blocks fit"),
     )
 
 
@@ -158,11 +193,14 @@ def check_make_room_preempts_newest(fns):
     ok = fns.make_room(sched, a, 1, out)  # A's 9th token needs a 3rd block
     expect(
         ok is True,
-        f"after preempting C, A's block fits: make_room must return True, got {ok!r}",
+        _(
+            "after preempting C, A's block fits: make_room must return True, "
+            "got {ok!r}"
+        ).format(ok=ok),
     )
     expect(
         sched.running == [a, b] and list(sched.waiting) == [c],
-        "C, the newest, must be the one preempted",
+        _("C, the newest, must be the one preempted"),
     )
 
 
@@ -176,12 +214,17 @@ def check_make_room_preempts_until_it_fits(fns):
     )  # 20 tokens: 5 blocks, 3 more than A has
     expect(
         ok is True and sched.running == [a],
-        f"A needs 3 more blocks: both C and B must be preempted; "
-        f"running is now {len(sched.running)} sequence(s), ok={ok!r}",
+        _(
+            "A needs 3 more blocks: both C and B must be preempted; running is "
+            "now {n} sequence(s), ok={ok!r}"
+        ).format(n=len(sched.running), ok=ok),
     )
     expect(
         list(sched.waiting) == [b, c],
-        "preempted sequences go to the head of the queue: B (preempted last) first, then C",
+        _(
+            "preempted sequences go to the head of the queue: B (preempted "
+            "last) first, then C"
+        ),
     )
 
 
@@ -193,11 +236,14 @@ def check_make_room_self_preemption(fns):
     ok = fns.make_room(sched, b, 1, out)
     expect(
         ok is False,
-        f"B is the newest, so B is the victim: make_room must return False, got {ok!r}",
+        _(
+            "B is the newest, so B is the victim: make_room must return False, "
+            "got {ok!r}"
+        ).format(ok=ok),
     )
     expect(
         sched.running == [a] and list(sched.waiting) == [b],
-        "B must be WAITING at the head of the queue",
+        _("B must be WAITING at the head of the queue"),
     )
 
 
@@ -206,7 +252,7 @@ def engine_lesson_scenario(fns):
     run = expect_engine_matches(lesson_scenario(__file__))
     expect(
         run.event_counts["preempted"] >= 1,
-        "the scenario must preempt a request",
+        _("the scenario must preempt a request"),
     )
 
 
@@ -224,5 +270,5 @@ def engine_heavy_pressure(fns):
     )
     expect(
         run.event_counts["preempted"] >= 2,
-        "this run should preempt at least twice",
+        _("this run should preempt at least twice"),
     )

@@ -4,6 +4,7 @@ import torch
 
 from nanoengine.model_runner import StepInputs
 from nanoengine.sequence import Sequence
+from tracer.i18n import _
 from tracer.teach.kit import (
     add_request,
     expect,
@@ -51,30 +52,43 @@ def flatten(fns, seqs, block_size: int = 4) -> dict[str, list]:
         if "compute_slot_mapping" not in "".join(str(f) for f in frames_of(e)):
             raise
         raise AssertionError(
-            f"compute_slot_mapping indexed past a block table ({e}): some position points beyond its "
-            f"sequence's blocks. positions count from the start of each sequence (num_cached_tokens + "
-            f"the offset inside its chunk), not along the flat row"
+            _(
+                "compute_slot_mapping indexed past a block table ({e}): "
+                "some position points beyond its sequence's blocks. "
+                "positions count from the start of each sequence "
+                "(num_cached_tokens + the offset inside its chunk), not "
+                "along the flat row"
+            ).format(e=e)
         ) from None
     expect(
         isinstance(inputs, StepInputs),
-        f"prepare_inputs must return a StepInputs, got {type(inputs).__name__}",
+        _("prepare_inputs must return a StepInputs, got {type_name}").format(
+            type_name=type(inputs).__name__
+        ),
     )
     got = {}
     for name in INT_FIELDS + ("discard",):
         value = getattr(inputs, name)
         expect(
             isinstance(value, torch.Tensor),
-            f"{name} must be a torch tensor, got {type(value).__name__}",
+            _("{name} must be a torch tensor, got {type_name}").format(
+                name=name, type_name=type(value).__name__
+            ),
         )
         if name == "discard":
             expect(
                 value.dtype == torch.bool,
-                f"discard must be a bool tensor, got {value.dtype}",
+                _("discard must be a bool tensor, got {dtype}").format(
+                    dtype=value.dtype
+                ),
             )
         else:
             expect(
                 value.dtype == torch.int64,
-                f"{name} must be an int64 tensor (torch.tensor of ints is), got {value.dtype}",
+                _(
+                    "{name} must be an int64 tensor (torch.tensor of ints "
+                    "is), got {dtype}"
+                ).format(name=name, dtype=value.dtype),
             )
         got[name] = value.tolist()
     return got
@@ -83,7 +97,15 @@ def flatten(fns, seqs, block_size: int = 4) -> dict[str, list]:
 def expect_field(got: dict, name: str, expected, why: str) -> None:
     expect(
         got[name] == expected,
-        f"{name}: expected {expected}, got {got[name]} ({first_difference(got[name], expected)}). {why}",
+        _(
+            "{name}: expected {expected}, got {got} ({difference}). {why}"
+        ).format(
+            name=name,
+            expected=expected,
+            got=got[name],
+            difference=first_difference(got[name], expected),
+            why=why,
+        ),
     )
 
 
@@ -94,7 +116,9 @@ def check_query_start_loc(fns):
         got,
         "query_start_loc",
         [0, 1, 4, 12],
-        "It is the running sum of num_scheduled_tokens (1, 3, 8), starting at 0.",
+        _(
+            "It is the running sum of num_scheduled_tokens (1, 3, 8), starting at 0."
+        ),
     )
 
 
@@ -105,7 +129,9 @@ def check_input_ids(fns):
         got,
         "input_ids",
         [73, 81, 104, 122] + list(range(100, 108)),
-        "Take token_ids[num_cached_tokens : num_cached_tokens + num_scheduled_tokens] of each sequence.",
+        _(
+            "Take token_ids[num_cached_tokens : num_cached_tokens + num_scheduled_tokens] of each sequence."
+        ),
     )
 
 
@@ -116,7 +142,7 @@ def check_positions(fns):
         got,
         "positions",
         [3, 0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7],
-        "A token's position counts from the start of its own sequence.",
+        _("A token's position counts from the start of its own sequence."),
     )
 
 
@@ -127,13 +153,13 @@ def check_seq_lens_and_logits(fns):
         got,
         "seq_lens",
         [4, 3, 8],
-        "seq_lens = num_cached_tokens + num_scheduled_tokens.",
+        _("seq_lens = num_cached_tokens + num_scheduled_tokens."),
     )
     expect_field(
         got,
         "logits_indices",
         [0, 3, 11],
-        "The last token of each sequence: query_start_loc[1:] - 1.",
+        _("The last token of each sequence: query_start_loc[1:] - 1."),
     )
 
 
@@ -144,7 +170,7 @@ def check_discard(fns):
         got,
         "discard",
         [False, False, True],
-        "C will have 8 of its 26 tokens: seq_lens < num_tokens.",
+        _("C will have 8 of its 26 tokens: seq_lens < num_tokens."),
     )
 
 
@@ -155,13 +181,15 @@ def check_block_tables_and_slots(fns):
         got,
         "block_tables",
         [[0, 0], [1, 0], [2, 3]],
-        "Pad each block table with 0 to the longest.",
+        _("Pad each block table with 0 to the longest."),
     )
     expect_field(
         got,
         "slot_mapping",
         [3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15],
-        "Use compute_slot_mapping(block_tables, seq_index, positions, block_size).",
+        _(
+            "Use compute_slot_mapping(block_tables, seq_index, positions, block_size)."
+        ),
     )
 
 
@@ -173,21 +201,21 @@ def check_later_chunk(fns):
         got,
         "positions",
         list(range(8, 18)),
-        "Chunk 2 of C covers positions 8..17.",
+        _("Chunk 2 of C covers positions 8..17."),
     )
     expect_field(
         got,
         "input_ids",
         list(range(108, 118)),
-        "Chunk 2 of C is token_ids[8:18].",
+        _("Chunk 2 of C is token_ids[8:18]."),
     )
     expect_field(
         got,
         "slot_mapping",
         [20, 21, 22, 23, 24, 25, 26, 27, 28, 29],
-        "Positions 8..17 live in C's 3rd to 5th blocks (5, 6, 7).",
+        _("Positions 8..17 live in C's 3rd to 5th blocks (5, 6, 7)."),
     )
-    expect_field(got, "seq_lens", [18], "8 cached + 10 scheduled.")
+    expect_field(got, "seq_lens", [18], _("8 cached + 10 scheduled."))
 
 
 def check_all_decodes(fns):
@@ -203,19 +231,22 @@ def check_all_decodes(fns):
     ]
     got = flatten(fns, seqs)
     expect_field(
-        got, "query_start_loc", [0, 1, 2, 3], "Each decode schedules one token."
+        got,
+        "query_start_loc",
+        [0, 1, 2, 3],
+        _("Each decode schedules one token."),
     )
     expect_field(
         got,
         "positions",
         [5, 8, 2],
-        "A decode computes the token at position num_cached_tokens.",
+        _("A decode computes the token at position num_cached_tokens."),
     )
     expect_field(
         got,
         "logits_indices",
         [0, 1, 2],
-        "Every token is its sequence's last one.",
+        _("Every token is its sequence's last one."),
     )
 
 
@@ -244,5 +275,5 @@ def engine_mixed_batches(fns):
     run = expect_engine_matches(scenario)
     expect(
         run.event_counts["prefix_hit"] >= 1,
-        "the last request should reuse cached blocks",
+        _("the last request should reuse cached blocks"),
     )

@@ -6,6 +6,7 @@ from collections import Counter
 import torch
 
 from nanoengine.sampling_params import SamplingParams
+from tracer.i18n import _
 from tracer.teach.kit import (
     expect,
     expect_engine_matches,
@@ -33,19 +34,27 @@ def draw_many(
         token = fns.sample_one(row.clone(), p, num_tokens)
         expect(
             isinstance(token, int) and not isinstance(token, bool),
-            f"sample_one must return a Python int, got {token!r}",
+            _("sample_one must return a Python int, got {token!r}").format(
+                token=token
+            ),
         )
         expect(
             0 <= token < len(logits),
-            f"sample_one returned {token}, outside the vocabulary 0..{len(logits) - 1}",
+            _(
+                "sample_one returned {token}, outside the vocabulary 0..{last}"
+            ).format(token=token, last=len(logits) - 1),
         )
         counts[token] += 1
     top = torch.softmax(row / params.get("temperature", 1.0), -1).max().item()
     expect(
         len(counts) > 1 or top > 0.9 or one_token,
-        f"sample_one drew token {next(iter(counts))} for all {n} values of num_tokens (seed {seed}), though "
-        f"no token has more than {top:.0%} of the probability: include num_tokens in the seed "
-        f"(p.seed * 1_000_003 + num_tokens), so each position gets its own draw",
+        _(
+            "sample_one drew token {token} for all {n} values of "
+            "num_tokens (seed {seed}), though no token has more than "
+            "{top:.0%} of the probability: include num_tokens in the "
+            "seed (p.seed * 1_000_003 + num_tokens), so each "
+            "position gets its own draw"
+        ).format(token=next(iter(counts)), n=n, seed=seed, top=top),
     )
     return counts
 
@@ -56,11 +65,16 @@ def check_sample_greedy(fns):
     got = fns.sample(logits, [SamplingParams()] * 3, [4, 4, 4])
     expect(
         isinstance(got, list) and all(type(t) is int for t in got),
-        f"sample must return a list of Python ints (tensor.tolist()), got {got!r}",
+        _(
+            "sample must return a list of Python ints "
+            "(tensor.tolist()), got {got!r}"
+        ).format(got=got),
     )
     expect(
         got == [1, 0, 2],
-        f"greedy rows must take the argmax [1, 0, 2], got {got}",
+        _("greedy rows must take the argmax [1, 0, 2], got {got}").format(
+            got=got
+        ),
     )
 
 
@@ -71,8 +85,11 @@ def check_sample_calls_sample_one(fns):
     got = fns.sample(logits, params, [3] * 20)
     expect(
         len(set(got)) > 2,
-        f"20 seeded requests drawing from a uniform distribution over 8 tokens gave {got}: "
-        f"the non-greedy rows must go through sample_one",
+        _(
+            "20 seeded requests drawing from a uniform distribution "
+            "over 8 tokens gave {got}: the non-greedy rows must go "
+            "through sample_one"
+        ).format(got=got),
     )
 
 
@@ -84,13 +101,19 @@ def check_temperature(fns):
     share = counts[0] / 600
     expect(
         abs(share - p0) < 0.07,
-        f"with temperature 1 token 0 should be drawn ~{p0:.0%} of the time, "
-        f"it was {share:.0%}: softmax(logits / temperature)",
+        _(
+            "with temperature 1 token 0 should be drawn ~{p0:.0%} of "
+            "the time, it was {share:.0%}: softmax(logits / "
+            "temperature)"
+        ).format(p0=p0, share=share),
     )
     cold = draw_many(fns, logits, temperature=0.2)[0] / 600
     expect(
         cold > 0.95,
-        f"with temperature 0.2 token 0 should be drawn >95% of the time, it was {cold:.0%}",
+        _(
+            "with temperature 0.2 token 0 should be drawn >95% of "
+            "the time, it was {cold:.0%}"
+        ).format(cold=cold),
     )
 
 
@@ -99,7 +122,9 @@ def check_top_k(fns):
     counts = draw_many(fns, [0.0, 3.0, 1.0, 2.9, 0.5], temperature=2.0, top_k=2)
     expect(
         set(counts) == {1, 3},
-        f"top_k=2 may only draw tokens 1 and 3 (the two highest), drew {dict(counts)}",
+        _(
+            "top_k=2 may only draw tokens 1 and 3 (the two highest), drew {drawn}"
+        ).format(drawn=dict(counts)),
     )
 
 
@@ -117,8 +142,10 @@ def check_top_p(fns):
         )
         expect(
             set(counts) == allowed,
-            f"probabilities [0.5, 0.3, 0.15, 0.05] with top_p={top_p} may only draw "
-            f"{sorted(allowed)}, drew {dict(counts)}",
+            _(
+                "probabilities [0.5, 0.3, 0.15, 0.05] with top_p={top_p} "
+                "may only draw {allowed}, drew {drawn}"
+            ).format(top_p=top_p, allowed=sorted(allowed), drawn=dict(counts)),
         )
 
 
@@ -130,18 +157,24 @@ def check_seeded_draws_repeat(fns):
     again = [fns.sample_one(row.clone(), p, n) for n in range(10)]
     expect(
         first == again,
-        f"seed 11 must give the same draws for num_tokens 0..9 every time: {first} vs {again}. "
-        f"Seed a torch.Generator with p.seed * 1_000_003 + num_tokens",
+        _(
+            "seed 11 must give the same draws for num_tokens 0..9 "
+            "every time: {first} vs {again}. Seed a torch.Generator "
+            "with p.seed * 1_000_003 + num_tokens"
+        ).format(first=first, again=again),
     )
     expect(
         len(set(first)) > 3,
-        f"uniform draws at 10 different num_tokens gave {first}: include num_tokens in "
-        f"the seed, so each position gets its own draw",
+        _(
+            "uniform draws at 10 different num_tokens gave {first}: "
+            "include num_tokens in the seed, so each position gets "
+            "its own draw"
+        ).format(first=first),
     )
     unseeded = fns.sample_one(row.clone(), SamplingParams(temperature=1.0), 0)
     expect(
         isinstance(unseeded, int) and 0 <= unseeded < 50,
-        f"an unseeded draw returned {unseeded!r}",
+        _("an unseeded draw returned {unseeded!r}").format(unseeded=unseeded),
     )
 
 
@@ -164,15 +197,30 @@ def engine_seeds_survive_batching(fns):
     for i in (1, 2):
         expect(
             first.outputs[i].token_ids == second.outputs[i].token_ids,
-            f"request {i} (seeded) generated {first.outputs[i].token_ids} and then {second.outputs[i].token_ids}: "
-            f"seeded sampling must repeat",
+            _(
+                "request {i} (seeded) generated {token_ids} and then "
+                "{token_ids2}: seeded sampling must repeat"
+            ).format(
+                i=i,
+                token_ids=first.outputs[i].token_ids,
+                token_ids2=second.outputs[i].token_ids,
+            ),
         )
     expect(
         alone.outputs[0].token_ids == first.outputs[1].token_ids,
-        f"request 1 alone generated {alone.outputs[0].token_ids} but {first.outputs[1].token_ids} in the batch: "
-        f"its draws must not depend on the other requests (seed with its own seed and num_tokens)",
+        _(
+            "request 1 alone generated {token_ids} but {token_ids2} "
+            "in the batch: its draws must not depend on the other "
+            "requests (seed with its own seed and num_tokens)"
+        ).format(
+            token_ids=alone.outputs[0].token_ids,
+            token_ids2=first.outputs[1].token_ids,
+        ),
     )
     expect(
         first.outputs[1].token_ids != first.outputs[0].token_ids,
-        "the sampled request generated exactly the greedy text: is temperature applied?",
+        _(
+            "the sampled request generated exactly the greedy text: "
+            "is temperature applied?"
+        ),
     )

@@ -1,5 +1,6 @@
 """Checks for bug hunt 11: find_cached_prefix must leave a token to compute."""
 
+from tracer.i18n import _
 from tracer.teach.kit import (
     cache_prefix,
     expect,
@@ -17,16 +18,20 @@ def check_a_full_hit_leaves_the_last_token(fns):
     bm = make_block_manager()
     tokens = list(range(10, 18))  # 8 tokens: exactly 2 full blocks of 4
     cache_prefix(bm, tokens)
-    blocks, _ = fns.find_cached_prefix(bm, make_sequence(tokens))
+    blocks, _rest = fns.find_cached_prefix(bm, make_sequence(tokens))
     expect(
         len(blocks) * bm.block_size < len(tokens),
-        f"both blocks of the 8-token prompt are cached and your lookup returns "
-        f"{len(blocks)} of them: that leaves {len(tokens) - 4 * len(blocks)} "
-        f"tokens to compute, and a step needs at least one to sample from",
+        _(
+            "both blocks of the 8-token prompt are cached and your "
+            "lookup returns {n} of them: that leaves {left} tokens to "
+            "compute, and a step needs at least one to sample from"
+        ).format(n=len(blocks), left=len(tokens) - 4 * len(blocks)),
     )
     expect(
         len(blocks) == 1,
-        f"the first block can still be shared; got {len(blocks)} blocks",
+        _("the first block can still be shared; got {n} blocks").format(
+            n=len(blocks)
+        ),
     )
 
 

@@ -20,10 +20,7 @@ from nanoengine.sequence import Sequence
 def find_cached_prefix(self, seq: Sequence) -> tuple[list[int], list[int]]:
     """Longest run of full prompt blocks already in the cache: (block ids,
     their hashes)."""
-    if (
-        not self.enable_prefix_caching
-        or seq.params.prompt_logprobs is not None
-    ):
+    if not self.enable_prefix_caching or seq.params.prompt_logprobs is not None:
         # prompt logprobs need every prompt position computed (as vLLM v1)
         return [], []
     blocks, hashes, parent = [], [], None

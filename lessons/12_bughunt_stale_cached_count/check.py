@@ -1,6 +1,7 @@
 """Checks for bug hunt 12: a preempted request forgets its KV."""
 
 from nanoengine.scheduler import SchedulerOutput
+from tracer.i18n import _
 from tracer.teach.kit import (
     expect,
     expect_engine_matches,
@@ -19,12 +20,17 @@ def check_preempt_forgets_the_kv(fns):
     fns.preempt(sched, b, SchedulerOutput(), a)
     expect(
         b.block_table == [],
-        f"B must hold no blocks after preempt, holds {b.block_table}",
+        _("B must hold no blocks after preempt, holds {block_table}").format(
+            block_table=b.block_table
+        ),
     )
     expect(
         b.num_cached_tokens == 0,
-        f"B's blocks went back to the pool, yet it says num_cached_tokens = "
-        f"{b.num_cached_tokens}: KV it no longer has",
+        _(
+            "B's blocks went back to the pool, yet it says "
+            "num_cached_tokens = {num_cached_tokens}: KV it no "
+            "longer has"
+        ).format(num_cached_tokens=b.num_cached_tokens),
     )
 
 

@@ -1,5 +1,6 @@
 """Checks for bug hunt 13: one hash, one block."""
 
+from tracer.i18n import _
 from tracer.teach.kit import (
     expect,
     expect_engine_matches,
@@ -29,16 +30,24 @@ def check_twins_in_one_step_register_one_block(fns):
     hashed = [block for block, h in enumerate(bm.hashes) if h is not None]
     expect(
         hashed == a.block_table,
-        f"A's blocks {a.block_table} and B's {b.block_table} hold the same "
-        f"prefix; only A's may carry its hashes, but blocks {hashed} do",
+        _(
+            "A's blocks {block_table} and B's {block_table2} hold "
+            "the same prefix; only A's may carry its hashes, but "
+            "blocks {hashed} do"
+        ).format(
+            block_table=a.block_table, block_table2=b.block_table, hashed=hashed
+        ),
     )
     expect(
         [bm.hash_to_block[h] for h in a.block_hashes] == a.block_table,
-        "hash_to_block must keep pointing at the block registered first (A's)",
+        _(
+            "hash_to_block must keep pointing at the block "
+            "registered first (A's)"
+        ),
     )
     expect(
         b.block_hashes == a.block_hashes,
-        "B still records its blocks' hashes in b.block_hashes",
+        _("B still records its blocks' hashes in b.block_hashes"),
     )
 
 

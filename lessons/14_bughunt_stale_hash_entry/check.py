@@ -1,5 +1,6 @@
 """Checks for bug hunt 14: an evicted block leaves the prefix cache."""
 
+from tracer.i18n import _
 from tracer.teach.kit import (
     cache_prefix,
     expect,
@@ -24,16 +25,22 @@ def check_an_evicted_block_is_not_found_again(fns):
     ]  # a new owner takes both
     expect(
         sorted(taken) == [0, 1],
-        f"take_free_block must hand out the free blocks, got {taken}",
+        _("take_free_block must hand out the free blocks, got {taken}").format(
+            taken=taken
+        ),
     )
-    hits, _ = bm.find_cached_prefix(make_sequence(tokens))
+    hits, _rest = bm.find_cached_prefix(make_sequence(tokens))
     expect(
         hits == [],
-        f"block {hits[0] if hits else '?'} was taken for new contents, yet the "
-        f"prefix cache still finds it under its old hash: a later request would "
-        f"read someone else's KV",
+        _(
+            "block {block} was taken for new contents, yet the prefix "
+            "cache still finds it under its old hash: a later "
+            "request would read someone else's KV"
+        ).format(block=hits[0] if hits else '?'),
     )
-    expect(all(h is None for h in bm.hashes), "a taken block carries no hash")
+    expect(
+        all(h is None for h in bm.hashes), _("a taken block carries no hash")
+    )
 
 
 def engine_the_scenario_keeps_every_invariant(fns):

@@ -3,6 +3,7 @@
 import tempfile
 from pathlib import Path
 
+from tracer.i18n import _
 from tracer.teach.kit import expect, lesson_scenario, make_sequence
 from tracer.teach.scenarios import run_scenario
 from tracer.trace.diff import diff_traces, first_difference_line
@@ -20,13 +21,14 @@ def check_choose_victim(fns):
     got = fns.choose_victim(list(seqs))
     expect(
         got is seqs[-1],
-        f"running is [A, B, C, D] (oldest first); vLLM preempts D, the newest "
-        f"(self.running.pop()); you chose "
-        f"{'ABCD'[seqs.index(got)] if got in seqs else got!r}",
+        _(
+            "running is [A, B, C, D] (oldest first); vLLM preempts "
+            "D, the newest (self.running.pop()); you chose {got!r}"
+        ).format(got='ABCD'[seqs.index(got)] if got in seqs else got),
     )
     expect(
         fns.choose_victim(seqs[:1]) is seqs[0],
-        "with one running sequence, it is the victim",
+        _("with one running sequence, it is the victim"),
     )
 
 
@@ -39,5 +41,7 @@ def engine_matches_vllm(fns):
     diff.differences = [d for d in diff.differences if d.kind in SCHEDULE]
     expect(
         not diff.differences and diff.num_steps[0] == diff.num_steps[1],
-        f"your run and vLLM's part ways at {first_difference_line(diff)}",
+        _("your run and vLLM's part ways at {difference}").format(
+            difference=first_difference_line(diff)
+        ),
     )

@@ -163,3 +163,32 @@ DECISION_BUGS = {
     "admission_blocks": admit_forgetting_free_hit_blocks,
     "preemption_need": make_room_for_a_spare_block,
 }
+
+
+# ---- bugs in the n samples of one request (tracer/trace/invariants/samples.py) ---------------------
+# Planted with monkeypatch.setattr by tests/trace/test_sample_invariants.py.
+samples_share_one_seed = Patch(
+    "nanoengine.engine:child_params",
+    (
+        Edit(
+            "seed = None if params.seed is None else params.seed + i",
+            "seed = params.seed  # BUG: every sample draws the same numbers, so n samples are one sample n times",
+        ),
+    ),
+)
+
+blocks_findable_only_once_computed = Patch(
+    "BlockManager.register_full_blocks",
+    (
+        Edit(
+            "num_known = seq.num_cached_tokens + seq.num_scheduled_tokens",
+            "num_known = seq.num_cached_tokens"
+            "  # BUG: blocks scheduled in this step are not findable in it: each sample prefills the prompt again",
+        ),
+    ),
+)
+
+SAMPLE_BUGS = {
+    "sample_params": samples_share_one_seed,
+    "sample_prefix_share": blocks_findable_only_once_computed,
+}

@@ -380,6 +380,38 @@ def abort_late(steps, config):
     return i
 
 
+@mutation("sample_params")
+def a_request_claims_another_prompt_as_its_sample(steps, config):
+    """The second request of the first step says it is the first's sample: another prompt, and n = 1."""
+    first_sid, second = sorted(s["seq_id"] for s in steps[0]["seqs"])[:2]
+    seq(steps[0], second)["request_id"] = first_sid
+    return 0
+
+
+@mutation("sample_prefix_share")
+def a_sample_admitted_beside_its_sibling_misses_its_blocks(steps, config):
+    """A fresh admission now says it is a sample of a running request, and hits none of its blocks."""
+    bs = config["block_size"]
+
+    def pair(step: dict) -> tuple[int, int] | None:
+        running = [s for s in step["seqs"] if s["status_before"] == "RUNNING"]
+        holder = next((s for s in running if s["num_cached_tokens"] + s["num_scheduled_tokens"] >= bs), None)
+        for e in events_of(step, "admitted"):
+            late = seq(step, e["seq_id"])
+            if holder and late["num_prompt_tokens"] > bs and late["num_tokens"] == late["num_prompt_tokens"]:
+                return holder["seq_id"], late["seq_id"]
+        return None
+
+    i = first(steps, pair)
+    sibling, sample = pair(steps[i]) or (0, 0)
+    row = seq(steps[i], sample)
+    row["request_id"] = sibling
+    row["num_scheduled_tokens"] += row["num_cached_tokens"]  # as if it hit nothing: the prompt again
+    row["num_cached_tokens"] = 0
+    config["enable_prefix_caching"] = True
+    return i
+
+
 def test_every_invariant_has_a_mutation_test():
     assert set(MUTATIONS) == set(INVARIANTS)
 

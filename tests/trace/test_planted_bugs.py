@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from engine_bugs import BUGS, DECISION_BUGS
+from engine_bugs import BUGS, DECISION_BUGS, SAMPLE_BUGS
 
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from tracer.teach.kit import make_scheduler, prefilled
@@ -17,6 +17,7 @@ from tracer.teach.plant import Edit, Patch, PatchDoesNotApply, engine_function, 
 PATCHES = {
     **{f"mutation {key}": bug.patch for key, bug in BUGS.items()},
     **{f"decision {key}": patch for key, patch in DECISION_BUGS.items()},
+    **{f"samples {key}": patch for key, patch in SAMPLE_BUGS.items()},
     **{f"lesson {lesson.name}": lesson.planted_bug for lesson in all_lessons() if lesson.planted_bug},
 }
 

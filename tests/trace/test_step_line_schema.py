@@ -80,8 +80,9 @@ def test_a_recorded_trace_validates_and_writes_the_named_fields_in_the_builders_
         assert "queues" in step and set(step["queues"]) == set(QueuesLine.__annotations__)
         assert not keys_beyond(step["inputs"], InputsLine) and "input_texts" in step["inputs"]
         assert set(step["pool"]) == set(PoolLine.__annotations__)  # with the layout
-        for row in step["seqs"]:
-            assert tuple(row) == tuple(SeqRow.__annotations__)
+        for row in step["seqs"]:  # the optional fields (request_id, new_token_logprobs) only where they apply
+            assert tuple(row) == tuple(name for name in SeqRow.__annotations__ if name in row)
+            assert SeqRow.__required_keys__ | {"num_scheduled_tokens_after"} <= set(row)
         for event in step["events"]:
             assert not keys_beyond(event, EventLine) and EventLine.__required_keys__ <= set(event)
 

@@ -26,3 +26,10 @@ def test_compare_all_says_for_each_scenario_whether_and_where_it_differs(capsys)
 def test_compare_all_refuses_an_unknown_scenario_in_one_line(capsys):
     assert main(["no-such-scenario"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_n_samples_are_scheduled_as_vllm_v1_schedules_its_child_requests(capsys):
+    """Issue 33: vLLM's front end fans n out into child requests (ParentRequest); driven as such into
+    vLLM's scheduler they get nanoengine's schedule, step for step (block ids aside: see the trace's test)."""
+    assert main(["parallel-sampling"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "same  parallel-sampling (14 vs 14 steps)"

@@ -88,9 +88,17 @@ def test_the_committed_workloads_are_the_scenarios_of_today():
         w = load_workload(TRACES_DIR / f"{name}.workload.json")
         assert [r.arrive for r in w.requests] == arrivals_in_seq_order(scenario), name
         ordered = sorted(scenario.requests, key=lambda r: r.arrive)
-        assert [r.params for r in w.requests] == [asdict_params(r.params) for r in ordered], name
+        assert [r.params for r in w.requests] == [p for r in ordered for p in samples_params(r.params)], name
         for key, value in scenario.engine.items():
             assert w.config[key] == value, (name, key)
+
+
+def samples_params(params: dict) -> list[dict]:
+    """A request's entries: one, or n for n samples (each with its seed + i and the request's n)."""
+    n, seed = int(params.get("n", 1)), params.get("seed")
+    if n == 1:
+        return [asdict_params(params)]
+    return [{**asdict_params({**params, "n": 1, "seed": None if seed is None else seed + i}), "n": n} for i in range(n)]
 
 
 def asdict_params(params: dict) -> dict:

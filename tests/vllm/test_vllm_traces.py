@@ -171,6 +171,37 @@ def test_every_committed_row_and_pool_layout_is_the_one_builders(name):
     from tracer.vllm.record import VllmRow
 
     for step in load(name).steps:
-        assert all(tuple(row) == tuple(VllmRow.__annotations__) for row in step["seqs"])
+        fields = tuple(VllmRow.__annotations__)  # request_id only where a row is sample i > 0 of n
+        assert all(tuple(row) == tuple(f for f in fields if f in row) for row in step["seqs"])
+        assert all(VllmRow.__required_keys__ <= set(row) for row in step["seqs"])
         layout = pool_layout(step["seqs"], step["pool"])
         assert (step["pool"]["owners"], step["pool"]["filled"]) == (layout["owners"], layout["filled"])
+
+
+def test_n_samples_are_vllms_child_requests_sharing_the_prompt_through_the_prefix_cache():
+    """parallel-sampling (issue 33): a request of 4 samples and one of 2, fanned out as vLLM's front end
+    does; a sample admitted while a sibling holds the prompt hits its full blocks, in the same step too."""
+    from tracer.trace.step_line import request_of
+
+    trace = load("parallel-sampling")
+    last = trace.steps[-1]["seqs"]
+    groups: dict[int, list[int]] = {}
+    for row in last:
+        groups.setdefault(request_of(row), []).append(row["seq_id"])
+    assert groups == {0: [0], 1: [1, 2, 3, 4], 5: [5, 6]}
+    assert [trace.requests[s]["params"]["seed"] for s in (1, 2, 3, 4, 5, 6)] == [5, 6, 7, 8, 9, 10]
+    hits = {
+        (step["step"], e["seq_id"]): e["detail"]["blocks"]
+        for step in trace.steps
+        for e in step["events"]
+        if e["kind"] == "prefix_hit"
+    }
+    sample0 = trace.steps[2]["seqs"][1]["block_table"]
+    assert [hits[(2, s)] for s in (2, 3, 4)] == [sample0[:7]] * 3  # (30 - 1) // 4 blocks: the last token is computed
+    assert (4, 5) in hits and hits[(4, 6)] == hits[(4, 5)]  # admitted together: 6 hits what 5 hit and scheduled
+    assert names(check_with(trace, "vllm")) == set()
+    broken = copy.deepcopy(trace.steps)
+    row = next(r for r in broken[2]["seqs"] if r["seq_id"] == 3)
+    row["num_cached_tokens"], row["num_scheduled_tokens"] = 0, 30  # as if it prefilled the prompt again
+    found = [v for v in check_with(trace, "vllm", broken) if v.invariant == "sample_prefix_share"]
+    assert [(v.step, v.seq_id) for v in found] == [(2, 3)]

@@ -13,7 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from nanoengine.config import EngineConfig
-from tracer.cli.defaults import SHOWN, default_of
+from tracer.cli.defaults import add_lang_arg, default_of, with_default
+from tracer.cli.help_format import HelpFormatter
+from tracer.i18n import _
 from tracer.replay.app import parse_terminal_size
 from tracer.teach.demos import DEFAULT_SIZE, DEMOS, export_frames, look_for, run_demo
 
@@ -25,17 +27,21 @@ def demo_main(argv: list[str]) -> int:
         return list_demos(console)
     demo = DEMOS.get(args.name)
     if demo is None:
-        raise ValueError(f"no demo {args.name!r}; choose one of: {', '.join(DEMOS)} (or `nanoengine demo list`)")
+        raise ValueError(
+            _("no demo {name!r}; choose one of: {names} (or `nanoengine demo list`)").format(
+                name=args.name, names=", ".join(DEMOS)
+            )
+        )
     steps = parse_steps(args.steps)
     size = parse_terminal_size(args.size)
     vllm_trace = vs_vllm_trace(demo.name, args, console) if args.vs_vllm else None
     if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        raise ValueError(_("--threads must be >= 1, got {value}").format(value=args.threads))
     runs = run_demo(demo, args.model, args.out_dir, console, threads=args.threads, engine=engine_overrides(args))
     console.print()
     demo.report(console, runs)
     guide = look_for(runs[0])
-    console.print(Text.assemble(("Look for: ", "bold"), guide))
+    console.print(Text.assemble((_("Look for: "), "bold"), guide))
     if len(runs) > 1:
         guide += " " + other_runs_hint(demo, runs)
         console.print(other_runs_hint(demo, runs), soft_wrap=True, markup=False)
@@ -45,7 +51,8 @@ def demo_main(argv: list[str]) -> int:
             wanted = steps or [run.focus_step]
             assert run.trace_path is not None, "demos always record a trace"
             paths = export_frames(run.trace_path, wanted, Path(args.export), prefix, size, console)
-            console.print(f"{len(paths)} frame(s) of the {variant or demo.name} run → {escape(str(args.export))}")
+            message = _("{n} frame(s) of the {run} run → {folder}")
+            console.print(message.format(n=len(paths), run=variant or demo.name, folder=escape(str(args.export))))
         return 0
     assert runs[0].trace_path is not None, "demos always record a trace"
     if vllm_trace == RECORD_NOW:
@@ -111,16 +118,17 @@ def report_vs_vllm(console: Console, ours: Path, theirs: Path) -> None:
     from tracer.trace.trace_file import load_trace
 
     diff = diff_traces(load_trace(ours), load_trace(theirs))
-    console.print(Text.assemble(("Beside vLLM v1: ", "bold"), first_difference_line(diff)))
-    console.print(f"(nanoengine diff {ours} {theirs} lists every difference)", markup=False)
+    console.print(Text.assemble((_("Beside vLLM v1: "), "bold"), first_difference_line(diff)))
+    console.print(_("(nanoengine diff {a} {b} lists every difference)").format(a=ours, b=theirs), markup=False)
 
 
 def other_runs_hint(demo, runs) -> str:
     """How to open the other variants' traces (the TUI shows one trace at a time)."""
     others = [
-        f"the {variant} run: nanoengine replay {run.trace_path}" for variant, run in zip(demo.variants[1:], runs[1:])
+        _("the {variant} run: nanoengine replay {path}").format(variant=variant, path=run.trace_path)
+        for variant, run in zip(demo.variants[1:], runs[1:])
     ]
-    return "Compare with " + "; ".join(others) + " (in a second terminal, side by side)."
+    return _("Compare with {runs} (in a second terminal, side by side).").format(runs="; ".join(others))
 
 
 ENGINE_FLAGS = {  # flag -> the engine option it overrides in the demo's scenario
@@ -139,43 +147,49 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         options["enable_prefix_caching"] = False
     for name, value in options.items():
         if value is not False and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+            raise ValueError(_("--{flag} must be >= 1, got {value}").format(flag=name.replace("_", "-"), value=value))
     return options
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="nanoengine demo",
-        description="Classroom demos: deterministic scenarios "
-        "that record a trace and open the replay TUI at the step that matters.",
+        description=_(
+            "Classroom demos: deterministic scenarios that record a trace and open the replay TUI at the step "
+            "that matters."
+        ),
     )
-    p.add_argument("name", help=f"list, or one of: {', '.join(DEMOS)}")
+    p.add_argument("name", help=_("list, or one of: {names}").format(names=", ".join(DEMOS)))
     p.add_argument(
         "--model",
         default=default_of(EngineConfig, "model"),
-        help=f"'default' (SmolLM2-135M, real text) or 'tiny' (instant) {SHOWN}",
+        help=with_default(_("'default' (SmolLM2-135M, real text) or 'tiny' (instant) {shown}")),
     )
-    p.add_argument("--no-tui", action="store_true", help="record and report only")
-    p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
-    p.add_argument("--export", metavar="DIR", default=None, help="write SVG frames here instead of opening the TUI")
-    p.add_argument("--steps", default=None, help="steps to export, e.g. 3,7,12 (default: the focus step)")
-    p.add_argument("--size", default=f"{DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}", help="terminal size of the frames")
-    p.add_argument("--out-dir", type=Path, default=Path("traces"), help="where to write the trace(s)")
+    p.add_argument("--no-tui", action="store_true", help=_("record and report only"))
+    p.add_argument("--predict", action="store_true", help=_("open the TUI in predict (quiz) mode"))
+    p.add_argument("--export", metavar="DIR", default=None, help=_("write SVG frames here instead of opening the TUI"))
+    p.add_argument("--steps", default=None, help=_("steps to export, e.g. 3,7,12 (default: the focus step)"))
+    p.add_argument("--size", default=f"{DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}", help=_("terminal size of the frames"))
+    p.add_argument("--out-dir", type=Path, default=Path("traces"), help=_("where to write the trace(s)"))
     for name in ENGINE_FLAGS:  # the engine flags of generate and trace; unset ones keep the demo's values
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help="(default: the demo's own)")
-    p.add_argument("--no-prefix-caching", action="store_true")
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=_("(default: the demo's own)"))
+    p.add_argument("--no-prefix-caching", action="store_true", help=_("turn prefix caching off"))
     p.add_argument(
         "--vs-vllm",
         action="store_true",
-        help="open the demo beside vLLM v1's own scheduler on the same requests (its committed trace of this "
-        "model's token ids, or recorded now with $NANOENGINE_VLLM_PYTHON)",
+        help=_(
+            "open the demo beside vLLM v1's own scheduler on the same requests (its committed trace of this "
+            "model's token ids, or recorded now with $NANOENGINE_VLLM_PYTHON)"
+        ),
     )
     p.add_argument(
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads (default: torch's choice; 1 is much faster on a busy machine)",
+        help=_("torch CPU threads (default: torch's choice; 1 is much faster on a busy machine)"),
     )
+    add_lang_arg(p)
     return p.parse_args(argv)
 
 
@@ -185,22 +199,26 @@ def parse_steps(text: str | None) -> list[int]:
     try:
         steps = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise ValueError(f"--steps takes step numbers separated by commas, e.g. 3,7,12; got {text!r}") from None
+        raise ValueError(
+            _("--steps takes step numbers separated by commas, e.g. 3,7,12; got {text!r}").format(text=text)
+        ) from None
     if any(s < 0 for s in steps):
-        raise ValueError(f"--steps must be >= 0, got {text!r}")
+        raise ValueError(_("--steps must be >= 0, got {text!r}").format(text=text))
     return steps
 
 
 def list_demos(console: Console) -> int:
-    table = Table(title="nanoengine demos", title_justify="left")
-    table.add_column("name")
-    table.add_column("shows")
+    table = Table(title=_("nanoengine demos"), title_justify="left")
+    table.add_column(_("name"))
+    table.add_column(_("shows"))
     for demo in DEMOS.values():
-        table.add_row(demo.name, demo.summary)
+        table.add_row(demo.name, _(demo.summary))
     console.print(table)
     console.print(
-        "Run one with [bold]nanoengine demo NAME[/] (add --model tiny for an instant run, "
-        "--no-tui to only record, --export DIR --steps 3,7 for SVG frames, --threads 1 on a busy "
-        "machine)."
+        _(
+            "Run one with [bold]nanoengine demo NAME[/] (add --model tiny for an instant run, "
+            "--no-tui to only record, --export DIR --steps 3,7 for SVG frames, --threads 1 on a busy "
+            "machine)."
+        )
     )
     return 0

@@ -17,10 +17,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from tracer.cli.defaults import add_lang_arg
+from tracer.cli.help_format import HelpFormatter
+from tracer.i18n import N_, _
 from tracer.trace.diff import KINDS, Difference, DiffError, TraceDiff, diff_traces, first_difference_line, summary
 from tracer.trace.readable import printable
 
-IDS_ONLY = (
+IDS_ONLY = N_(
     "Only block ids differ, and only by a renaming: every request holds as many blocks, shared the same way, so "
     "the decisions are the same. Which free block is handed out next is the free-list order: nanoengine takes the "
     "least recently freed, vLLM 0.33 a freed block without a hash first (lessons/README.md, 'One order for the "
@@ -42,15 +45,23 @@ class Row:
 
 def diff_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="nanoengine diff",
-        description="Per step, where two traces of the same workload differ (tokens scheduled per "
-        "request, admissions, victims, prefix hits, finishes, blocks), with each side's why.",
+        description=_(
+            "Per step, where two traces of the same workload differ (tokens scheduled per request, admissions, "
+            "victims, prefix hits, finishes, blocks), with each side's why."
+        ),
     )
-    p.add_argument("a", help="a trace (e.g. nanoengine's run)")
-    p.add_argument("b", help="a trace of the same workload (e.g. tracer/vllm/traces/NAME.jsonl)")
-    p.add_argument("--first", action="store_true", help="only the first step that differs")
-    p.add_argument("--summary", action="store_true", help="one line per kind of difference, with its first step")
-    p.add_argument("--only", default=None, help=f"only these kinds, comma-separated: {', '.join(KINDS)} (default: all)")
+    p.add_argument("a", help=_("a trace (e.g. nanoengine's run)"))
+    p.add_argument("b", help=_("a trace of the same workload (e.g. tracer/vllm/traces/NAME.jsonl)"))
+    p.add_argument("--first", action="store_true", help=_("only the first step that differs"))
+    p.add_argument("--summary", action="store_true", help=_("one line per kind of difference, with its first step"))
+    p.add_argument(
+        "--only",
+        default=None,
+        help=_("only these kinds, comma-separated: {kinds} (default: all)").format(kinds=", ".join(KINDS)),
+    )
+    add_lang_arg(p)
     args = p.parse_args(argv)
     from tracer.cli.trace import err, load_or_report
 
@@ -75,7 +86,9 @@ def parse_kinds(text: str | None) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
-        raise ValueError(f"--only takes {', '.join(KINDS)}; got {', '.join(unknown)}")
+        raise ValueError(
+            _("--only takes {kinds}; got {unknown}").format(kinds=", ".join(KINDS), unknown=", ".join(unknown))
+        )
     return kinds
 
 
@@ -94,27 +107,32 @@ def merged_rows(differences: list[Difference]) -> list[Row]:
 def print_diff(
     console: Console, diff: TraceDiff, path_a: str, path_b: str, first_only: bool = False, brief: bool = False
 ) -> None:
-    console.print(f"A = {escape(diff.label_a)}: {escape(path_a)} ({diff.num_steps[0]} steps)")
-    console.print(f"B = {escape(diff.label_b)}: {escape(path_b)} ({diff.num_steps[1]} steps)")
+    side = _("{side} = {label}: {path} ({n} steps)")
+    console.print(side.format(side="A", label=escape(diff.label_a), path=escape(path_a), n=diff.num_steps[0]))
+    console.print(side.format(side="B", label=escape(diff.label_b), path=escape(path_b), n=diff.num_steps[1]))
     for note in diff.notes:
         console.print(Text(note))
     if not diff.differences:
-        same = "the same number of steps" if diff.num_steps[0] == diff.num_steps[1] else "different step counts"
-        console.print(f"[green]no difference[/] in any step's decisions ({same})")
+        console.print(
+            _("[green]no difference[/] in any step's decisions (the same number of steps)")
+            if diff.num_steps[0] == diff.num_steps[1]
+            else _("[green]no difference[/] in any step's decisions (different step counts)")
+        )
         return
     if not diff.decisions_differ():
-        console.print(Text(IDS_ONLY, style="green"))
-    console.print(Text("First difference: " + first_difference_line(diff)))
+        console.print(Text(_(IDS_ONLY), style="green"))
+    console.print(Text(_("First difference: {line}").format(line=first_difference_line(diff))))
     if brief:
         for line in summary(diff):
             console.print(Text("  " + line))
         return
     steps = diff.steps()[:1] if first_only else diff.steps()
-    table = Table(title=f"{len(diff.steps())} of {max(diff.num_steps)} steps differ", title_justify="left")
-    for col in ("step", "what", "request", "A: did, and why", "B: did, and why"):
+    title = _("{n} of {total} steps differ").format(n=len(diff.steps()), total=max(diff.num_steps))
+    table = Table(title=title, title_justify="left")
+    for col in (_("step"), _("what"), _("request"), _("A: did, and why"), _("B: did, and why")):
         table.add_column(col, overflow="fold")
     for row in merged_rows([d for d in diff.differences if d.step in steps]):
         who = "" if row.request is None else str(row.request)
-        what = ", ".join(row.kinds) + (" (ids only)" if row.ids_only else "")
+        what = ", ".join(row.kinds) + (_(" (ids only)") if row.ids_only else "")
         table.add_row(str(row.step), what, who, Text(row.a), Text(row.b))
     console.print(table)

@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +30,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from tracer.cli.defaults import add_lang_arg
+from tracer.cli.help_format import HelpFormatter
+from tracer.i18n import N_, _, language, ngettext
 from tracer.teach.lessons import (
     CheckResult,
     Lesson,
@@ -59,66 +63,73 @@ def lesson_main(argv: list[str]) -> int:
     try:
         return args.handler(args, console)
     except LessonError as e:
-        console.print(f"[red]nanoengine lesson: {escape(str(e))}[/]", soft_wrap=True)
+        console.print(Text(_("nanoengine lesson: {message}").format(message=e), style="red"), soft_wrap=True)
         return 2
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="nanoengine lesson",
-        description="Lessons with exercises that plug into the "
-        "live engine. Start with `nanoengine lesson start`, then `lesson show 1`.",
+        description=_(
+            "Lessons with exercises that plug into the live engine. Start with `nanoengine lesson start`, "
+            "then `lesson show 1`."
+        ),
     )
+    add_lang_arg(p)
     sub = p.add_subparsers(dest="command", metavar="{start,list,show,hint,check,trace,reset}")
     sub.required = True
 
     def command(name: str, handler, help_text: str, lesson_arg: bool = True) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help_text, description=help_text)
+        c = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         if lesson_arg:
-            c.add_argument("lesson", help="lesson number or name, e.g. 1 or request_life")
+            c.add_argument("lesson", help=_("lesson number or name, e.g. 1 or request_life"))
         c.add_argument(
             "--dir",
             type=Path,
             default=None,
-            help="your lessons folder (default: $NANOENGINE_LESSONS_DIR or ./my-lessons)",
+            help=_("your lessons folder (default: $NANOENGINE_LESSONS_DIR or ./my-lessons)"),
         )
+        add_lang_arg(c)
         c.set_defaults(handler=handler)
         return c
 
-    start = command("start", cmd_start, "copy the exercise stubs into your lessons folder", lesson_arg=False)
-    start.add_argument("--force", action="store_true", help="overwrite exercises you already have (kept as .bak)")
-    lst = command("list", cmd_list, "list the lessons and your progress", lesson_arg=False)
-    lst.add_argument("--run", action="store_true", help="run every lesson's checks now (slower)")
-    command("show", cmd_show, "show a lesson's text")
-    hint = command("hint", cmd_hint, "a hint for a lesson: first a nudge; --more for the next, the last shows code")
-    hint.add_argument("--more", action="store_true", help="the next hint after the ones you have seen")
-    hint.add_argument("--all", action="store_true", help="every hint at once, the code included")
-    check = command("check", cmd_check, "check your exercise: direct tests, then the engine runs your code")
-    check.add_argument("--file", type=Path, default=None, help="check this file instead of your lessons folder's")
+    start = command("start", cmd_start, _("copy the exercise stubs into your lessons folder"), lesson_arg=False)
+    start.add_argument("--force", action="store_true", help=_("overwrite exercises you already have (kept as .bak)"))
+    lst = command("list", cmd_list, _("list the lessons and your progress"), lesson_arg=False)
+    lst.add_argument("--run", action="store_true", help=_("run every lesson's checks now (slower)"))
+    command("show", cmd_show, _("show a lesson's text"))
+    hint = command("hint", cmd_hint, _("a hint for a lesson: first a nudge; --more for the next, the last shows code"))
+    hint.add_argument("--more", action="store_true", help=_("the next hint after the ones you have seen"))
+    hint.add_argument("--all", action="store_true", help=_("every hint at once, the code included"))
+    check = command("check", cmd_check, _("check your exercise: direct tests, then the engine runs your code"))
+    check.add_argument("--file", type=Path, default=None, help=_("check this file instead of your lessons folder's"))
     check.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object (lesson, passed, checks: name, passed, status, message) instead; same exit status",
+        help=_(
+            "print one JSON object (lesson, passed, checks: name, passed, status, message) instead; same exit status"
+        ),
     )
-    trace = command("trace", cmd_trace, "record the lesson's scenario with your code plugged in and open the TUI")
-    trace.add_argument("--file", type=Path, default=None, help="use this exercise file")
-    trace.add_argument("--reference", action="store_true", help="use the engine's own code instead of yours")
-    trace.add_argument("--no-tui", action="store_true", help="only record the trace")
-    trace.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
-    trace.add_argument("--model", default=None, help="override the scenario's model (e.g. default for SmolLM2)")
-    trace.add_argument("--out", type=Path, default=None, help="trace file to write")
+    trace = command("trace", cmd_trace, _("record the lesson's scenario with your code plugged in and open the TUI"))
+    trace.add_argument("--file", type=Path, default=None, help=_("use this exercise file"))
+    trace.add_argument("--reference", action="store_true", help=_("use the engine's own code instead of yours"))
+    trace.add_argument("--no-tui", action="store_true", help=_("only record the trace"))
+    trace.add_argument("--predict", action="store_true", help=_("quiz mode: predict each step before you see it"))
+    trace.add_argument("--model", default=None, help=_("override the scenario's model (e.g. default for SmolLM2)"))
+    trace.add_argument("--out", type=Path, default=None, help=_("trace file to write"))
     beside = trace.add_mutually_exclusive_group()
     beside.add_argument(
         "--compare-reference",
         action="store_true",
-        help="also record the engine's own code on the scenario and show it beside your run, differences marked",
+        help=_("also record the engine's own code on the scenario and show it beside your run, differences marked"),
     )
     beside.add_argument(
         "--compare-vllm",
         action="store_true",
-        help="show vLLM v1's committed run of the scenario beside yours, differences marked",
+        help=_("show vLLM v1's committed run of the scenario beside yours, differences marked"),
     )
-    command("reset", cmd_reset, "put the exercise stub back (your file is kept as exercise.py.bak)")
+    command("reset", cmd_reset, _("put the exercise stub back (your file is kept as exercise.py.bak)"))
     return p.parse_args(argv)
 
 
@@ -130,18 +141,24 @@ def workdir(args) -> Path:
 def working_file(args, lesson: Lesson) -> Path:
     if getattr(args, "file", None) is not None:
         if args.file.is_dir():
-            raise LessonError(f"{args.file} is a folder: pass the exercise.py file you wrote")
+            raise LessonError(_("{path} is a folder: pass the exercise.py file you wrote").format(path=args.file))
         if not args.file.is_file():
-            raise LessonError(f"{args.file} does not exist")
+            raise LessonError(_("{path} does not exist").format(path=args.file))
         return args.file
     path = workdir(args) / lesson.name / "exercise.py"
     if not path.is_file():
         if not workdir(args).is_dir():
             raise LessonError(
-                f"no lessons folder at {shorten(workdir(args))}: run `nanoengine lesson start` first "
-                f"(or pass --dir / set NANOENGINE_LESSONS_DIR)"
+                _(
+                    "no lessons folder at {folder}: run `nanoengine lesson start` first "
+                    "(or pass --dir / set NANOENGINE_LESSONS_DIR)"
+                ).format(folder=shorten(workdir(args)))
             )
-        raise LessonError(f"{shorten(path)} is missing: run `nanoengine lesson reset {lesson.number}` to get the stub")
+        raise LessonError(
+            _("{path} is missing: run `nanoengine lesson reset {n}` to get the stub").format(
+                path=shorten(path), n=lesson.number
+            )
+        )
     return path
 
 
@@ -171,16 +188,16 @@ def save_progress(folder: Path, lesson: Lesson, path: Path, results: list[CheckR
 def lesson_status(folder: Path, lesson: Lesson, progress: dict) -> str:
     path = folder / lesson.name / "exercise.py"
     if not path.is_file():
-        return "[dim]not started[/]"
+        return "[dim]" + _("not started") + "[/]"
     digest = file_digest(path)
     if digest == file_digest(lesson.exercise):
-        return "to do"
+        return _("to do")
     entry = progress.get(lesson.name)
     if not entry or entry.get("sha256") != digest:
-        return "[yellow]edited, not checked[/]"
+        return "[yellow]" + _("edited, not checked") + "[/]"
     if entry["passed"] == entry["total"]:
-        return "[green]✓ passed[/]"
-    return f"[red]✗ {entry['passed']}/{entry['total']} checks[/]"
+        return "[green]✓ " + _("passed") + "[/]"
+    return "[red]✗ " + _("{passed}/{total} checks").format(passed=entry["passed"], total=entry["total"]) + "[/]"
 
 
 # ---- commands ------------------------------------------------------------------------------
@@ -198,15 +215,16 @@ def cmd_start(args, console: Console) -> int:
             shutil.copyfile(target, target.with_name("exercise.py.bak"))
         shutil.copyfile(lesson.exercise, target)
         copied.append(lesson)
-    (folder / "README.md").write_text(WORKDIR_README, encoding="utf-8")
-    console.print(
-        f"Your lessons folder is [bold]{shorten(folder)}[/]: {len(copied)} exercise(s) copied"
-        + (f", {len(kept)} kept (use --force to overwrite)" if kept else "")
-        + "."
+    (folder / "README.md").write_text(_(WORKDIR_README), encoding="utf-8")
+    message = (
+        _("Your lessons folder is [bold]{folder}[/]: {n} exercise(s) copied, {kept} kept (use --force to overwrite).")
+        if kept
+        else _("Your lessons folder is [bold]{folder}[/]: {n} exercise(s) copied.")
     )
+    console.print(message.format(folder=escape(shorten(folder)), n=len(copied), kept=len(kept)))
     if args.dir is None and "NANOENGINE_LESSONS_DIR" not in os.environ:
-        console.print("Run the lesson commands from this folder's parent, or set NANOENGINE_LESSONS_DIR.")
-    console.print("Next: [bold]nanoengine lesson show 1[/]")
+        console.print(_("Run the lesson commands from this folder's parent, or set NANOENGINE_LESSONS_DIR."))
+    console.print(_("Next: [bold]nanoengine lesson show 1[/]"))
     return 0
 
 
@@ -214,22 +232,27 @@ def folder_source(args) -> str:
     """Where the lessons folder's path came from, as the student would change it."""
     if args.dir is not None:
         return "--dir"
-    return "NANOENGINE_LESSONS_DIR" if os.environ.get("NANOENGINE_LESSONS_DIR") else "--dir or NANOENGINE_LESSONS_DIR"
+    if os.environ.get("NANOENGINE_LESSONS_DIR"):
+        return "NANOENGINE_LESSONS_DIR"
+    return _("--dir or NANOENGINE_LESSONS_DIR")
 
 
 def make_lessons_folder(folder: Path, given_by: str) -> None:
     """The lessons folder, made if missing; a file or an unusable path there is one LessonError."""
     if folder.exists() and not folder.is_dir():
         raise LessonError(
-            f"{shorten(folder)} is a file, not a folder: point {given_by} at a folder for your "
-            f"lessons (it is made if missing), or move the file away"
+            _(
+                "{path} is a file, not a folder: point {given_by} at a folder for your lessons (it is made "
+                "if missing), or move the file away"
+            ).format(path=shorten(folder), given_by=given_by)
         )
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise LessonError(
-            f"cannot make the lessons folder {shorten(folder)} ({e.strerror}): point {given_by} at a "
-            f"folder you can write"
+            _("cannot make the lessons folder {path} ({error}): point {given_by} at a folder you can write").format(
+                path=shorten(folder), error=e.strerror, given_by=given_by
+            )
         ) from None
 
 
@@ -244,35 +267,51 @@ def cmd_list(args, console: Console) -> int:
                 except LessonError as e:
                     console.print(f"[red]{lesson.name}: {escape(str(e))}[/]")
     progress = load_progress(folder)
-    table = Table(title="nanoengine lessons", title_justify="left")
+    table = Table(title=_("nanoengine lessons"), title_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("lesson")
-    table.add_column("you write")
-    table.add_column("status")
+    table.add_column(_("lesson"))
+    table.add_column(_("you write"))
+    table.add_column(_("status"))
     for lesson in all_lessons():
         table.add_row(
             str(lesson.number),
-            lesson.title.split(". ", 1)[-1],
+            Text(short_title(lesson.localized_title())),
             ", ".join(lesson.targets.values()),
-            lesson_status(folder, lesson, progress) if folder.is_dir() else "[dim]not started[/]",
+            lesson_status(folder, lesson, progress) if folder.is_dir() else "[dim]" + _("not started") + "[/]",
         )
     console.print(table)
     if not folder.is_dir():
-        console.print(
-            f"Start with [bold]nanoengine lesson start[/] (copies the exercises to {escape(shorten(folder))})."
-        )
+        message = _("Start with [bold]nanoengine lesson start[/] (copies the exercises to {folder}).")
+        console.print(message.format(folder=escape(shorten(folder))))
     return 0
+
+
+LESSON_NUMBER = re.compile(r"^\s*(?:Lesson\s+|第\s*)?\d+\s*课?\s*[.。:：]\s*")
+
+
+def short_title(title: str) -> str:
+    """A title without its lesson number: '1. A request's life' -> "A request's life" ('第 1 课。...' too)."""
+    return LESSON_NUMBER.sub("", title, count=1)
 
 
 def cmd_show(args, console: Console) -> int:
-    show_markdown(find_lesson(args.lesson).readme, console)
+    lesson = find_lesson(args.lesson)
+    say_if_untranslated(lesson.readme, lesson.localized_readme(), console)
+    show_markdown(lesson.localized_readme(), console)
     return 0
+
+
+def say_if_untranslated(english: Path, shown: Path, console: Console) -> None:
+    """In Chinese, a lesson text that has no Chinese twin yet is shown in English, with one line that says so."""
+    if shown == english and language() != "en":
+        console.print(Text(_("This lesson is not translated yet: the English text follows."), style="yellow"))
 
 
 def cmd_hint(args, console: Console) -> int:
     """`hint N`: the first tier; `--more`: one tier past the ones seen (remembered in the lessons
     folder's progress file, or counted from the first without a folder); `--all`: every tier."""
     lesson = find_lesson(args.lesson)
+    say_if_untranslated(lesson.hint, lesson.localized_hint(), console)
     tiers = lesson.hint_tiers()
     folder = workdir(args)
     seen = int(load_progress(folder).get("hints_seen", {}).get(lesson.name, 1))
@@ -280,13 +319,20 @@ def cmd_hint(args, console: Console) -> int:
     if args.all:
         show_markdown_text("\n".join(tiers), console)
     else:
-        console.print(f"[bold]Hint {shown} of {len(tiers)}[/] for {lesson.title}", highlight=False)
+        title = _("[bold]Hint {shown} of {total}[/] for {lesson}").format(
+            shown=shown, total=len(tiers), lesson=escape(lesson.localized_title())
+        )
+        console.print(title, highlight=False)
         show_markdown_text(tiers[shown - 1], console)
     if args.more and folder.is_dir():
         remember_hint(folder, lesson, max(seen, shown))
     if shown < len(tiers):
-        last = " (the last one shows code)" if shown == len(tiers) - 1 else ""
-        console.print(f"Still stuck? [bold]nanoengine lesson hint {lesson.number} --more[/] for the next hint{last}.")
+        message = (
+            _("Still stuck? [bold]nanoengine lesson hint {n} --more[/] for the next hint (the last one shows code).")
+            if shown == len(tiers) - 1
+            else _("Still stuck? [bold]nanoengine lesson hint {n} --more[/] for the next hint.")
+        )
+        console.print(message.format(n=lesson.number))
     return 0
 
 
@@ -317,7 +363,8 @@ def cmd_check(args, console: Console) -> int:
     lesson = find_lesson(args.lesson)
     path = working_file(args, lesson)
     check_python_file(path)  # the child imports it: here only what can be found without running it
-    console.print(f"[bold]{escape(lesson.title)}[/]: checking {escape(shorten(path))}")
+    message = _("[bold]{lesson}[/]: checking {path}")
+    console.print(message.format(lesson=escape(lesson.localized_title()), path=escape(shorten(path))))
 
     skip_reasons: set[str] = set()
 
@@ -329,7 +376,8 @@ def cmd_check(args, console: Console) -> int:
         console.print(line)
         if result.status == "skipped" and result.message not in skip_reasons:
             skip_reasons.add(result.message)  # say why once, at the first check it skips
-            console.print(Padding(Text(f"skipped: {result.message}", style="dim"), (0, 0, 0, 5)))
+            skipped = _("skipped: {reason}").format(reason=result.message)
+            console.print(Padding(Text(skipped, style="dim"), (0, 0, 0, 5)))
         elif result.message and result.status != "skipped":
             style = "red" if result.status == "failed" else "yellow"
             console.print(Padding(Text(result.message, style=style), (0, 0, 0, 5)))
@@ -338,20 +386,23 @@ def cmd_check(args, console: Console) -> int:
     passed = sum(r.passed for r in results)
     save_progress(workdir(args), lesson, path, results)
     if passed == len(results):
-        console.print(
-            f"[green bold]All {len(results)} checks passed.[/] Watch your code run: "
-            f"[bold]nanoengine lesson trace {lesson.number}[/]"
+        message = ngettext(
+            "[green bold]The check passed.[/] Watch your code run: [bold]nanoengine lesson trace {n}[/]",
+            "[green bold]All {total} checks passed.[/] Watch your code run: [bold]nanoengine lesson trace {n}[/]",
+            len(results),
         )
+        console.print(message.format(total=len(results), n=lesson.number))
         if lesson.solved.is_file():  # a bug hunt: the story that names the fix, now that it is found
             console.print()
-            show_markdown(lesson.solved, console)
+            show_markdown(lesson.localized_solved(), console)
     else:
         skipped = sum(r.status == "skipped" for r in results)
-        console.print(
-            f"{passed}/{len(results)} checks passed"
-            + (f" ({skipped} skipped)" if skipped else "")
-            + f". Stuck? [bold]nanoengine lesson hint {lesson.number}[/]"
+        message = (
+            _("{passed}/{total} checks passed ({skipped} skipped). Stuck? [bold]nanoengine lesson hint {n}[/]")
+            if skipped
+            else _("{passed}/{total} checks passed. Stuck? [bold]nanoengine lesson hint {n}[/]")
         )
+        console.print(message.format(passed=passed, total=len(results), skipped=skipped, n=lesson.number))
     return exit_code(results)
 
 
@@ -388,17 +439,24 @@ def cmd_trace(args, console: Console) -> int:
 
     lesson = find_lesson(args.lesson)
     scenario = load_scenario(lesson.scenario_file, name=lesson.name)
-    scenario.title = lesson.title  # the trace is titled as `lesson list` and `lesson show` title the lesson
+    scenario.title = lesson.localized_title()  # as `lesson list` and `lesson show` title the lesson
     if args.reference and args.compare_reference:
-        raise LessonError("--compare-reference shows your code beside the reference: leave out --reference")
-    compare, beside = (vllm_run(lesson), f"vLLM v1's run (vllm:{lesson.name})") if args.compare_vllm else (None, "")
+        raise LessonError(_("--compare-reference shows your code beside the reference: leave out --reference"))
+    compare, beside = (
+        (vllm_run(lesson), _("vLLM v1's run (vllm:{name})").format(name=lesson.name))
+        if args.compare_vllm
+        else (None, "")
+    )
     path = None if args.reference else working_file(args, lesson)
     if path is not None:
         check_python_file(path)
-    source = "the engine's own code" if path is None else f"your code ({shorten(path)})"
+    source = _("the engine's own code") if path is None else _("your code ({path})").format(path=shorten(path))
     out = args.out or trace_path(workdir(args), lesson)
+    message = _("[bold]{lesson}[/]: running with {source}, model {model}")
     console.print(
-        f"[bold]{escape(scenario.title)}[/]: running with {escape(source)}, model {escape(args.model or scenario.model)}"
+        message.format(
+            lesson=escape(lesson.localized_title()), source=escape(source), model=escape(args.model or scenario.model)
+        )
     )
     if path is None:
         why = record(lesson, scenario, None, out, args.model)
@@ -407,12 +465,14 @@ def cmd_trace(args, console: Console) -> int:
     if why is not None:
         if why.startswith(LESSON_ERROR):
             raise LessonError(why.removeprefix(LESSON_ERROR))
-        console.print(f"[red]the run stopped: {escape(why)}[/]")
+        console.print(Text(_("the run stopped: {why}").format(why=why), style="red"))
         return open_partial(out, args, console)
     if args.compare_reference:
         compare = reference_out(out)
-        beside = f"the engine's own code's run ({shorten(compare)})"
-        console.print(f"and with the engine's own code, model {escape(args.model or scenario.model)}")
+        beside = _("the engine's own code's run ({path})").format(path=shorten(compare))
+        console.print(
+            _("and with the engine's own code, model {model}").format(model=escape(args.model or scenario.model))
+        )
         why = record(lesson, scenario, None, compare, args.model)
         if why is not None:
             raise LessonError(why.removeprefix(LESSON_ERROR))
@@ -425,7 +485,9 @@ def vllm_run(lesson: Lesson) -> Path:
     try:
         return vllm_trace(lesson.name)
     except ValueError as e:
-        raise LessonError(f"lesson {lesson.number} has no vLLM trace to compare with ({e})") from None
+        raise LessonError(
+            _("lesson {n} has no vLLM trace to compare with ({error})").format(n=lesson.number, error=e)
+        ) from None
 
 
 def reference_out(out: Path) -> Path:
@@ -448,15 +510,14 @@ def record(lesson: Lesson, scenario, path: Path | None, out: Path, model: str | 
         with plugged(replacements_for(lesson.targets, functions)):
             run_scenario(scenario, out, model=model)
     except NotImplementedError:
-        return LESSON_ERROR + (
-            f"lesson {lesson.number}'s exercise is still the stub: write it first "
-            f"(`nanoengine lesson check {lesson.number}`), or add --reference to watch the "
-            f"engine's own code"
-        )
+        return LESSON_ERROR + _(
+            "lesson {n}'s exercise is still the stub: write it first (`nanoengine lesson check {n}`), or add "
+            "--reference to watch the engine's own code"
+        ).format(n=lesson.number)
     except (LessonError, ScenarioError) as e:
         return LESSON_ERROR + str(e)
     except Exception as e:
-        return f"your code raised {describe_exception(e, path)}"
+        return _("your code raised {error}").format(error=describe_exception(e, path))
     return None
 
 
@@ -470,24 +531,26 @@ def show_recorded(out: Path, scenario, args, console: Console, compare: Path | N
     try:
         trace = load_trace(out)
     except TraceError as e:
-        raise LessonError(f"the recording left no trace that can be read: {e}") from None
+        raise LessonError(_("the recording left no trace that can be read: {error}").format(error=e)) from None
     violations = check_trace(trace)
     focus = trace.header.get("focus_step")
     focus = focus if isinstance(focus, int) and 0 <= focus < trace.num_steps else 0
-    console.print(f"{trace.num_steps} steps → {escape(shorten(out))}; the step that matters: {focus}")
+    message = _("{n} steps → {path}; the step that matters: {step}")
+    console.print(message.format(n=trace.num_steps, path=escape(shorten(out)), step=focus))
     guide = lesson_look_for(trace, scenario)  # the lesson's text only on the model it was written for
     if guide != scenario.look_for:
         set_header_fields(out, look_for=guide or None)
     if guide:
-        console.print(f"[bold]Look for:[/] {escape(guide)}")
+        console.print(Text.assemble((_("Look for: "), "bold"), guide))
     if violations:
         v = violations[0]
-        console.print(
-            f"[red]{len(violations)} invariant violation(s); the first, at step {v.step}: {escape(v.message)}[/]"
+        message = _("{n} invariant violation(s); the first, at step {step}: {message}").format(
+            n=len(violations), step=v.step, message=v.message
         )
+        console.print(f"[red]{escape(message)}[/]")
     if compare is not None:
-        mine = "this run" if args.reference else "your run"
-        print_first_difference(trace, compare, f"A = {mine}, B = {beside}", console)
+        mine = _("this run") if args.reference else _("your run")
+        print_first_difference(trace, compare, _("A = {a}, B = {b}").format(a=mine, b=beside), console)
     if args.no_tui:
         return 0 if not violations else 1
     from tracer.replay.app import run_replay
@@ -504,7 +567,7 @@ def print_first_difference(trace, compare: Path, which: str, console: Console) -
     try:
         line = first_difference_line(diff_traces(trace, load_trace(compare)))
     except (DiffError, TraceError) as e:
-        line = f"cannot compare with {shorten(compare)}: {e}"
+        line = _("cannot compare with {path}: {error}").format(path=shorten(compare), error=e)
     console.print(Text(f"{which}: {line}"))
 
 
@@ -522,7 +585,8 @@ def open_partial(out: Path, args, console: Console) -> int:
         steps = []
     if not steps:
         return 1
-    console.print(f"The trace up to the crash ({len(steps)} steps) is in {escape(shorten(out))}.")
+    message = _("The trace up to the crash ({n} steps) is in {path}.")
+    console.print(message.format(n=len(steps), path=escape(shorten(out))))
     if args.no_tui:
         return 1
     from tracer.replay.app import run_replay
@@ -535,18 +599,21 @@ def cmd_reset(args, console: Console) -> int:
     lesson = find_lesson(args.lesson)
     folder = workdir(args)
     if not folder.is_dir():
-        raise LessonError(f"no lessons folder at {shorten(folder)}: run `nanoengine lesson start` first")
+        raise LessonError(
+            _("no lessons folder at {folder}: run `nanoengine lesson start` first").format(folder=shorten(folder))
+        )
     target = folder / lesson.name / "exercise.py"
     target.parent.mkdir(exist_ok=True)
     if target.exists():
         shutil.copyfile(target, target.with_name("exercise.py.bak"))
-        console.print(f"Your version is saved as {escape(shorten(target.with_name('exercise.py.bak')))}.")
+        saved = escape(shorten(target.with_name("exercise.py.bak")))
+        console.print(_("Your version is saved as {path}.").format(path=saved))
     shutil.copyfile(lesson.exercise, target)
-    console.print(f"{escape(shorten(target))} is the stub again.")
+    console.print(_("{path} is the stub again.").format(path=escape(shorten(target))))
     return 0
 
 
-WORKDIR_README = """# Your nanoengine lessons
+WORKDIR_README = N_("""# Your nanoengine lessons
 
 Each folder holds one lesson's `exercise.py`. Write the functions marked TODO, then:
 
@@ -558,7 +625,7 @@ Each folder holds one lesson's `exercise.py`. Write the functions marked TODO, t
     nanoengine lesson list       your progress
 
 Run these from the folder that holds this one, or set NANOENGINE_LESSONS_DIR to its path.
-"""
+""")
 
 
 if __name__ == "__main__":

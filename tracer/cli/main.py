@@ -8,7 +8,9 @@ import importlib
 import sys
 import time
 
-from tracer.cli.defaults import SHOWN, add_field_arg
+from tracer.cli.defaults import add_field_arg, add_lang_arg
+from tracer.cli.help_format import HelpFormatter
+from tracer.i18n import LANGUAGES, N_, _, error_line, set_language
 from tracer.trace.readable import printable
 
 SUBCOMMANDS = {  # name -> (module, function taking argv)
@@ -32,37 +34,40 @@ def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     from nanoengine.sampling_params import SamplingParams
 
     add_field_arg(
-        p, EngineConfig, "model", str, f"'default' (SmolLM2-135M-Instruct), 'tiny', a folder or .gguf {SHOWN}"
+        p, EngineConfig, "model", str, _("'default' (SmolLM2-135M-Instruct), 'tiny', a folder or .gguf {shown}")
     )
     if sampling:
-        add_field_arg(p, SamplingParams, "max_tokens", int, f"new tokens per request at most {SHOWN}")
-        add_field_arg(p, SamplingParams, "temperature", float, f"0 = greedy {SHOWN}")
+        add_field_arg(p, SamplingParams, "max_tokens", int, _("new tokens per request at most {shown}"))
+        add_field_arg(p, SamplingParams, "temperature", float, _("0 = greedy {shown}"))
         add_field_arg(p, SamplingParams, "top_p", float)
-        add_field_arg(p, SamplingParams, "top_k", int, f"0 = off {SHOWN}")
-        add_field_arg(p, SamplingParams, "seed", int, "seed each request's draws (default: %(default)s, unseeded)")
+        add_field_arg(p, SamplingParams, "top_k", int, _("0 = off {shown}"))
+        add_field_arg(p, SamplingParams, "seed", int, _("seed each request's draws (default: %(default)s, unseeded)"))
         for name in PROCESSORS:
-            add_field_arg(p, SamplingParams, name, PROCESSORS[name], f"vLLM's {name} {SHOWN}")
-        p.add_argument("--ignore-eos", action="store_true")
-        p.add_argument("--raw", action="store_true", help="do not wrap prompts in the chat template")
-    add_field_arg(p, EngineConfig, "block_size", int, f"tokens per KV block {SHOWN}")
+            add_field_arg(p, SamplingParams, name, PROCESSORS[name], _("vLLM's {name} {shown}").replace("{name}", name))
+        p.add_argument("--ignore-eos", action="store_true", help=_("keep generating past the end-of-sequence token"))
+        p.add_argument("--raw", action="store_true", help=_("do not wrap prompts in the chat template"))
+    add_field_arg(p, EngineConfig, "block_size", int, _("tokens per KV block {shown}"))
     add_field_arg(
         p,
         EngineConfig,
         "num_kv_blocks",
         int,
-        f"KV pool size in blocks {SHOWN}; None: as many as kv_cache_memory_gb holds",
+        _("KV pool size in blocks {shown}; None: as many as kv_cache_memory_gb holds"),
     )
-    add_field_arg(p, EngineConfig, "max_num_batched_tokens", int, f"per-step token budget {SHOWN}")
-    add_field_arg(p, EngineConfig, "max_num_seqs", int, f"requests in one step at most {SHOWN}")
+    add_field_arg(p, EngineConfig, "max_num_batched_tokens", int, _("per-step token budget {shown}"))
+    add_field_arg(p, EngineConfig, "max_num_seqs", int, _("requests in one step at most {shown}"))
     add_field_arg(
         p,
         EngineConfig,
         "max_model_len",
         int,
-        f"prompt + output tokens at most {SHOWN}; None: the model's context, capped",
+        _("prompt + output tokens at most {shown}; None: the model's context, capped"),
     )
-    p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is much faster on a busy machine)")
+    p.add_argument("--no-prefix-caching", action="store_true", help=_("turn prefix caching off"))
+    p.add_argument(
+        "--threads", type=int, default=None, help=_("torch CPU threads (1 is much faster on a busy machine)")
+    )
+    add_lang_arg(p)
 
 
 def read_prompts(prompts: list[str]) -> list[str]:
@@ -70,11 +75,11 @@ def read_prompts(prompts: list[str]) -> list[str]:
     if "-" not in prompts:
         return prompts
     if prompts.count("-") > 1:
-        raise ValueError("`-` (read the prompt from standard input) can be given once")
+        raise ValueError(_("`-` (read the prompt from standard input) can be given once"))
     try:
         text = sys.stdin.read()
     except UnicodeDecodeError:
-        raise ValueError("standard input is not UTF-8 text") from None
+        raise ValueError(_("standard input is not UTF-8 text")) from None
     return [text if p == "-" else p for p in prompts]
 
 
@@ -85,7 +90,9 @@ def bad_argument(argv: list[str]) -> str | None:
             arg.encode("utf-8")
         except UnicodeEncodeError:
             shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-            return f"argument {i} ({printable(shown)!r}) is not valid UTF-8 text: pass prompts as UTF-8"
+            return _("argument {i} ({arg!r}) is not valid UTF-8 text: pass prompts as UTF-8").format(
+                i=i, arg=printable(shown)
+            )
     return None
 
 
@@ -96,7 +103,7 @@ def version() -> str:
     try:
         return installed_version("nanoengine")
     except PackageNotFoundError:
-        return "unknown (not installed)"
+        return _("unknown (not installed)")
 
 
 def engine_options(args: argparse.Namespace) -> dict:
@@ -137,9 +144,12 @@ def sampling_params(args: argparse.Namespace):
 
 
 def generate_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="nanoengine generate", description="Generate text, streaming tokens.")
-    p.add_argument("prompts", nargs="+")
+    p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, prog="nanoengine generate", description=_("Generate text, streaming tokens.")
+    )
+    p.add_argument("prompts", nargs="+", help=_("the prompts (`-`: read one from standard input)"))
     add_engine_args(p)
+    p.add_argument("--stats", action="store_true", help=_("print TTFT and the decode rate (tok/s after the first)"))
     args = p.parse_args(argv)
     args.prompts = read_prompts(args.prompts)
     from nanoengine.engine import LLMEngine
@@ -148,10 +158,11 @@ def generate_main(argv: list[str]) -> int:
     engine = LLMEngine(args.model, **engine_options(args))
     ids = [engine.add_request(prompt, params) for prompt in args.prompts]
     many = len(ids) > 1
-    start, num_generated, printed = time.perf_counter(), 0, ""
+    start, num_generated, printed, first = time.perf_counter(), 0, "", None
     while engine.has_unfinished():
         for seq in engine.step():
             num_generated += 1
+            first = first or time.perf_counter()
             if not many:  # decode the whole completion so multi-byte characters print whole
                 text = engine.tokenizer.decode(seq.completion_token_ids, skip_special_tokens=True)
                 if not text.endswith("\ufffd"):
@@ -163,14 +174,81 @@ def generate_main(argv: list[str]) -> int:
     for i, seq_id in enumerate(ids):
         out = engine.collect(seq_id)
         if out.finish_reason == "error":
-            failed.append(f"nanoengine: error: prompt {i} failed inside the engine: {printable(out.error)}")
+            failed.append(
+                error_line(_("prompt {i} failed inside the engine: {error}").format(i=i, error=printable(out.error)))
+            )
         if many:
             print(f"--- [{i}] {printable(args.prompts[i])}\n{out.text}")
         elif len(out.text) > len(printed):
             sys.stdout.write(out.text[len(printed) :])
-    print(f"\n[{num_generated} tokens in {elapsed:.2f} s, {num_generated / elapsed:.1f} tok/s]", file=sys.stderr)
+    rate = _("[{n} tokens in {seconds:.2f} s, {rate:.1f} tok/s]").format(
+        n=num_generated, seconds=elapsed, rate=num_generated / elapsed
+    )
+    print(f"\n{rate}", file=sys.stderr)
+    if args.stats:
+        from tracer.bench.single import stats_line
+
+        print(stats_line(engine, start, first, start + elapsed, num_generated), file=sys.stderr)
     print(*failed, sep="\n", file=sys.stderr, end="\n" if failed else "")
     return 1 if failed else 0
+
+
+COMMAND_HELP = {
+    "generate": N_("generate text, streaming tokens"),
+    "trace": N_("generate with the step recorder and open the replay TUI (--arrive: late joiners)"),
+    "run": N_("record a scenario file (requests arriving at given steps) and replay it"),
+    "replay": N_("open a saved trace in the TUI"),
+    "check": N_("run the invariant checker on a trace"),
+    "diff": N_("where two traces of the same workload differ (e.g. nanoengine vs vLLM v1)"),
+    "export": N_("a trace as a Perfetto timeline or a one-file HTML replay"),
+    "demo": N_("classroom demos"),
+    "lesson": N_("lessons and exercises"),
+    "bench": N_("benchmarks against Hugging Face transformers (--serving: through the HTTP API)"),
+    "serve": N_("an OpenAI-compatible HTTP server (completions, chat, streaming)"),
+}
+
+
+def split_lang(argv: list[str]) -> tuple[str | None, list[str]]:
+    """--lang zh / --lang=zh taken out of argv wherever it stands before `--` (every command has it,
+    and the language must be chosen before any command builds its help)."""
+    lang, rest = None, []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            rest += [arg, *args]
+            break
+        if arg == "--lang":
+            lang = next(args, None)
+            if lang is None:
+                raise ValueError(_("--lang needs a language: --lang zh or --lang en"))
+        elif arg.startswith("--lang="):
+            lang = arg.removeprefix("--lang=")
+        else:
+            rest.append(arg)
+    return lang, rest
+
+
+def choose_language(argv: list[str]) -> list[str]:
+    """Set the language from --lang (else the environment); argv without --lang."""
+    lang, rest = split_lang(argv)
+    if lang is not None and lang.strip().lower() not in LANGUAGES:
+        raise ValueError(
+            _("unknown language {lang!r} for --lang: use zh (Chinese) or en (English)").format(lang=printable(lang))
+        )
+    set_language(lang)
+    return rest
+
+
+def print_help(commands: list[str]) -> None:
+    lines = [
+        _("usage: nanoengine [--version] [--lang zh|en] {{{commands}}} ...").format(commands=",".join(commands)),
+        "",
+        *(f"  {name:<9} {_(COMMAND_HELP[name])}" for name in commands),
+        "",
+        _("`nanoengine COMMAND --help` for a command's options; `-` as a prompt reads it from standard input."),
+        _("--lang zh|en (or NANOENGINE_LANG, else the locale) chooses the language, on every command."),
+    ]
+    print("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,42 +256,34 @@ def main(argv: list[str] | None = None) -> int:
     commands = ["generate", *SUBCOMMANDS]
     problem = bad_argument(argv)
     if problem:
-        print(f"nanoengine: error: {problem}", file=sys.stderr)
+        print(error_line(problem), file=sys.stderr)
+        return 2
+    try:
+        argv = choose_language(argv)
+    except ValueError as e:
+        print(error_line(str(e)), file=sys.stderr)
         return 2
     if argv and argv[0] in ("-V", "--version"):
         print(f"nanoengine {version()}")
         return 0
     if not argv or argv[0] in ("-h", "--help"):
-        print(
-            f"usage: nanoengine [--version] {{{','.join(commands)}}} ...\n\n"
-            "  generate  generate text, streaming tokens\n"
-            "  trace     generate with the step recorder and open the replay TUI (--arrive: late joiners)\n"
-            "  run       record a scenario file (requests arriving at given steps) and replay it\n"
-            "  replay    open a saved trace in the TUI\n"
-            "  check     run the invariant checker on a trace\n"
-            "  diff      where two traces of the same workload differ (e.g. nanoengine vs vLLM v1)\n"
-            "  export    a trace as a Perfetto timeline or a one-file HTML replay\n"
-            "  demo      classroom demos\n"
-            "  lesson    lessons and exercises\n"
-            "  bench     benchmarks against Hugging Face transformers (--serving: through the HTTP API)\n"
-            "  serve     an OpenAI-compatible HTTP server (completions, chat, streaming)\n\n"
-            "`nanoengine COMMAND --help` for a command's options; `-` as a prompt reads it from standard input."
-        )
+        print_help(commands)
         return 0
     name, rest = argv[0], argv[1:]
     try:
         if name == "generate":
             return generate_main(rest)
         if name not in SUBCOMMANDS:
-            print(f"nanoengine: unknown command {name!r}; choose one of {', '.join(commands)}", file=sys.stderr)
+            message = _("nanoengine: unknown command {name!r}; choose one of {commands}")
+            print(message.format(name=name, commands=", ".join(commands)), file=sys.stderr)
             return 2
         module, func = SUBCOMMANDS[name]
         return getattr(importlib.import_module(module), func)(rest)
     except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
+        print("\n" + _("interrupted"), file=sys.stderr)
         return 130
     except (ValueError, OSError) as e:
-        print(f"nanoengine: error: {printable(str(e))}", file=sys.stderr)
+        print(error_line(printable(str(e))), file=sys.stderr)
         return 2
 
 

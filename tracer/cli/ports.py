@@ -14,13 +14,19 @@ from __future__ import annotations
 import errno
 import socket
 
+from tracer.i18n import _
+
 MAX_PORT = 65535
 BACKLOG = 128
 
 
 def check_port(port: int) -> int:
     if not 1 <= port <= MAX_PORT:
-        raise ValueError(f"--port {port} is not a port number: choose one from 1 to {MAX_PORT} (e.g. 8000)")
+        raise ValueError(
+            _("--port {port} is not a port number: choose one from 1 to {max} (e.g. 8000)").format(
+                port=port, max=MAX_PORT
+            )
+        )
     return port
 
 
@@ -31,10 +37,10 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise ValueError(f"cannot listen on {host}: {e.strerror}") from None
-    addresses = {(family, address): (family, kind, proto) for family, kind, proto, _, address in infos}
+        raise ValueError(_("cannot listen on {host}: {error}").format(host=host, error=e.strerror)) from None
+    addresses = {(family, address): (family, kind, proto) for family, kind, proto, _name, address in infos}
     sockets: list[socket.socket] = []
-    for (family, address), (_, kind, proto) in addresses.items():
+    for (family, address), (_family, kind, proto) in addresses.items():
         try:
             sockets.append(bound_socket(family, kind, proto, address))
         except OSError as e:
@@ -44,7 +50,11 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
                 s.close()
             raise ValueError(port_problem(host, port, e)) from None
     if not sockets:
-        raise ValueError(f"cannot listen on {host}:{port}: no address of {host} can be used on this machine")
+        raise ValueError(
+            _("cannot listen on {host}:{port}: no address of {host} can be used on this machine").format(
+                host=host, port=port
+            )
+        )
     return sockets
 
 
@@ -65,10 +75,12 @@ def bound_socket(family: int, kind: int, proto: int, address: tuple) -> socket.s
 
 def port_problem(host: str, port: int, e: OSError) -> str:
     if e.errno == errno.EADDRINUSE:
-        return (
-            f"port {port} on {host} is in use (another server, or an earlier run still going): "
-            f"stop it, or choose another port with --port N"
-        )
+        return _(
+            "port {port} on {host} is in use (another server, or an earlier run still going): stop it, or choose "
+            "another port with --port N"
+        ).format(port=port, host=host)
     if e.errno == errno.EACCES:
-        return f"port {port} on {host} needs more rights than this user has: choose one above 1023 with --port N"
-    return f"cannot listen on {host}:{port}: {e.strerror}"
+        return _(
+            "port {port} on {host} needs more rights than this user has: choose one above 1023 with --port N"
+        ).format(port=port, host=host)
+    return _("cannot listen on {host}:{port}: {error}").format(host=host, port=port, error=e.strerror)

@@ -15,39 +15,46 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from tracer.cli.defaults import add_lang_arg
 from tracer.cli.demo import ENGINE_FLAGS, engine_overrides
+from tracer.cli.help_format import HelpFormatter
 from tracer.cli.trace import add_live_arg, check_live_args, record_and_show, take_sigterm_as_ctrl_c
+from tracer.i18n import _
 from tracer.teach.scenarios import TEMPLATE, is_comment, load_scenario, scenario_arrivals
 
 
 def run_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="nanoengine run",
-        description="Record a scenario file (requests, their arrival steps, engine options), then replay it.",
+        description=_("Record a scenario file (requests, their arrival steps, engine options), then replay it."),
     )
     p.add_argument(
-        "scenario", type=Path, nargs="?", help="a scenario .json file (see lessons/*/scenario.json, or --template)"
+        "scenario", type=Path, nargs="?", help=_("a scenario .json file (see lessons/*/scenario.json, or --template)")
     )
     p.add_argument(
         "--template",
         action="store_true",
-        help="print a commented example scenario: the comments on stderr, the JSON on stdout "
-        "(`nanoengine run --template > my.json` writes a file that runs)",
+        help=_(
+            "print a commented example scenario: the comments on stderr, the JSON on stdout "
+            "(`nanoengine run --template > my.json` writes a file that runs)"
+        ),
     )
-    p.add_argument("--model", default=None, help="overrides the scenario's model ('default', 'tiny', a folder)")
+    p.add_argument("--model", default=None, help=_("overrides the scenario's model ('default', 'tiny', a folder)"))
     for name in ENGINE_FLAGS:
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help="(default: the scenario's own)")
-    p.add_argument("--no-prefix-caching", action="store_true")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
-    p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
-    p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=_("(default: the scenario's own)"))
+    p.add_argument("--no-prefix-caching", action="store_true", help=_("turn prefix caching off"))
+    p.add_argument("--threads", type=int, default=None, help=_("torch CPU threads"))
+    p.add_argument("--out", default=None, help=_("trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)"))
+    p.add_argument("--no-tui", action="store_true", help=_("print a summary instead of opening the TUI"))
+    p.add_argument("--predict", action="store_true", help=_("open the TUI in predict (quiz) mode"))
     add_live_arg(p)
+    add_lang_arg(p)
     args = p.parse_args(argv)
     if args.template:
         return print_template()
     if args.scenario is None:
-        p.error("give a scenario file, or --template for an example to start from")
+        p.error(_("give a scenario file, or --template for an example to start from"))
     take_sigterm_as_ctrl_c()
     check_live_args(args)
     scenario = load_scenario(args.scenario, name=args.scenario.stem)
@@ -60,7 +67,7 @@ def run_main(argv: list[str]) -> int:
 
     console = Console(stderr=True)
     model = args.model or scenario.model
-    with console.status(f"Loading model {escape(model)} ..."):
+    with console.status(_("Loading model {model} ...").format(model=escape(model))):
         engine = LLMEngine(model, **options)
     return record_and_show(engine, arrivals, args, console, scenario)
 

@@ -22,9 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tracer.cli.defaults import SHOWN
+from tracer.cli.defaults import with_default
+from tracer.cli.help_format import HelpFormatter
 from tracer.cli.main import add_engine_args, engine_options
 from tracer.cli.trace import take_sigterm_as_ctrl_c
+from tracer.i18n import _
 from tracer.serve.app import DEFAULT_MAX_BODY_BYTES
 from tracer.trace.readable import printable
 
@@ -35,38 +37,47 @@ STOP_S = 60  # how long quitting the TUI waits for the server and the engine loo
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="nanoengine serve",
-        description="An OpenAI-compatible server: POST /v1/completions, /v1/chat/completions (streaming or not), "
-        "GET /v1/models, /health.",
+        description=_(
+            "An OpenAI-compatible server: POST /v1/completions, /v1/chat/completions (streaming or not), "
+            "GET /v1/models, /health."
+        ),
     )
     add_engine_args(p, sampling=False)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port {SHOWN}; 0: any free port")
-    p.add_argument("--trace", type=Path, default=None, help="record every engine step to this trace file")
-    p.add_argument("--served-model-name", default=None, help="the model id clients send (default: the model's name)")
+    p.add_argument("--host", default="127.0.0.1", help=_("address to listen on (default: this machine only)"))
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=with_default(_("port {shown}; 0: any free port")))
+    p.add_argument("--trace", type=Path, default=None, help=_("record every engine step to this trace file"))
+    p.add_argument("--served-model-name", default=None, help=_("the model id clients send (default: the model's name)"))
     p.add_argument(
         "--api-key",
         default=os.environ.get(API_KEY_ENV) or None,
-        help=f"clients must send `Authorization: Bearer KEY` on every route but /health (default: ${API_KEY_ENV})",
+        help=_("clients must send `Authorization: Bearer KEY` on every route but /health (default: ${name})").format(
+            name=API_KEY_ENV
+        ),
     )
     p.add_argument(
         "--max-body-mb",
         type=float,
         default=DEFAULT_MAX_BODY_BYTES / 2**20,
-        help=f"a larger request body is refused with 413 {SHOWN}: far above any prompt the engine can run",
+        help=with_default(
+            _("a larger request body is refused with 413 {shown}: far above any prompt the engine can run")
+        ),
     )
     p.add_argument(
         "--tui",
         action="store_true",
-        help="watch the server's engine in the live replay and drive it (space pauses it: HTTP streams wait; "
-        "a adds a request, x aborts one); without --trace the steps go to a temporary file",
+        help=_(
+            "watch the server's engine in the live replay and drive it (space pauses it: HTTP streams wait; "
+            "a adds a request, x aborts one); without --trace the steps go to a temporary file"
+        ),
     )
     args = p.parse_args(argv)
     if not args.max_body_mb > 0:
-        raise ValueError(f"--max-body-mb must be > 0, got {args.max_body_mb}")
+        raise ValueError(_("--max-body-mb must be > 0, got {value}").format(value=args.max_body_mb))
     args.raw = True  # clients send text as it is; chat requests go through the template in the server
     if args.tui and not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:
-        raise ValueError("--tui needs an interactive terminal (input or output is redirected): run it in a terminal")
+        raise ValueError(_("--tui needs an interactive terminal (input or output is redirected): run it in a terminal"))
     return args
 
 
@@ -77,7 +88,7 @@ def serve_main(argv: list[str]) -> int:
     take_sigterm_as_ctrl_c()  # uvicorn hands the signal on once it has shut down
     warning = exposure_warning(args.host, args.api_key)
     if warning:
-        print(f"nanoengine serve: warning: {warning}", file=sys.stderr, flush=True)
+        print(_("nanoengine serve: warning: {message}").format(message=warning), file=sys.stderr, flush=True)
     sock = bind(args.host, args.port)  # before the model loads: a port in use is one line, no banner
     try:
         return serve(args, sock)
@@ -94,17 +105,21 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
             return None
     except ValueError:  # a host name: it may resolve to a network address
         pass
-    what = f"listening on {host}: anyone who can reach this machine can use the server"
     if api_key:
-        return what + " with the API key"
-    return what + f" and its engine; add --api-key KEY (or ${API_KEY_ENV}) to require a key"
+        return _("listening on {host}: anyone who can reach this machine can use the server with the API key").format(
+            host=host
+        )
+    return _(
+        "listening on {host}: anyone who can reach this machine can use the server and its engine; add --api-key "
+        "KEY (or ${name}) to require a key"
+    ).format(host=host, name=API_KEY_ENV)
 
 
 def serve(args: argparse.Namespace, sock) -> int:
     from nanoengine.engine import LLMEngine
     from tracer.serve.server import Server
 
-    print(f"Loading model {printable(args.model)} ...", file=sys.stderr, flush=True)
+    print(_("Loading model {model} ...").format(model=printable(args.model)), file=sys.stderr, flush=True)
     engine = LLMEngine(args.model, **engine_options(args))
     recorder, partial = None, None
     if args.trace is not None or args.tui:
@@ -118,19 +133,18 @@ def serve(args: argparse.Namespace, sock) -> int:
     if args.tui:
         assert recorder is not None and partial is not None
         return serve_with_tui(server, recorder, partial, args.trace)
-    print(f"nanoengine serve: {printable(server.model_name)} on {server.url}", flush=True)
     print(
-        f"  OpenAI API at {server.url}/v1 (completions, chat/completions, models); {server.url}/health; Ctrl-C stops",
-        flush=True,
+        _("nanoengine serve: {model} on {url}").format(model=printable(server.model_name), url=server.url), flush=True
     )
+    api = _("  OpenAI API at {url}/v1 (completions, chat/completions, models); {url}/health; Ctrl-C stops")
+    print(api.format(url=server.url), flush=True)
     if partial is not None:
-        print(
-            f"  recording every step to {printable(str(partial))} ({printable(str(args.trace))} at the end)", flush=True
-        )
+        recording = _("  recording every step to {partial} ({trace} at the end)")
+        print(recording.format(partial=printable(str(partial)), trace=printable(str(args.trace))), flush=True)
     try:
         server.run()
     except KeyboardInterrupt:  # Ctrl-C is how a server stops: not an error
-        print("Stopped.", file=sys.stderr, flush=True)
+        print(_("Stopped."), file=sys.stderr, flush=True)
     finally:
         if recorder is not None and partial is not None:
             recorder.close()
@@ -141,12 +155,13 @@ def serve(args: argparse.Namespace, sock) -> int:
 def publish_trace(recorder, partial: Path, trace: Path | None) -> None:
     """FILE.partial becomes FILE; a recording that stopped says why (the server went on without it)."""
     if recorder.failed is not None:
-        print(f"nanoengine serve: recording stopped: {printable(recorder.failed)}", file=sys.stderr, flush=True)
+        stopped = _("nanoengine serve: recording stopped: {why}").format(why=printable(recorder.failed))
+        print(stopped, file=sys.stderr, flush=True)
     if trace is None or not partial.exists():
         partial.unlink(missing_ok=True)
         return
     partial.replace(trace)
-    print(f"Trace written to {printable(str(trace))}", flush=True)
+    print(_("Trace written to {path}").format(path=printable(str(trace))), flush=True)
 
 
 def scratch_file() -> Path:
@@ -172,6 +187,6 @@ def serve_with_tui(server, recorder, partial: Path, trace: Path | None) -> int:
         server.stop(timeout=STOP_S)
         session.close()
         recorder.close()
-        print(f"nanoengine serve: stopped ({url})", flush=True)
+        print(_("nanoengine serve: stopped ({url})").format(url=url), flush=True)
         publish_trace(recorder, partial, trace)
     return app.return_code or result or 0

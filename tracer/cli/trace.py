@@ -29,8 +29,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from tracer.cli.main import add_engine_args, engine_options, read_prompts, sampling_params
+from tracer.cli.defaults import add_lang_arg
+from tracer.cli.help_format import HelpFormatter
+from tracer.cli.main import add_engine_args, engine_options, error_line, read_prompts, sampling_params
 from tracer.cli.vllm_traces import resolve_trace
+from tracer.i18n import N_, _
 from tracer.loop.arrivals import Arrival, parse_arrive
 from tracer.loop.drive import drive
 from tracer.trace.readable import printable
@@ -43,7 +46,7 @@ TRACE_NUM_KV_BLOCKS = 128
 
 
 def err(message: str) -> None:
-    print(f"nanoengine: error: {printable(message)}", file=sys.stderr)
+    print(error_line(printable(message)), file=sys.stderr)
 
 
 def take_sigterm_as_ctrl_c() -> None:
@@ -58,20 +61,24 @@ def raise_keyboard_interrupt(signum: int, frame: object) -> None:
 
 def trace_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
-        prog="nanoengine trace", description="Generate with the step recorder, then open the replay TUI."
+        formatter_class=HelpFormatter,
+        prog="nanoengine trace",
+        description=_("Generate with the step recorder, then open the replay TUI."),
     )
-    p.add_argument("prompts", nargs="+", help="prompts; `-` reads one from standard input")
+    p.add_argument("prompts", nargs="+", help=_("prompts; `-` reads one from standard input"))
     add_engine_args(p)
-    p.add_argument("--out", default=None, help="trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)")
-    p.add_argument("--title", default=None, help="a title shown by the viewer")
-    p.add_argument("--no-tui", action="store_true", help="print a summary instead of opening the TUI")
-    p.add_argument("--predict", action="store_true", help="open the TUI in predict (quiz) mode")
+    p.add_argument("--out", default=None, help=_("trace file (default: traces/trace-YYYYmmdd-HHMMSS.jsonl)"))
+    p.add_argument("--title", default=None, help=_("a title shown by the viewer"))
+    p.add_argument("--no-tui", action="store_true", help=_("print a summary instead of opening the TUI"))
+    p.add_argument("--predict", action="store_true", help=_("open the TUI in predict (quiz) mode"))
     add_live_arg(p)
     p.add_argument(
         "--arrive",
         default=None,
-        help="the engine step each prompt joins at, e.g. 0,0,4,9 (default: all at step 0); an idle engine "
-        "takes no empty steps, so a prompt due later joins as soon as the others have finished",
+        help=_(
+            "the engine step each prompt joins at, e.g. 0,0,4,9 (default: all at step 0); an idle engine "
+            "takes no empty steps, so a prompt due later joins as soon as the others have finished"
+        ),
     )
     # A pool of 128 blocks (2,048 tokens at block size 16) fits a few requests and keeps the KV-page
     # view readable; the engine's own default (sized by memory, ~1,456 blocks) would be mostly empty.
@@ -87,7 +94,7 @@ def trace_main(argv: list[str]) -> int:
     console = Console(stderr=True)
     params = sampling_params(args)
     steps = parse_arrive(args.arrive, len(args.prompts)) if args.arrive else [0] * len(args.prompts)
-    with console.status(f"Loading model {escape(args.model)} ..."):
+    with console.status(_("Loading model {model} ...").format(model=escape(args.model))):
         engine = LLMEngine(args.model, **engine_options(args))
     arrivals = [Arrival(prompt, params, step, i) for i, (prompt, step) in enumerate(zip(args.prompts, steps))]
     return record_and_show(engine, arrivals, args, console)
@@ -97,8 +104,10 @@ def add_live_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--live",
         action="store_true",
-        help="watch the steps as they happen and drive the engine: space pauses it, → runs one step, "
-        "a adds a request, x aborts the selected one (the trace is written as usual)",
+        help=_(
+            "watch the steps as they happen and drive the engine: space pauses it, → runs one step, "
+            "a adds a request, x aborts the selected one (the trace is written as usual)"
+        ),
     )
 
 
@@ -108,10 +117,12 @@ def check_live_args(args: argparse.Namespace) -> None:
         return
     if args.no_tui or args.predict:
         raise ValueError(
-            "--live shows the run in the TUI as it happens: it cannot be combined with --no-tui or --predict"
+            _("--live shows the run in the TUI as it happens: it cannot be combined with --no-tui or --predict")
         )
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:
-        raise ValueError("--live needs an interactive terminal (input or output is redirected): run it in a terminal")
+        raise ValueError(
+            _("--live needs an interactive terminal (input or output is redirected): run it in a terminal")
+        )
 
 
 def record_and_show(
@@ -138,7 +149,11 @@ def record_and_show(
         partial = new_partial(target)
         finished = record(engine, partial, args.title, console, arrivals, ids)
     except OSError as e:  # e.g. the disk is full: say where, and still give the text
-        err(f"could not write the trace to {path}: {e.strerror or e}; the generated text follows on standard output")
+        err(
+            _("could not write the trace to {path}: {error}; the generated text follows on standard output").format(
+                path=path, error=e.strerror or e
+            )
+        )
         if partial is not None:
             discard(partial)
         finish_without_recorder(engine, arrivals, ids)
@@ -151,9 +166,9 @@ def record_and_show(
     publish(partial, target)  # only a complete trace replaces an existing --out file
     for seq_id in ids.values():
         engine.collect(seq_id)
-    print(f"Trace written to {printable(str(path))}")
+    print(_("Trace written to {path}").format(path=printable(str(path))))
     if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
-        console.print("Not an interactive terminal: printing the summary instead of opening the replay.")
+        console.print(_("Not an interactive terminal: printing the summary instead of opening the replay."))
         args.no_tui = True
     if args.no_tui:
         return summarize_file(path)
@@ -170,14 +185,14 @@ def record_live(engine, arrivals: list[Arrival], args: argparse.Namespace, targe
     try:
         code = run_live(engine, partial, params, arrivals, args.title, shown_as=path)
     except BaseException:
-        print(printable(f"the recorded steps are in {partial}"), file=sys.stderr)
+        print(printable(_("the recorded steps are in {path}").format(path=partial)), file=sys.stderr)
         raise
     publish(partial, target)
-    print(f"Trace written to {printable(str(path))}")
+    print(_("Trace written to {path}").format(path=printable(str(path))))
     return code
 
 
-FILE_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
+FILE_KINDS = {stat.S_IFDIR: N_("a folder"), stat.S_IFIFO: N_("a named pipe (FIFO)"), stat.S_IFSOCK: N_("a socket")}
 
 
 def out_target(path: Path) -> Path:
@@ -189,11 +204,13 @@ def out_target(path: Path) -> Path:
     except FileNotFoundError:
         return target
     except OSError as e:
-        raise ValueError(f"cannot write a trace to {path}: {e.strerror}") from None
+        raise ValueError(_("cannot write a trace to {path}: {error}").format(path=path, error=e.strerror)) from None
     if not stat.S_ISREG(mode):
-        kind = FILE_KINDS.get(stat.S_IFMT(mode), "a device")
+        kind = _(FILE_KINDS.get(stat.S_IFMT(mode), N_("a device")))
         raise ValueError(
-            f"{path} is {kind}, not a regular file: a trace never replaces it; give a file name such as run.jsonl"
+            _(
+                "{path} is {kind}, not a regular file: a trace never replaces it; give a file name such as run.jsonl"
+            ).format(path=path, kind=kind)
         )
     return target
 
@@ -221,11 +238,15 @@ def publish(partial: Path, target: Path) -> None:
     ValueError (one line) when there is no trace to rename (a recorder that could not write its
     header removes its file)."""
     if not partial.exists():
-        raise ValueError(f"no trace was written to {target}: {partial} is gone (see the error above)")
+        raise ValueError(
+            _("no trace was written to {target}: {partial} is gone (see the error above)").format(
+                target=target, partial=partial
+            )
+        )
     try:
         out_target(target)
     except ValueError as e:
-        raise ValueError(f"{e}; the trace is kept in {partial}") from None
+        raise ValueError(_("{error}; the trace is kept in {partial}").format(error=e, partial=partial)) from None
     os.replace(partial, target)
 
 
@@ -251,20 +272,24 @@ def record(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
         ) as progress,
     ):
-        task = progress.add_task("Recording")
+        task = progress.add_task(_("Recording"))
         num_generated = 0
 
         def show_progress(appended: list) -> None:
             nonlocal num_generated
             num_generated += len(appended)
-            progress.update(task, description=f"Recording step {recorder.num_steps}, {num_generated} tokens generated")
+            description = _("Recording step {step}, {n} tokens generated").format(
+                step=recorder.num_steps, n=num_generated
+            )
+            progress.update(task, description=description)
 
         try:
             drive(engine, arrivals, recorder=recorder, on_step=show_progress, ids=ids)
         except KeyboardInterrupt:
             recorder.close()
             progress.stop()
-            console.print(Text(f"Interrupted after {recorder.num_steps} recorded steps.", style="yellow"))
+            message = _("Interrupted after {n} recorded steps.").format(n=recorder.num_steps)
+            console.print(Text(message, style="yellow"))
             return False
         except OSError:
             close_quietly(recorder)
@@ -284,12 +309,10 @@ def close_quietly(recorder) -> None:
 def keep_interrupted(partial: Path, path: Path, console: Console) -> int:
     """Ctrl-C: keep the steps recorded so far, without replacing an existing trace."""
     kept = partial if os.path.lexists(path) else partial.replace(path)
-    note = f" ({path} was left as it was)" if kept == partial else ""
+    note = _(" ({path} was left as it was)").format(path=path) if kept == partial else ""
     # print, not rich: a long path must not be folded across lines (it is meant to be copied)
-    print(
-        printable(f"{kept} holds the recorded steps{note}; replay them with `nanoengine replay {kept}`"),
-        file=sys.stderr,
-    )
+    message = _("{kept} holds the recorded steps{note}; replay them with `nanoengine replay {kept}`")
+    print(printable(message.format(kept=kept, note=note)), file=sys.stderr)
     return 130
 
 
@@ -317,52 +340,59 @@ def print_focus(trace: Trace, console: Console) -> None:
     """A scenario's step that matters and what to look for there (from the header), if it gave them."""
     focus, look_for = trace.header.get("focus_step"), trace.header.get("look_for")
     if isinstance(focus, int):
-        console.print(f"The step that matters: {focus} (the replay opens there)", markup=False)
+        console.print(_("The step that matters: {step} (the replay opens there)").format(step=focus), markup=False)
     if isinstance(look_for, str) and look_for:
-        console.print(Text.assemble(("Look for: ", "bold"), printable(look_for)))
+        console.print(Text.assemble((_("Look for: "), "bold"), printable(look_for)))
 
 
 def replay_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="nanoengine replay", description="Open a saved trace in the replay TUI.")
-    p.add_argument("file", help="a trace file, or vllm:NAME for a committed vLLM trace (e.g. vllm:08_preemption)")
-    p.add_argument("--step", type=int, default=0, help="step index to open at (0 = the first recorded step)")
-    p.add_argument("--predict", action="store_true", help="quiz mode: predict each step before you see it")
+    p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, prog="nanoengine replay", description=_("Open a saved trace in the replay TUI.")
+    )
+    p.add_argument("file", help=_("a trace file, or vllm:NAME for a committed vLLM trace (e.g. vllm:08_preemption)"))
+    p.add_argument("--step", type=int, default=0, help=_("step index to open at (0 = the first recorded step)"))
+    p.add_argument("--predict", action="store_true", help=_("quiz mode: predict each step before you see it"))
     p.add_argument(
         "--text",
         action="store_true",
-        help="print the step's narration (each decision with its why) instead of opening the TUI; no terminal needed",
+        help=_(
+            "print the step's narration (each decision with its why) instead of opening the TUI; no terminal needed"
+        ),
     )
-    p.add_argument("--web", action="store_true", help="serve the TUI to a browser on localhost (textual-serve)")
-    p.add_argument("--port", type=int, default=8000, help="--web: the port (default 8000)")
+    p.add_argument("--web", action="store_true", help=_("serve the TUI to a browser on localhost (textual-serve)"))
+    p.add_argument("--port", type=int, default=8000, help=_("--web: the port (default 8000)"))
     p.add_argument(
         "--compare",
         metavar="B",
         default=None,
-        help="a second trace of the same workload (a file, or vllm:NAME for vLLM's run of it): its same "
-        "step beside this one, differences marked",
+        help=_(
+            "a second trace of the same workload (a file, or vllm:NAME for vLLM's run of it): its same "
+            "step beside this one, differences marked"
+        ),
     )
     p.add_argument(
         "--follow",
         action="store_true",
-        help="follow a trace another process is still writing (a server's --trace file), like tail -f",
+        help=_("follow a trace another process is still writing (a server's --trace file), like tail -f"),
     )
+    add_lang_arg(p)
     args = p.parse_args(argv)
     path = resolve_trace(args.file)  # vllm:NAME: an unknown name is one line listing the names
     compare = resolve_trace(args.compare) if args.compare else None
     if args.text:
         if args.web or args.compare or args.predict or args.follow:
-            err("--text prints one step: it cannot be combined with --web, --compare, --predict or --follow")
+            err(_("--text prints one step: it cannot be combined with --web, --compare, --predict or --follow"))
             return 2
         return print_step_text(str(path), args.step)
     if args.follow:
         if args.web or args.compare or args.predict:
-            err("--follow shows a trace as it is written: it cannot be combined with --web, --compare or --predict")
+            err(_("--follow shows a trace as it is written: it cannot be combined with --web, --compare or --predict"))
             return 2
         from tracer.live.follow import run_follow
 
         return run_follow(str(path))
     if args.web and args.compare:
-        err("--web and --compare cannot be combined yet: use `nanoengine diff A B` beside the web replay")
+        err(_("--web and --compare cannot be combined yet: use `nanoengine diff A B` beside the web replay"))
         return 2
     if args.web:
         from tracer.cli.ports import check_port, listen_sockets
@@ -385,10 +415,10 @@ def print_step_text(path: str, index: int) -> int:
     if trace is None:
         return 2
     if not trace.steps:
-        err(f"{path} has a header but no steps: nothing to narrate")
+        err(_("{path} has a header but no steps: nothing to narrate").format(path=path))
         return 2
     if not 0 <= index < len(trace.steps):
-        err(f"step {index} is outside the trace: choose 0 .. {len(trace.steps) - 1}")
+        err(_("step {step} is outside the trace: choose 0 .. {last}").format(step=index, last=len(trace.steps) - 1))
         return 2
     model = ReplayModel(trace, index)
     print(printable(narrate(model.current, model.header)))
@@ -404,8 +434,10 @@ def open_replay(path: Path, start_step: int, predict: bool = False, compare: Pat
         if e.name != "tracer.replay.app":
             raise
         err(
-            f"the replay TUI (tracer.replay.app) is not installed; the trace is in {path}: "
-            f"use `nanoengine check {path}` or `--no-tui`"
+            _(
+                "the replay TUI (tracer.replay.app) is not installed; the trace is in {path}: "
+                "use `nanoengine check {path}` or `--no-tui`"
+            ).format(path=path)
         )
         return 2
     return run_replay(path, start_step, predict=predict, compare=compare)
@@ -413,27 +445,34 @@ def open_replay(path: Path, start_step: int, predict: bool = False, compare: Pat
 
 def check_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
-        prog="nanoengine check", description="Run the invariant checker on every step of a trace."
+        formatter_class=HelpFormatter,
+        prog="nanoengine check",
+        description=_("Run the invariant checker on every step of a trace."),
     )
-    p.add_argument("file", nargs="?")
+    p.add_argument("file", nargs="?", help=_("a trace file, or vllm:NAME"))
     p.add_argument(
-        "--full", action="store_true", help="validate every line against the JSON schema (slower; default: a sample)"
+        "--full", action="store_true", help=_("validate every line against the JSON schema (slower; default: a sample)")
     )
-    p.add_argument("--list", action="store_true", help="list the invariants with their one-line rules, then exit")
+    p.add_argument("--list", action="store_true", help=_("list the invariants with their one-line rules, then exit"))
     p.add_argument(
         "--profile",
-        help="which invariants: nanoengine (all), correctness (without nanoengine's own policy) or vllm; "
-        "default: the profile of the engine that wrote the trace (its header says which)",
+        help=_(
+            "which invariants: nanoengine (all), correctness (without nanoengine's own policy) or vllm; "
+            "default: the profile of the engine that wrote the trace (its header says which)"
+        ),
     )
+    add_lang_arg(p)
     args = p.parse_args(argv)
     from tracer.trace.invariants import PROFILES  # after --help: the checker imports the engine
 
     if args.profile is not None and args.profile not in PROFILES:
-        p.error(f"unknown --profile {args.profile!r}; choose one of {', '.join(PROFILES)}")
+        p.error(
+            _("unknown --profile {name!r}; choose one of {names}").format(name=args.profile, names=", ".join(PROFILES))
+        )
     if args.list:
         return list_invariants(args.profile or "nanoengine")
     if args.file is None:
-        err("give a trace file to check (`nanoengine check FILE`), or --list to see the invariants")
+        err(_("give a trace file to check (`nanoengine check FILE`), or --list to see the invariants"))
         return 2
     trace = load_or_report(args.file, "all" if args.full else "sample")
     if trace is None:
@@ -446,21 +485,21 @@ def check_main(argv: list[str]) -> int:
         violations = check_trace(trace, profile)
     except Exception as e:  # an odd value in a step the sampled schema check did not read
         if load_or_report(args.file, "all") is not None:  # None: it named the line and field
-            err(f"{args.file}: the invariant checker cannot read this trace ({type(e).__name__}: {e})"[:300])
+            message = _("{path}: the invariant checker cannot read this trace ({error})")
+            err(message.format(path=args.file, error=f"{type(e).__name__}: {e}")[:300])
         return 2
     console = Console()
     if trace.warning:  # said on stderr too; here so the verdict itself cannot be read as "the whole run is fine"
-        console.print(f"[yellow]truncated trace:[/] only the first {trace.num_steps} complete steps were checked")
+        message = _("[yellow]truncated trace:[/] only the first {n} complete steps were checked")
+        console.print(message.format(n=trace.num_steps))
+    shown = escape(printable(args.file))
     if violations:
         console.print(violations_table(violations))
-        console.print(
-            f"[red]{len(violations)} invariant violations[/] in {trace.num_steps} steps of {escape(printable(args.file))}"
-        )
+        message = _("[red]{n} invariant violations[/] in {steps} steps of {path}")
+        console.print(message.format(n=len(violations), steps=trace.num_steps, path=shown))
         return 1
-    console.print(
-        f"[green]OK[/]: {trace.num_steps} steps of {escape(printable(args.file))}, "
-        f"{len(PROFILES[profile])} invariants ({profile}) hold at every step"
-    )
+    message = _("[green]OK[/]: {steps} steps of {path}, {n} invariants ({profile}) hold at every step")
+    console.print(message.format(steps=trace.num_steps, path=shown, n=len(PROFILES[profile]), profile=profile))
     return 0
 
 
@@ -471,10 +510,11 @@ def list_invariants(profile: str) -> int:
     from tracer.trace.invariants import PROFILES
 
     rules = PROFILES[profile]
-    table = Table(title=f"{len(rules)} invariants ({profile}), checked at every step", title_justify="left")
-    table.add_column("invariant", style="bold", no_wrap=True)
-    table.add_column("what must hold")
-    table.add_column("file")  # its concern: counters ... lifecycle are correctness, policy is nanoengine's
+    title = _("{n} invariants ({profile}), checked at every step").format(n=len(rules), profile=profile)
+    table = Table(title=title, title_justify="left")
+    table.add_column(_("invariant"), style="bold", no_wrap=True)
+    table.add_column(_("what must hold"))
+    table.add_column(_("file"))  # its concern: counters ... lifecycle are correctness, policy is nanoengine's
     for rule in rules:
         table.add_row(rule.name, Text(rule.text), rule.concern)  # rules hold brackets: never markup
     Console().print(table)
@@ -489,5 +529,5 @@ def load_or_report(path: str, validate: str = "sample") -> Trace | None:
         err(str(e))
         return None
     if trace.warning:
-        print(f"nanoengine: warning: {trace.warning}", file=sys.stderr)
+        print(_("nanoengine: warning: {message}").format(message=trace.warning), file=sys.stderr)
     return trace

@@ -18,6 +18,8 @@ import contextlib
 from importlib.resources import as_file, files
 from pathlib import Path
 
+from tracer.i18n import _
+
 PREFIX = "vllm:"
 SUFFIX = ".jsonl"
 
@@ -38,7 +40,9 @@ def vllm_trace(name: str) -> Path:
     name = name.removesuffix(SUFFIX)
     names = vllm_trace_names()
     if name not in names:
-        raise ValueError(f"no committed vLLM trace {name!r}; choose one of: {', '.join(names)}")
+        raise ValueError(
+            _("no committed vLLM trace {name!r}; choose one of: {names}").format(name=name, names=", ".join(names))
+        )
     return extracted.enter_context(as_file(traces_folder().joinpath(name + SUFFIX)))
 
 

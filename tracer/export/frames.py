@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tracer.replay.svg_cells import fit_wide_text
 from tracer.trace.trace_file import Trace
 
 DEFAULT_SIZE = (140, 33)  # columns, rows: terminal text of 14 px at 1280x720, 21 px at 1920x1080
@@ -89,7 +90,7 @@ async def stream_frames_async(
             show_code_panel(app, size[1])
         for n, index in enumerate(indices, start=1):
             app.go_to(index)
-            use(n, without_window(await settled_screenshot(app, pilot)))
+            use(n, fit_wide_text(without_window(await settled_screenshot(app, pilot))))
 
 
 def show_code_panel(app: Any, rows: int) -> None:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from tracer.export.frame_pack import PackedFrames, add_frame, compress, frame_ops
 from tracer.export.frames import DEFAULT_SIZE, stream_frames
+from tracer.export.page_text import page_language, strings_json
+from tracer.i18n import _
 from tracer.replay.model import ReplayModel, focus_index
 from tracer.replay.narration import narrate
 from tracer.replay.views.side_labels import side_labels
@@ -58,16 +60,19 @@ def html_page(
     title = trace.title or trace.path.name
     if compare is not None:
         label_a, label_b, differences = side_labels(trace, compare)
-        title = f"{title} · A = {label_a} vs B = {label_b} ({differences})"
+        title = _("{title} · A = {a} vs B = {b} ({differences})").format(
+            title=title, a=label_a, b=label_b, differences=differences
+        )
     config = trace.header.get("config", {})
-    subtitle = (
-        f"· {trace.header.get('model', '?')} · block_size {config.get('block_size', '?')} · "
-        f"budget {config.get('max_num_batched_tokens', '?')} tokens · steps {numbers[0]}–{numbers[-1]}"
-    )
+    budget = _("budget {budget} tokens").format(budget=config.get("max_num_batched_tokens", "?"))
+    steps = _("steps {first}–{last}").format(first=numbers[0], last=numbers[-1])
+    subtitle = f"· {trace.header.get('model', '?')} · block_size {config.get('block_size', '?')} · {budget} · {steps}"
     fields = {
+        "LANG": page_language(),
         "TITLE": html.escape(title),
         "SUBTITLE": html.escape(subtitle),
         "FRAME_STYLE": packed.style,
+        "STRINGS": strings_json(),
         "DATA": compress(payload),
     }
     template = files("tracer.export").joinpath("player.html").read_text(encoding="utf-8")
@@ -87,7 +92,7 @@ def write_html(
     """Render, pack and write the page; returns its size in bytes. ValueError (one line) for no
     steps, or notes for a step the trace does not have."""
     if not indices:
-        raise ValueError("no steps to export: choose a --steps range inside the trace")
+        raise ValueError(_("no steps to export: choose a --steps range inside the trace"))
     check_notes(trace, notes or {})
     packed = PackedFrames()
 
@@ -109,5 +114,7 @@ def check_notes(trace: Trace, notes: Mapping[int, str]) -> None:
     missing = sorted(set(notes) - numbers)
     if missing:
         raise ValueError(
-            f"--notes: {trace.path.name} has no step {missing[0]} (its steps are {min(numbers)}-{max(numbers)})"
+            _("--notes: {name} has no step {step} (its steps are {first}-{last})").format(
+                name=trace.path.name, step=missing[0], first=min(numbers), last=max(numbers)
+            )
         )

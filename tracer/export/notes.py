@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from tracer.i18n import _
+
 HEADING = re.compile(r"^#{1,6}\s*step\s+(\d+)\s*:?\s*$", re.IGNORECASE)
 
 
@@ -28,10 +30,12 @@ def parse_notes(text: str) -> dict[int, str]:
         if match:
             step = int(match.group(1))
             if step in notes:
-                raise ValueError(f"--notes: step {step} has two '## step {step}' headings; merge them")
+                raise ValueError(
+                    _("--notes: step {step} has two '## step {step}' headings; merge them").format(step=step)
+                )
             current = notes[step] = []
         elif current is not None:
             current.append(line)
     if not notes:
-        raise ValueError("--notes: no '## step N' heading found; start each step's notes with one")
+        raise ValueError(_("--notes: no '## step N' heading found; start each step's notes with one"))
     return {step: "\n".join(lines).strip() for step, lines in notes.items()}

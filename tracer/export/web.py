@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tracer.i18n import _, language
 from tracer.trace.trace_file import TraceError, load_trace
 
 WEB_HOST = "localhost"
@@ -53,7 +54,14 @@ def refusal(headers, port: int) -> str | None:
 def replay_command(path: Path, start_step: int, predict: bool) -> str:
     """The shell command textual-serve runs for each browser tab."""
     argv = [sys.executable, "-m", "tracer.cli.main", "replay", str(path.resolve()), "--step", str(start_step)]
+    argv += ["--lang", language()]  # each tab's replay speaks the language this command was given
     return shlex.join(argv + (["--predict"] if predict else []))
+
+
+def say_error(message: str) -> None:
+    from tracer.i18n import error_line
+
+    print(error_line(message), file=sys.stderr)
 
 
 def serve_replay(
@@ -68,21 +76,21 @@ def serve_replay(
     try:
         import textual_serve.server  # noqa: F401
     except ModuleNotFoundError:
-        print(
-            "nanoengine: error: --web needs textual-serve: pip install -e '.[web]' (or open the trace "
-            f"in a terminal: nanoengine replay {path})",
-            file=sys.stderr,
+        say_error(
+            _(
+                "--web needs textual-serve: pip install -e '.[web]' (or open the trace "
+                "in a terminal: nanoengine replay {path})"
+            ).format(path=path)
         )
         return 2
     try:
         trace = load_trace(path)  # refuse a bad file here, not in every browser tab
     except TraceError as e:
-        print(f"nanoengine: error: {e}", file=sys.stderr)
+        say_error(str(e))
         return 2
     if not 0 <= start_step < max(1, trace.num_steps):
-        print(
-            f"nanoengine: error: step {start_step} is outside the trace: choose 0 .. {trace.num_steps - 1}",
-            file=sys.stderr,
+        say_error(
+            _("step {step} is outside the trace: choose 0 .. {last}").format(step=start_step, last=trace.num_steps - 1)
         )
         return 2
     sockets = listen(WEB_HOST, port) if listen is not None else None

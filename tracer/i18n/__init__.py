@@ -3,10 +3,14 @@
 `_("text")` translates a message when it is shown (not when a module is imported, so the language
 can be chosen after import); `N_("text")` only marks a module-level constant for extraction.
 The language comes from --lang, else NANOENGINE_LANG, else the locale (LANG / LC_ALL /
-LC_MESSAGES), else English."""
+LC_MESSAGES), else English.
+
+argparse's own words (usage:, options, its error lines) come from the same catalog: argparse looks
+them up through its module's `_` and `ngettext`, which set_language points at this catalog."""
 
 from __future__ import annotations
 
+import argparse
 import gettext
 import os
 from pathlib import Path
@@ -40,6 +44,8 @@ def set_language(lang: str | None = None) -> str:
         if lang != "en"
         else gettext.NullTranslations()
     )
+    argparse._ = _  # type: ignore[attr-defined]
+    argparse.ngettext = ngettext  # type: ignore[attr-defined]
     return lang
 
 
@@ -57,6 +63,12 @@ def ngettext(singular: str, plural: str, n: int) -> str:
 
 def N_(message: str) -> str:
     return message
+
+
+def error_line(message: str) -> str:
+    """'nanoengine: error: MESSAGE' in the reader's language: how every command words bad input
+    (here, below every package, so the replay and the export can say it too)."""
+    return _("nanoengine: error: {message}").format(message=message)
 
 
 set_language()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
@@ -26,6 +27,7 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static
 
+from tracer.i18n import N_, _, ngettext
 from tracer.replay.colors import VIOLATION, seq_tag
 from tracer.replay.controls import EngineControls
 from tracer.replay.decision_code import ordered_violations
@@ -34,6 +36,7 @@ from tracer.replay.messages import SeqSelected
 from tracer.replay.model import ReplayModel, focus_index, viewer_header
 from tracer.replay.narration import narrate
 from tracer.replay.predict import PredictScreen, Quiz, predict_start
+from tracer.replay.svg_cells import fit_wide_text
 from tracer.replay.views.banner import Banner
 from tracer.replay.views.batch import BatchView
 from tracer.replay.views.code import CodeView
@@ -57,23 +60,43 @@ POLL_S = 0.1  # how often a growing source is read (a few stat calls a second wh
 FOLLOW_ACTIONS = frozenset({"follow"})  # keys a growing source adds
 LIVE_ACTIONS = frozenset({"toggle_engine", "add_request", "abort_selected"})  # keys live controls add
 REPLACED_BY_LIVE = frozenset({"toggle_play", "toggle_animations", "hide_banner"})  # their keys: space, a, x
-STEP_KEYS = Binding.Group("step", compact=True)  # the footer's "←→ step"
-EVENT_KEYS = Binding.Group("event", compact=True)
-SPEED_KEYS = Binding.Group("speed", compact=True)
+STEP_KEYS = Binding.Group(N_("step"), compact=True)  # the footer's "←→ step"
+EVENT_KEYS = Binding.Group(N_("event"), compact=True)
+SPEED_KEYS = Binding.Group(N_("speed"), compact=True)
 
 
 def violation_text(violation) -> str:
     if isinstance(violation, dict):
-        seq = violation.get("seq_id")
-        who = f" seq {seq_tag(seq)}" if seq is not None else ""
-        return f"{violation.get('invariant', 'invariant')}{who}: {violation.get('message', '')}"
+        seq, invariant, message = (
+            violation.get("seq_id"),
+            violation.get("invariant", "invariant"),
+            violation.get("message", ""),
+        )
+        if seq is not None:
+            return _("{invariant} seq {seq}: {message}").format(invariant=invariant, seq=seq_tag(seq), message=message)
+        return _("{invariant}: {message}").format(invariant=invariant, message=message)
     return str(violation)
+
+
+def translate_bindings(node: App) -> None:
+    """The footer's words in the reader's language: BINDINGS are class constants, made at import
+    (N_-marked), so each node's copy of them is translated once the language is chosen."""
+    table = node._bindings.key_to_bindings  # the node's own copy of its class's BINDINGS
+    for key, bindings in table.items():
+        table[key] = [
+            replace(
+                b,
+                description=_(b.description) if b.description else "",
+                group=replace(b.group, description=_(b.group.description)) if b.group else None,
+            )
+            for b in bindings
+        ]
 
 
 class GotoScreen(ModalScreen[int | None]):
     """`g`: type a step number."""
 
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS = [Binding("escape", "cancel", N_("cancel"))]
 
     def __init__(self, first: int, last: int) -> None:
         super().__init__()
@@ -81,14 +104,16 @@ class GotoScreen(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="goto-box"):
-            yield Label(f"Go to step ({self.first}–{self.last}), Enter to jump, Esc to cancel")
-            yield Input(placeholder="step number", type="integer", id="goto-input")
+            yield Label(
+                _("Go to step ({first}–{last}), Enter to jump, Esc to cancel").format(first=self.first, last=self.last)
+            )
+            yield Input(placeholder=_("step number"), type="integer", id="goto-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
             self.dismiss(int(event.value))
         except ValueError:
-            self.notify("type a whole step number", severity="error")
+            self.notify(_("type a whole step number"), severity="error")
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -106,30 +131,30 @@ class ReplayApp(App[int]):
     # The footer lists them in this order and cuts what does not fit: at 80 columns the live keys,
     # ? and q come before +/- and g (which the help lists).
     BINDINGS = [
-        Binding("left", "step(-1)", "step", key_display="←", priority=True, group=STEP_KEYS),
-        Binding("right", "step(1)", "step", key_display="→", priority=True, group=STEP_KEYS),
-        Binding("home", "jump_end(0)", "first", show=False, priority=True),
-        Binding("end", "follow", "follow", key_display="End", priority=True),
-        Binding("end", "jump_end(1)", "last", show=False, priority=True),
-        Binding("space", "toggle_engine", "pause/run", priority=True),
-        Binding("space", "toggle_play", "play", priority=True),
-        Binding("a", "add_request", "add"),
-        Binding("a", "toggle_animations", "animations", show=False),
-        Binding("x", "abort_selected", "abort"),
-        Binding("x", "hide_banner", "hide banner", show=False),
-        Binding("n", "event(1)", "event", group=EVENT_KEYS),
-        Binding("p", "event(-1)", "event", group=EVENT_KEYS),
-        Binding("c", "toggle_code", "code"),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit", "quit"),
-        Binding("plus,equals_sign", "speed(1)", "faster", key_display="+", group=SPEED_KEYS),
-        Binding("minus", "speed(-1)", "slower", key_display="-", group=SPEED_KEYS),
-        Binding("g", "goto", "go to"),
-        Binding("v", "violations", "violations", show=False),  # the violation bar says so
-        Binding("z", "zoom", "zoom", show=False),
-        Binding("m", "more_narration", "more", show=False),  # a cut narration ends "… m: more"
-        Binding("escape", "deselect", "deselect", show=False),
-        Binding("s", "screenshot", "svg", show=False),  # in the help
+        Binding("left", "step(-1)", N_("step"), key_display="←", priority=True, group=STEP_KEYS),
+        Binding("right", "step(1)", N_("step"), key_display="→", priority=True, group=STEP_KEYS),
+        Binding("home", "jump_end(0)", N_("first"), show=False, priority=True),
+        Binding("end", "follow", N_("follow"), key_display="End", priority=True),
+        Binding("end", "jump_end(1)", N_("last"), show=False, priority=True),
+        Binding("space", "toggle_engine", N_("pause/run"), priority=True),
+        Binding("space", "toggle_play", N_("play"), priority=True),
+        Binding("a", "add_request", N_("add")),
+        Binding("a", "toggle_animations", N_("animations"), show=False),
+        Binding("x", "abort_selected", N_("abort")),
+        Binding("x", "hide_banner", N_("hide banner"), show=False),
+        Binding("n", "event(1)", N_("event"), group=EVENT_KEYS),
+        Binding("p", "event(-1)", N_("event"), group=EVENT_KEYS),
+        Binding("c", "toggle_code", N_("code")),
+        Binding("question_mark", "help", N_("help"), key_display="?"),
+        Binding("q", "quit", N_("quit")),
+        Binding("plus,equals_sign", "speed(1)", N_("faster"), key_display="+", group=SPEED_KEYS),
+        Binding("minus", "speed(-1)", N_("slower"), key_display="-", group=SPEED_KEYS),
+        Binding("g", "goto", N_("go to")),
+        Binding("v", "violations", N_("violations"), show=False),  # the violation bar says so
+        Binding("z", "zoom", N_("zoom"), show=False),
+        Binding("m", "more_narration", N_("more"), show=False),  # a cut narration ends "… m: more"
+        Binding("escape", "deselect", N_("deselect"), show=False),
+        Binding("s", "screenshot", N_("svg"), show=False),  # in the help
     ]
     # the main view's keys do nothing while a dialog (help, go to, predict) is open; q still quits
     MAIN_VIEW_ACTIONS = frozenset(b.action.partition("(")[0] for b in Binding.make_bindings(BINDINGS)) - {"quit"}
@@ -152,6 +177,7 @@ class ReplayApp(App[int]):
         """trace: a Trace, or a GrowingTrace (followed: read on a timer). compare: a second run of the
         same workload, shown step for step beside this one. live: a running engine's controls."""
         super().__init__()
+        translate_bindings(self)
         self.model = ReplayModel(trace, start_step, compare)
         self.compare_header = viewer_header(compare) if compare is not None else {}  # B's, for its KV pages
         self.guide = guide or trace.header.get("look_for") or ""  # a lesson's or demo's "Look for" text
@@ -193,15 +219,18 @@ class ReplayApp(App[int]):
 
     def on_mount(self) -> None:
         titles = {
-            "machine": "state machine · prefill/decode: nano-vllm's phases (?)",
-            "code": "code that decided (c hides)",
-            "kv": "KV pages",
-            "seqs": "sequences",
-            "batch": "batch (flat step inputs)",
+            "machine": _("state machine · prefill/decode: nano-vllm's phases (?)"),
+            "code": _("code that decided (c hides)"),
+            "kv": _("KV pages"),
+            "seqs": _("sequences"),
+            "batch": _("batch (flat step inputs)"),
         }
         if self.model.compare is not None:
-            label_a, label_b, _ = side_labels(self.model.source, self.model.compare)
-            titles.update(kv=f"KV pages · A = {label_a}", **{"kv-b": f"KV pages · B = {label_b}"})
+            label_a, label_b, _differences = side_labels(self.model.source, self.model.compare)
+            titles.update(
+                kv=_("KV pages · A = {label}").format(label=label_a),
+                **{"kv-b": _("KV pages · B = {label}").format(label=label_b)},
+            )
         for widget_id, title in titles.items():
             self.query_one(f"#{widget_id}").border_title = title
         self.machine.animations = self.animations
@@ -217,8 +246,10 @@ class ReplayApp(App[int]):
         self.screen.set_class(small, "-too-small")
         if small:
             self.query_one("#too-small", Static).update(
-                f"Make the terminal larger: the replay needs at least {MIN_WIDTH}×{MIN_HEIGHT} "
-                f"(this one is {event.size.width}×{event.size.height})."
+                _(
+                    "Make the terminal larger: the replay needs at least {min_width}×{min_height} (this one "
+                    "is {width}×{height})."
+                ).format(min_width=MIN_WIDTH, min_height=MIN_HEIGHT, width=event.size.width, height=event.size.height)
             )
 
     @property
@@ -309,9 +340,9 @@ class ReplayApp(App[int]):
         try:
             self.draw_step()
         except Exception as e:  # a value the schema allows but a view cannot show: stop with one line
-            self.failure = (
-                f"{self.model.source.path}: step {self.step_number} (line {self.step_index + 2}) cannot be shown "
-                f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+            error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            self.failure = _("{path}: step {step} (line {line}) cannot be shown ({error})").format(
+                path=self.model.source.path, step=self.step_number, line=self.step_index + 2, error=error
             )
             self.exit(return_code=2)
 
@@ -340,7 +371,12 @@ class ReplayApp(App[int]):
         bar.display = bool(violations)
         if violations:
             n = len(violations)
-            text = Text(f"✗ {n} invariant violation{'s' if n != 1 else ''} (v: all, with rules and code)", VIOLATION)
+            count = ngettext(
+                "✗ {count} invariant violation (v: all, with rules and code)",
+                "✗ {count} invariant violations (v: all, with rules and code)",
+                n,
+            )
+            text = Text(count.format(count=n), VIOLATION)
             text.append(" " + violation_text((ordered_violations(step) or violations)[0]))  # the clearest first
             bar.update(text)
 
@@ -351,13 +387,18 @@ class ReplayApp(App[int]):
     def status_text(self) -> str:
         if not self.model.grows:
             speed = SPEEDS[self.speed_index]
-            return f"{'▶ playing' if self.playing else '■ paused'} {speed:g} step{'' if speed == 1 else 's'}/s"
+            many = 1 if speed == 1 else 2
+            if self.playing:
+                state = ngettext("▶ playing {speed} step/s", "▶ playing {speed} steps/s", many)
+            else:
+                state = ngettext("■ paused {speed} step/s", "■ paused {speed} steps/s", many)
+            return state.format(speed=f"{speed:g}")
         if self.model.broken:
-            text = "✗ stopped following (the file is damaged or was rewritten)"
+            text = _("✗ stopped following (the file is damaged or was rewritten)")
         elif self.model.following:
-            text = "● following the newest step"
+            text = _("● following the newest step")
         else:
-            text = "◼ browsing history (End: follow the newest step)"
+            text = _("◼ browsing history (End: follow the newest step)")
         return text if self.live is None else f"{text} · {self.live.status()}"
 
     def update_topbar(self) -> None:
@@ -368,15 +409,15 @@ class ReplayApp(App[int]):
         bar = Text(no_wrap=True, overflow="ellipsis")
         bar.append_text(self.badge())
         if self.quiz is not None:
-            bar.append(f" predict score {self.quiz.score} ", "bold black on #ffd23f")
+            bar.append(" " + _("predict score {score}").format(score=self.quiz.score) + " ", "bold black on #ffd23f")
         bar.append(f" {title} ", "bold")
+        budget = _("budget {budget} tokens").format(budget=config.get("max_num_batched_tokens", "?"))
         bar.append(
-            f"· {header.get('model', '?')} · block_size {config.get('block_size', '?')} · "
-            f"budget {config.get('max_num_batched_tokens', '?')} tokens",
+            f"· {header.get('model', '?')} · block_size {config.get('block_size', '?')} · {budget}",
             "#a0a0a0",
         )
         if self.selected_seq is not None:
-            bar.append(f" · selected {seq_tag(self.selected_seq)}", "bold")
+            bar.append(" · " + _("selected {seq}").format(seq=seq_tag(self.selected_seq)), "bold")
         self.query_one("#topbar", Static).update(bar)
 
     def badge(self) -> Text:
@@ -384,20 +425,20 @@ class ReplayApp(App[int]):
         if self.live is not None:
             return self.live.badge()
         if self.model.grows:
-            return Text(" ● FOLLOW ", "bold black on #ffd23f")
+            return Text(" ● " + _("FOLLOW") + " ", "bold black on #ffd23f")
         return Text(" nanoengine replay ", "bold black on #2ec4b6")
 
     def waiting_text(self) -> str:
         if self.live is not None:
             return self.live.WAITING
-        return f"Waiting for the first step of {self.model.source.path.name} ..."
+        return _("Waiting for the first step of {name} ...").format(name=self.model.source.path.name)
 
     def go_to(self, index: int) -> None:
         try:  # a damaged line of a lazy trace, or odd values in any trace, fail here
             moved = self.model.go_to(index)
         except TraceError as e:
             self.playing = False
-            self.notify(str(e), title="cannot show this step", severity="error", timeout=12, markup=False)
+            self.notify(str(e), title=_("cannot show this step"), severity="error", timeout=12, markup=False)
             return
         if moved:
             self.show_step()
@@ -428,7 +469,7 @@ class ReplayApp(App[int]):
         self.show_step()
 
     def say_broken(self) -> None:
-        self.notify(self.model.broken, title="stopped following", severity="error", timeout=30, markup=False)
+        self.notify(self.model.broken, title=_("stopped following"), severity="error", timeout=30, markup=False)
         self.update_status()
 
     def action_follow(self) -> None:
@@ -492,7 +533,7 @@ class ReplayApp(App[int]):
     def action_event(self, direction: int) -> None:
         target = self.model.event_from(direction)
         if target is None:
-            self.notify(f"no {'later' if direction > 0 else 'earlier'} event")
+            self.notify(_("no later event") if direction > 0 else _("no earlier event"))
         else:
             self.go_to(target)
 
@@ -505,7 +546,7 @@ class ReplayApp(App[int]):
     def action_violations(self) -> None:
         violations = ordered_violations(self.current_step)
         if not violations:
-            self.notify("no invariant violation at this step")
+            self.notify(_("no invariant violation at this step"))
             return
         sources = self.header.get("sources") or {}
         self.push_screen(ViolationsScreen(self.step_number, violations, sources), self.show_violation_code)
@@ -535,15 +576,16 @@ class ReplayApp(App[int]):
     def action_toggle_animations(self) -> None:
         self.animations = not self.animations
         self.machine.animations = self.kv.animations = self.animations
-        self.notify(f"animations {'on' if self.animations else 'off'}")
+        self.notify(_("animations on") if self.animations else _("animations off"))
 
     def action_screenshot(self) -> None:  # type: ignore[override]  # no filename/path: always the trace's folder
         if not self.steps:
             return
         self.screenshot_dir.mkdir(parents=True, exist_ok=True)
-        path = self.save_screenshot(filename=f"nanoengine-step-{self.step_number}.svg", path=str(self.screenshot_dir))
-        self.last_screenshot = Path(path)
-        self.notify(f"screenshot saved: {path}", markup=False)
+        path = self.screenshot_dir / f"nanoengine-step-{self.step_number}.svg"
+        path.write_text(fit_wide_text(self.export_screenshot()), encoding="utf-8")
+        self.last_screenshot = path
+        self.notify(_("screenshot saved: {path}").format(path=path), markup=False)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.live.HELP if self.live is not None else None))
@@ -617,9 +659,13 @@ def parse_terminal_size(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise ValueError(f"--size takes WIDTHxHEIGHT, e.g. 160x48; got {text!r}") from None
+        raise ValueError(_("--size takes WIDTHxHEIGHT, e.g. 160x48; got {text!r}").format(text=text)) from None
     if w < MIN_WIDTH or h < MIN_HEIGHT:
-        raise ValueError(f"--size {text} is too small for the TUI: use at least {MIN_WIDTH}x{MIN_HEIGHT}")
+        raise ValueError(
+            _("--size {text} is too small for the TUI: use at least {width}x{height}").format(
+                text=text, width=MIN_WIDTH, height=MIN_HEIGHT
+            )
+        )
     return w, h
 
 
@@ -632,15 +678,14 @@ def run_replay(
         trace = load_trace(path)
         other = load_trace(compare) if compare is not None else None
     except TraceError as e:
-        print(f"nanoengine: error: {e}", file=sys.stderr)
+        say_error(str(e))
         return 2
     if not trace.steps:
-        print(f"nanoengine: error: {path} has a header but no steps: nothing to replay", file=sys.stderr)
+        say_error(_("{path} has a header but no steps: nothing to replay").format(path=path))
         return 2
     if not 0 <= start_step < len(trace.steps):
-        print(
-            f"nanoengine: error: step {start_step} is outside the trace: choose 0 .. {len(trace.steps) - 1}",
-            file=sys.stderr,
+        say_error(
+            _("step {step} is outside the trace: choose 0 .. {last}").format(step=start_step, last=len(trace.steps) - 1)
         )
         return 2
     if start_step == 0:
@@ -650,22 +695,30 @@ def run_replay(
     try:
         app = ReplayApp(trace, start_step, predict, guide=guide, compare=other)
     except DiffError as e:
-        print(f"nanoengine: error: --compare: {e}", file=sys.stderr)
+        say_error(f"--compare: {e}")
         return 2
     try:
         app.model.check(app.step_index)
         app.model.check(max(0, app.step_index - 1))
     except TraceError as e:
-        print(f"nanoengine: error: {e}", file=sys.stderr)
+        say_error(str(e))
         return 2
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and "TEXTUAL_DRIVER" not in os.environ:  # --web sets it
-        print(
-            f"nanoengine: error: the replay needs an interactive terminal (input or output is redirected); "
-            f"run `nanoengine replay {path}` in a terminal, or `nanoengine check {path}`",
-            file=sys.stderr,
+        say_error(
+            _(
+                "the replay needs an interactive terminal (input or output is redirected); "
+                "run `nanoengine replay {path}` in a terminal, or `nanoengine check {path}`"
+            ).format(path=path)
         )
         return 2
     result = app.run()
     if app.failure:
-        print(f"nanoengine: error: {app.failure}"[:400], file=sys.stderr)
+        say_error(app.failure[:400])
     return app.return_code or result or 0
+
+
+def say_error(message: str) -> None:
+    """'nanoengine: error: ...' on stderr, worded as every command words it (tracer.cli.main)."""
+    from tracer.i18n import error_line
+
+    print(error_line(message), file=sys.stderr)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from tracer.trace.decisions import DECISIONS, SCHEDULES_TOKENS, Role
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_, _, ngettext
 from tracer.replay.colors import seq_tag
 from tracer.replay.glossary import vllm_counterpart
-from tracer.trace.invariants.rule import rule_named
+from tracer.trace.decisions import DECISIONS, SCHEDULES_TOKENS, Role
+from tracer.trace.invariants.rule import rule_named, shown_text
 
 # The event a step's panel shows when no sequence is selected: the most telling first.
 EVENT_ORDER = (
@@ -39,8 +40,8 @@ EVENT_ORDER = (
 MAX_FRAMES = 3
 # Functions that carry out a decision their caller took: the caller's line is the deciding one.
 EFFECTORS = frozenset(name for name, d in DECISIONS.items() if d.role == Role.CARRIES_OUT)
-NO_SOURCE = "no source recorded in this trace (an older trace, or another engine's): the code is not in it"
-CANNOT_TELL = "the checker cannot tell which function broke this invariant"
+NO_SOURCE = N_("no source recorded in this trace (an older trace, or another engine's): the code is not in it")
+CANNOT_TELL = N_("the checker cannot tell which function broke this invariant")
 PHASE = "Scheduler.schedule"  # a step without events: its running loop gave each sequence a token
 PHASE_LINE = SCHEDULES_TOKENS.rsplit(".", 1)[-1] + "("  # the running loop's line that schedules a decode
 CALL = re.compile(r"\b(\w+)\(")
@@ -65,7 +66,7 @@ class Section:
 
     @property
     def heading(self) -> str:
-        whose = "the engine's" if self.engine else "swapped in: your code"
+        whose = _("the engine's") if self.engine else _("swapped in: your code")
         role = f" · {self.role}" if self.role else ""
         return f"{self.name} — {self.file}:{self.first_line} ({whose}){role}"
 
@@ -84,7 +85,7 @@ class DecisionCode:
         marked = [(i, s.deciding or s.marked[-1], s.deciding) for i, s in enumerate(self.sections) if s.marked]
         if not marked:
             return None
-        i, line, _ = max(marked, key=lambda m: (m[2] is not None, m[0]))
+        i, line, _deciding = max(marked, key=lambda m: (m[2] is not None, m[0]))
         return i, line - self.sections[i].first_line
 
 
@@ -114,9 +115,9 @@ def event_code(event: dict, sources: dict) -> DecisionCode:
     title = f"{str(event.get('kind', '?')).upper()} {seq_tag(int(event.get('seq_id', 0)))}"
     where = [(str(name), int(line)) for name, line in event.get("where") or [] if name in sources]
     if not sources or not where:
-        return DecisionCode(title, vllm_line([]), note=NO_SOURCE)
+        return DecisionCode(title, vllm_line([]), note=_(NO_SOURCE))
     where = where[:MAX_FRAMES]
-    decider = next((name for name, _ in where if name not in EFFECTORS), where[-1][0])
+    decider = next((name for name, _line in where if name not in EFFECTORS), where[-1][0])
     sections = [section_of(name, sources[name], (line,), role_of(name, where, decider)) for name, line in where]
     sections = [
         replace(s, deciding=s.marked[0]) if s.name == decider else s for s in reversed(sections)
@@ -124,26 +125,30 @@ def event_code(event: dict, sources: dict) -> DecisionCode:
     sections = with_called_swaps(sections, sources)
     line = dict(where)[decider]
     return DecisionCode(
-        f"{title} · decided in {decider}, line {line}", vllm_line([name for name, _ in where]), sections
+        _("{event} · decided in {function}, line {line}").format(event=title, function=decider, line=line),
+        vllm_line([name for name, _line in where]),
+        sections,
     )
 
 
 def role_of(name: str, where: list[tuple[str, int]], decider: str) -> str:
-    roles = ["decided" if name == decider else "", "emitted it" if name == where[0][0] else "called it"]
-    return ", ".join(r for r in roles if r)
+    emitted = name == where[0][0]
+    if name == decider:
+        return _("decided, emitted it") if emitted else _("decided, called it")
+    return _("emitted it") if emitted else _("called it")
 
 
 def phase_code(step: dict, sources: dict) -> DecisionCode:
     if not step.get("inputs", {}).get("seq_ids"):
-        return DecisionCode(f"step {step.get('step', '?')}: nothing scheduled", "")
-    title = "decode (no event this step): each running sequence got one token"
+        return DecisionCode(_("step {step}: nothing scheduled").format(step=step.get("step", "?")), "")
+    title = _("decode (no event this step): each running sequence got one token")
     if PHASE not in sources:
-        return DecisionCode(title, vllm_line([PHASE]), note=NO_SOURCE)
+        return DecisionCode(title, vllm_line([PHASE]), note=_(NO_SOURCE))
     entry = sources[PHASE]
     first = int(entry.get("line", 1))
     lines = str(entry.get("source", "")).split("\n")
     marked = tuple(first + i for i, text in enumerate(lines) if PHASE_LINE in text)[:1]
-    section = section_of(PHASE, entry, marked, "its running loop")
+    section = section_of(PHASE, entry, marked, _("its running loop"))
     return DecisionCode(title, vllm_line([PHASE]), [replace(section, deciding=marked[0] if marked else None)])
 
 
@@ -172,7 +177,9 @@ def with_called_swaps(sections: list[Section], sources: dict) -> list[Section]:
                 name = by_short.get(short)
                 if name is not None and name not in shown:
                     shown.add(name)
-                    role = f"called by {section.name} at line {section.first_line + i}"
+                    role = _("called by {function} at line {line}").format(
+                        function=section.name, line=section.first_line + i
+                    )
                     out.append(section_of(name, sources[name], (), role))
     return out
 
@@ -194,19 +201,21 @@ def violation_code(violation: dict, step: dict, sources: dict) -> DecisionCode:
     seq_id = seq_id if isinstance(seq_id, int) else None
     title = f"✗ {violation.get('invariant', 'invariant')}" + (f" {seq_tag(seq_id)}" if seq_id is not None else "")
     if not sources:
-        return DecisionCode(title, "", note=NO_SOURCE)
+        return DecisionCode(title, "", note=_(NO_SOURCE))
     events = [e for e in step.get("events") or [] if seq_id is not None and e.get("seq_id") == seq_id]
     for name in checks_of(violation):
         if name in sources:
             lines = tuple(sorted({int(line) for e in events for n, line in e.get("where") or [] if n == name}))
-            section = section_of(name, sources[name], lines, "the function this invariant checks")
+            section = section_of(name, sources[name], lines, _("the function this invariant checks"))
             section = replace(section, deciding=lines[0] if lines else None)
-            return DecisionCode(f"{title} · it checks {name}", vllm_line([name]), [section])
+            title = _("{violation} · it checks {function}").format(violation=title, function=name)
+            return DecisionCode(title, vllm_line([name]), [section])
     event = chief_event({"events": events}) if events else None
     if event is None:
-        return DecisionCode(title, "", note=CANNOT_TELL)
+        return DecisionCode(title, "", note=_(CANNOT_TELL))
     code = event_code(event, sources)
-    return replace(code, title=f"{title} · {code.title}", note=f"{CANNOT_TELL}: its sequence's event this step")
+    note = _("the checker cannot tell which function broke this invariant: its sequence's event this step")
+    return replace(code, title=f"{title} · {code.title}", note=note)
 
 
 def vllm_line(names: list[str]) -> str:
@@ -247,20 +256,28 @@ def violation_lines(violation: dict, sources: dict) -> list[str]:
     rule = rule_named(str(violation.get("invariant", "")))
     head = f"✗ {violation.get('invariant', 'invariant')}"
     head += f" · {seq_tag(seq_id)}" if isinstance(seq_id, int) else ""
-    head += f" · cell: {rule.field}" if rule is not None and rule.field else ""
-    text = rule.text if rule is not None else "not one of this nanoengine's invariants"
-    return [head, f"  rule: {text}", f"  {violation.get('message', '')}", f"  code: {code_of(violation, sources)}"]
+    head += " · " + _("cell: {field}").format(field=rule.field) if rule is not None and rule.field else ""
+    text = shown_text(rule) if rule is not None else _("not one of this nanoengine's invariants")
+    return [
+        head,
+        "  " + _("rule: {rule}").format(rule=text),
+        f"  {violation.get('message', '')}",
+        "  " + _("code: {code}").format(code=code_of(violation, sources)),
+    ]
 
 
 def code_of(violation: dict, sources: dict) -> str:
     if not sources:
-        return NO_SOURCE
+        return _(NO_SOURCE)
     for name in checks_of(violation):
         if name in sources:
             entry = sources[name]
-            whose = "the engine's" if entry.get("engine", True) else "swapped in: your code"
+            whose = _("the engine's") if entry.get("engine", True) else _("swapped in: your code")
             return f"{name} — {entry.get('file', '?')}:{entry.get('line', '?')} ({whose})"
-    return f"{CANNOT_TELL} (the code panel shows its sequence's event this step)"
+    return _(
+        "the checker cannot tell which function broke this invariant "
+        "(the code panel shows its sequence's event this step)"
+    )
 
 
 def step_code_text(step: dict, header: dict) -> list[str]:
@@ -268,8 +285,10 @@ def step_code_text(step: dict, header: dict) -> list[str]:
     else the step's event or phase), as plain text."""
     violations = ordered_violations(step)
     sources = header.get("sources") or {}
-    lines = [f"{len(violations)} invariant violation{'s' if len(violations) != 1 else ''}:"] if violations else []
+    count = len(violations)
+    lines = [ngettext("{count} invariant violation:", "{count} invariant violations:", count).format(count=count)]
+    lines = lines if violations else []
     for violation in violations:
         lines += violation_lines(violation, sources)
     code = decision_code(step, header, None, violations[0] if violations else None)
-    return [*lines, "", "code:", *code_lines(code)]
+    return [*lines, "", _("code:"), *code_lines(code)]

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from nanoengine.sequence import EventKind
+from tracer.i18n import N_, _
+
 
 class Term(NamedTuple):
+    """The fields with prose are N_-marked: shown(field) gives them in the reader's language."""
+
     ours: str  # the name in nanoengine
     vllm: str  # vLLM v1's name and file
     nano_vllm: str  # nano-vllm's name and file
@@ -25,18 +30,18 @@ GLOSSARY: tuple[Term, ...] = (
     ),
     Term(
         "SequenceStatus WAITING / RUNNING / FINISHED",
-        "RequestStatus (vllm/v1/request.py): also PREEMPTED, FINISHED_* per reason",
+        N_("RequestStatus (vllm/v1/request.py): also PREEMPTED, FINISHED_* per reason"),
         "SequenceStatus (nanovllm/engine/sequence.py)",
     ),
     Term(
-        "num_cached_tokens: tokens whose KV is in the cache (the progress counter)",
+        N_("num_cached_tokens: tokens whose KV is in the cache (the progress counter)"),
         "num_computed_tokens (vllm/v1/request.py)",
         "num_cached_tokens (nanovllm/engine/sequence.py)",
-        "vLLM v1's own num_cached_tokens means something else: the prompt tokens served by a prefix-cache hit",
+        N_("vLLM v1's own num_cached_tokens means something else: the prompt tokens served by a prefix-cache hit"),
     ),
     Term(
-        "num_scheduled_tokens: tokens computed for a sequence this step",
-        "SchedulerOutput.num_scheduled_tokens, a dict by request id (vllm/v1/core/sched/output.py)",
+        N_("num_scheduled_tokens: tokens computed for a sequence this step"),
+        N_("SchedulerOutput.num_scheduled_tokens, a dict by request id (vllm/v1/core/sched/output.py)"),
         "num_scheduled_tokens (nanovllm/engine/sequence.py)",
     ),
     Term(
@@ -45,49 +50,57 @@ GLOSSARY: tuple[Term, ...] = (
         "num_completion_tokens (nanovllm/engine/sequence.py)",
     ),
     Term(
-        "block_table: logical block i → physical block",
-        "KVCacheManager.get_block_ids (scheduler side); BlockTable (vllm/v1/worker/block_table.py)",
+        N_("block_table: logical block i → physical block"),
+        N_("KVCacheManager.get_block_ids (scheduler side); BlockTable (vllm/v1/worker/block_table.py)"),
         "Sequence.block_table (nanovllm/engine/sequence.py)",
     ),
     Term(
         "BlockManager: ref_counts, free_blocks (nanoengine/block_manager.py)",
-        "KVCacheManager (vllm/v1/core/kv_cache_manager.py) over BlockPool (vllm/v1/core/block_pool.py); "
-        "KVCacheBlock.ref_cnt, FreeKVCacheBlockQueue (vllm/v1/core/kv_cache_utils.py)",
+        N_(
+            "KVCacheManager (vllm/v1/core/kv_cache_manager.py) over BlockPool (vllm/v1/core/block_pool.py); "
+            "KVCacheBlock.ref_cnt, FreeKVCacheBlockQueue (vllm/v1/core/kv_cache_utils.py)"
+        ),
         "BlockManager: Block.ref_count, free_block_ids (nanovllm/engine/block_manager.py)",
     ),
     Term(
         "compute_block_hash, hash_to_block",
         "hash_block_tokens (vllm/v1/core/kv_cache_utils.py); BlockPool.cached_block_hash_to_block",
         "BlockManager.compute_hash, hash_to_block_id",
-        "vLLM v1 maps a hash to several blocks (a duplicate, such as the last block of a full hit, is "
-        "tracked); ours keeps one block per hash and leaves the duplicate unhashed: one name, one block, "
-        "and the same hits",
+        N_(
+            "vLLM v1 maps a hash to several blocks (a duplicate, such as the last block of a full hit, is "
+            "tracked); ours keeps one block per hash and leaves the duplicate unhashed: one name, one block, "
+            "and the same hits"
+        ),
     ),
     Term(
-        "BlockManager.register_full_blocks: when a sequence is scheduled, so a later admission in the same "
-        "step hits the blocks the step computes",
+        N_(
+            "BlockManager.register_full_blocks: when a sequence is scheduled, so a later admission in the same "
+            "step hits the blocks the step computes"
+        ),
         "KVCacheManager.allocate_slots → cache_blocks (vllm/v1/core/kv_cache_manager.py)",
-        "BlockManager.allocate (a prompt's full blocks, at admission) and may_append (a block filled by decoding)",
+        N_("BlockManager.allocate (a prompt's full blocks, at admission) and may_append (a block filled by decoding)"),
     ),
     Term(
         "BlockManager.find_cached_prefix",
         "KVCacheManager.get_computed_blocks (vllm/v1/core/kv_cache_manager.py)",
-        "inside BlockManager.can_allocate / allocate",
+        N_("inside BlockManager.can_allocate / allocate"),
     ),
     Term(
         "Scheduler.schedule, try_admit (nanoengine/scheduler.py)",
-        "Scheduler.schedule (vllm/v1/core/sched/scheduler.py): running loop, then waiting loop",
-        "Scheduler.schedule (nanovllm/engine/scheduler.py): prefill pass or decode pass",
+        N_("Scheduler.schedule (vllm/v1/core/sched/scheduler.py): running loop, then waiting loop"),
+        N_("Scheduler.schedule (nanovllm/engine/scheduler.py): prefill pass or decode pass"),
     ),
     Term(
         "choose_victim, Scheduler.make_room, preempt",
-        "in Scheduler.schedule: KVCacheManager.allocate_slots fails → self.running.pop() → Scheduler._preempt_request",
+        N_(
+            "in Scheduler.schedule: KVCacheManager.allocate_slots fails → self.running.pop() → Scheduler._preempt_request"
+        ),
         "Scheduler.schedule → Scheduler.preempt(self.running.pop())",
     ),
     Term(
         "Scheduler.postprocess, check_stop",
         "Scheduler.update_from_output; check_stop (vllm/v1/core/sched/utils.py)",
-        "Scheduler.postprocess (stop test inline)",
+        N_("Scheduler.postprocess (stop test inline)"),
     ),
     Term(
         "prepare_inputs, compute_slot_mapping (nanoengine/model_runner.py)",
@@ -96,14 +109,49 @@ GLOSSARY: tuple[Term, ...] = (
     ),
     Term(
         "query_start_loc, seq_lens, positions, slot_mapping, logits_indices",
-        "the same names, in the attention metadata (vllm/v1/attention/backends/)",
+        N_("the same names, in the attention metadata (vllm/v1/attention/backends/)"),
         "cu_seqlens_q, cu_seqlens_k / context_lens, positions, slot_mapping, "
         "cu_seqlens_q[1:] - 1 (nanovllm/utils/context.py, nanovllm/layers/embed_head.py)",
     ),
     Term(
         "sample, sample_one (nanoengine/sampler.py)",
         "Sampler (vllm/v1/sample/sampler.py), TopKTopPSampler (vllm/v1/sample/ops/topk_topp_sampler.py)",
-        "Sampler (nanovllm/layers/sampler.py): temperature only",
+        N_("Sampler (nanovllm/layers/sampler.py): temperature only"),
+    ),
+    Term(
+        N_(
+            "SamplingParams(n): one request, n sequences (LLMEngine.add_request in nanoengine/engine.py fans "
+            "it out; sample i draws with seed + i)"
+        ),
+        N_(
+            "ParentRequest.get_child_info (vllm/v1/engine/parallel_sampling.py): the front end adds n child "
+            "requests, ids f\"{i}_{request_id}\", seed + i"
+        ),
+        N_("none: SamplingParams has no n (nanovllm/sampling_params.py)"),
+        N_(
+            "the same schedules, step for step (tracer/vllm/traces/parallel-sampling.jsonl): vLLM fans n out "
+            "in its front end, nanoengine inside its engine; either way the samples share the prompt's full "
+            "blocks through the prefix cache, in the same step too"
+        ),
+    ),
+    Term(
+        N_("SamplingParams(logprobs, prompt_logprobs): the raw model's log-probabilities (nanoengine/logprobs.py)"),
+        N_("Sampler.compute_logprobs, gather_logprobs (vllm/v1/sample/sampler.py); ModelConfig.logprobs_mode"),
+        N_("none"),
+        N_(
+            "ours are vLLM's default logprobs_mode, raw_logprobs: the model's own, before temperature, "
+            "penalties or top-k/top-p"
+        ),
+    ),
+    Term(
+        N_("Beam search with copy-on-write and swap preemption: not built here (the engine's code budget)"),
+        N_(
+            "vLLM v0's SequenceGroup: fork, blocks_to_copy, SWAPPED with blocks_to_swap_out / "
+            "blocks_to_swap_in; vLLM v1 runs beam search outside its scheduler (LLM.beam_search, "
+            "vllm/entrypoints/generate/beam_search/offline.py) as requests that share blocks through prefix "
+            "caching, and preempts by recompute only"
+        ),
+        N_("none: recompute only"),
     ),
     Term(
         "LLMEngine.step (nanoengine/engine.py)",
@@ -129,9 +177,117 @@ def function_names(ours: str) -> list[str]:
 
 def vllm_counterpart(qualname: str) -> str:
     """vLLM v1's name and file for one of our functions ('Scheduler.preempt'), or '' if the glossary
-    has none."""
+    has none; in the reader's language."""
     for term in GLOSSARY:
         names = function_names(term.ours)
         if qualname in names or ("." not in qualname and any(n.endswith(f".{qualname}") for n in names)):
-            return term.vllm
+            return _(term.vllm)
     return ""
+
+
+class Concept(NamedTuple):
+    """A word the replay, the lessons and the seed articles use, beside the identifier that holds it."""
+
+    identifier: str  # as the code spells it: never translated
+    term: str  # the word for it (the Chinese catalog gives the term the seed articles use)
+    meaning: str  # in a sentence or two
+
+
+CONCEPTS: tuple[Concept, ...] = (
+    Concept("Sequence", N_("sequence (one request)"), N_("a prompt and the tokens generated for it so far")),
+    Concept(
+        "SequenceStatus",
+        N_("status"),
+        N_("WAITING (in the waiting queue), RUNNING (scheduled each step), FINISHED; the names stay English"),
+    ),
+    Concept("num_tokens", N_("number of tokens"), N_("prompt plus completion tokens so far")),
+    Concept(
+        "num_cached_tokens",
+        N_("computed tokens"),
+        N_("how many of the sequence's tokens already have their K/V in the cache: the progress counter"),
+    ),
+    Concept(
+        "num_scheduled_tokens",
+        N_("tokens scheduled this step"),
+        N_("how many tokens of the sequence the model computes in this step (0 when not scheduled)"),
+    ),
+    Concept(
+        "block_table",
+        N_("block table"),
+        N_("logical block i of a sequence → the physical block of the pool that holds its K/V"),
+    ),
+    Concept(
+        "slot_mapping",
+        N_("slot mapping"),
+        N_("for each token of the step, the KV slot its K/V is written to: block × block_size + offset"),
+    ),
+    Concept(
+        "ref_counts",
+        N_("reference count"),
+        N_("how many sequences hold a block; a shared prefix block has more than one, a free block 0"),
+    ),
+    Concept(
+        "free_blocks",
+        N_("block pool, free list"),
+        N_("the blocks no sequence holds; a new block is taken from the front, a freed one goes to the back"),
+    ),
+    Concept(
+        "prefix caching",
+        N_("prefix caching"),
+        N_(
+            "a full block is found again by the hash of its tokens and everything before them, so an equal "
+            "prefix is not computed twice"
+        ),
+    ),
+    Concept(
+        EventKind.PREFIX_HIT.value,
+        N_("prefix hit"),
+        N_("an admission reuses cached blocks for the start of its prompt and skips computing them"),
+    ),
+    Concept(
+        "prefill / decode",
+        N_("prefill / decode"),
+        N_("prefill computes the prompt's tokens (many per step); decode computes one new token per step"),
+    ),
+    Concept(
+        "chunked prefill",
+        N_("chunked prefill"),
+        N_("a prompt longer than the token budget is prefilled over several steps, one chunk each"),
+    ),
+    Concept(
+        "max_num_batched_tokens",
+        N_("token budget"),
+        N_("the most tokens one step computes, over all its sequences"),
+    ),
+    Concept(
+        "preempt",
+        N_("preemption (recompute)"),
+        N_(
+            "when a running sequence needs a block and none is free, the newest running sequence gives up "
+            "its blocks and goes back to the head of the waiting queue; its tokens are computed again later"
+        ),
+    ),
+    Concept(
+        "waiting / running",
+        N_("waiting queue / running queue"),
+        N_("requests not yet admitted (the head goes first) / requests scheduled every step"),
+    ),
+    Concept(
+        "query_start_loc, positions, seq_lens",
+        N_("query start locations, positions, sequence lengths"),
+        N_(
+            "the flat batch: where each sequence's tokens start, each token's position in its sequence, and "
+            "how many tokens each sequence attends to"
+        ),
+    ),
+    Concept(
+        "logits_indices",
+        N_("logits indices"),
+        N_("the row of each sequence's last scheduled token: the only logits sampled from"),
+    ),
+    Concept(
+        "invariant",
+        N_("invariant, violation"),
+        N_("a rule every step must keep (nanoengine check); a step that breaks one shows a violation, marked ✗"),
+    ),
+)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tracer.i18n import _
 from tracer.replay.marks import is_event_step, step_mark
 from tracer.trace.diff import Side, TraceDiff, diff_traces, null_blocks, request_order
 from tracer.trace.trace_file import StepMarks, TraceError, check_step
@@ -135,9 +136,11 @@ class ReplayModel:
         when it is not that step ('' when it is)."""
         index = bisect.bisect_left(self.step_numbers, number)
         if index >= len(self.step_numbers):
-            return self.last, f"step {number} is past the end; showing the last step"
+            return self.last, _("step {number} is past the end; showing the last step").format(number=number)
         if self.step_numbers[index] != number:
-            return index, f"no step {number} in this trace; showing step {self.step_numbers[index]}"
+            return index, _("no step {number} in this trace; showing step {shown}").format(
+                number=number, shown=self.step_numbers[index]
+            )
         return index, ""
 
     # ---- a growing source ---------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""One plain-English sentence per engine step, built only from that step's dict and the header."""
+"""One plain sentence per engine step, built only from that step's dict and the header; in the language
+chosen (tracer.i18n: each message a whole phrase with named fields, so a translation may reorder them)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import math
 from dataclasses import dataclass
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import _, ngettext
 from tracer.replay.colors import seq_letter
+from tracer.replay.samples import sibling_hit
 from tracer.replay.why import Why
 from tracer.trace.readable import completed_character, printable, token_label
 
@@ -32,11 +35,13 @@ def narrate(step: dict, header: dict) -> str:
     clauses.extend(describe_decodes(decoders))
     waiting = why.waiting_head()
     if waiting is not None:
-        waits.append(f"{name(waiting[0])} was not admitted: {waiting[1]}")
+        waits.append(_("{seq} was not admitted: {why}").format(seq=name(waiting[0]), why=waiting[1]))
     clauses.extend(waits)
+    if masked := why.grammar_masked():
+        clauses.append(masked)
     if not clauses:
-        return f"Step {step.get('step', '?')}: nothing was scheduled."
-    return f"Step {step.get('step', '?')}: " + "; ".join(clauses) + "."
+        return _("Step {step}: nothing was scheduled.").format(step=step.get("step", "?"))
+    return _("Step {step}: {clauses}.").format(step=step.get("step", "?"), clauses=join_clauses(clauses))
 
 
 def events_by_seq(events: list[dict]) -> dict[int, list[dict]]:
@@ -68,14 +73,14 @@ def quoted_tokens(seq: dict) -> list[str]:
         if not label.startswith("⟨id "):
             quoted.append(f"'{label}'")
         elif whole := completed_character(text, seq.get("output_text", "")):
-            quoted.append(f"{label} completing '{printable(whole)}'")
+            quoted.append(_("{label} completing '{char}'").format(label=label, char=printable(whole)))
         else:
             quoted.append(label)
     return quoted
 
 
 def name(seq_id: int) -> str:
-    return f"seq {seq_id} ({seq_letter(seq_id)})"
+    return _("seq {seq_id} ({letter})").format(seq_id=seq_id, letter=seq_letter(seq_id))
 
 
 @dataclass(slots=True)
@@ -94,10 +99,16 @@ class SameStep:
         table = list(self.seqs.get(owner, {}).get("block_table", []))
         logical = [table.index(b) for b in now if b in table]
         if len(now) != len(blocks) or len(logical) != len(now) or any(self.writers[b] != owner for b in now):
-            return f"reused {tokens} cached tokens, some of them from blocks computed in this same step"
-        span = f"blocks {logical[0]}-{logical[-1]}" if len(logical) > 1 else f"block {logical[0]}"
-        who = seq_letter(owner)
-        return f"reused {who}'s {span} ({tokens} tokens), which {who} computes in this same step"
+            return _("reused {tokens} cached tokens, some of them from blocks computed in this same step").format(
+                tokens=tokens
+            )
+        if len(logical) > 1:
+            span = _("blocks {first}-{last}").format(first=logical[0], last=logical[-1])
+        else:
+            span = _("block {index}").format(index=logical[0])
+        return _("reused {who}'s {span} ({tokens} tokens), which {who} computes in this same step").format(
+            who=seq_letter(owner), span=span, tokens=tokens
+        )
 
 
 def block_writers(step: dict, block_size: int) -> dict[int, int]:
@@ -120,13 +131,14 @@ def describe_seq(
     parts = [describe_event(e, seq, budget, same_step, why) for e in events if e["kind"] != EventKind.FINISHED]
     texts = seq.get("new_token_texts") or []
     if texts:
-        parts.append("generated " + ", ".join(quoted_tokens(seq)))
+        parts.append(_("generated {tokens}").format(tokens=join_tokens(quoted_tokens(seq))))
     parts.append(status_change(seq, events))
     parts += [describe_event(e, seq, budget, same_step, why) for e in ending]
     parts = [p for p in parts if p]
     if not parts:
-        parts.append(f"computed {seq.get('num_scheduled_tokens', 0)} tokens")
-    return f"{name(seq['seq_id'])} " + join_parts(parts)
+        count = int(seq.get("num_scheduled_tokens", 0))
+        parts.append(ngettext("computed {count} token", "computed {count} tokens", count).format(count=count))
+    return _("{seq} {actions}").format(seq=name(seq["seq_id"]), actions=join_parts(parts))
 
 
 def describe_event(
@@ -135,36 +147,71 @@ def describe_event(
     kind, detail = event["kind"], event.get("detail") or {}
     if kind == EventKind.ADMITTED:
         blocks = why.blocks(detail, admitted=True) if why else None
-        return "was admitted to RUNNING" + (f" ({blocks})" if blocks else "")
+        if blocks:
+            return _("was admitted to RUNNING ({blocks})").format(blocks=blocks)
+        return _("was admitted to RUNNING")
     if kind == EventKind.NOT_ADMITTED:
         blocks = why.blocks(detail, admitted=False) if why else None
-        return "was not admitted" + (f": {blocks}" if blocks else "")
+        return _("was not admitted: {why}").format(why=blocks) if blocks else _("was not admitted")
     if kind == EventKind.PREFIX_HIT:
-        blocks = detail.get("blocks", [])
-        stop = why.hit_stop(detail, seq) if why else None
-        now = same_step.describe_hit(blocks, detail.get("tokens_saved", 0)) if same_step else None
-        if now:
-            return now + (f" ({stop})" if stop else "")
-        return (
-            f"reused {detail.get('tokens_saved', 0)} cached tokens "
-            f"({len(blocks)} block{'s' if len(blocks) != 1 else ''} from the prefix cache{'; ' + stop if stop else ''})"
-        )
+        hit = describe_hit(detail, seq, same_step, why)
+        shared = sibling_hit(detail.get("blocks", []), seq, same_step.seqs) if same_step else None
+        return _("{hit}; {shared}").format(hit=hit, shared=shared) if shared else hit  # n samples meet in the cache
     if kind == EventKind.PREFILL_CHUNK:
-        start, end = detail.get("start", 0), detail.get("end", 0)
-        what = "prompt token" if end <= seq.get("num_prompt_tokens", end) else "token"
-        count = end - start
-        chunk = f"chunk {detail.get('chunk', 1)} of {estimate_chunks(detail, budget)}"
-        capped = why.chunk(event, seq) if why else None
-        if capped:
-            rest = int(seq.get("num_tokens", detail.get("num_tokens", end))) - start
-            return f"prefilled {count} of {rest} {what}s ({chunk}: {capped})"
-        return f"prefilled {count} {what}{'' if count == 1 else 's'} ({chunk})"
+        return describe_chunk(event, seq, budget, why)
     if kind == EventKind.PREEMPTED:
         reason = (why.preemption(event) if why else None) or detail.get("reason")
-        return "was preempted back to WAITING" + (f" ({reason})" if reason else "")
+        if reason:
+            return _("was preempted back to WAITING ({reason})").format(reason=reason)
+        return _("was preempted back to WAITING")
     if kind == EventKind.FINISHED:
-        return f"finished ({detail.get('reason', '?')})"
+        return _("finished ({reason})").format(reason=detail.get("reason", "?"))
     return ""  # prefill_done: the generated token and the status already tell it
+
+
+def describe_hit(detail: dict, seq: dict, same_step: SameStep | None, why: Why | None) -> str:
+    """A prefix hit: the cached tokens reused, and where the hit stopped (when the trace says)."""
+    blocks = detail.get("blocks", [])
+    tokens = detail.get("tokens_saved", 0)
+    stop = why.hit_stop(detail, seq) if why else None
+    now = same_step.describe_hit(blocks, tokens) if same_step else None
+    if now:
+        return _("{hit} ({stop})").format(hit=now, stop=stop) if stop else now
+    if stop:
+        text = ngettext(
+            "reused {tokens} cached tokens ({count} block from the prefix cache; {stop})",
+            "reused {tokens} cached tokens ({count} blocks from the prefix cache; {stop})",
+            len(blocks),
+        )
+    else:
+        text = ngettext(
+            "reused {tokens} cached tokens ({count} block from the prefix cache)",
+            "reused {tokens} cached tokens ({count} blocks from the prefix cache)",
+            len(blocks),
+        )
+    return text.format(tokens=tokens, count=len(blocks), stop=stop)
+
+
+def describe_chunk(event: dict, seq: dict, budget: int, why: Why | None) -> str:
+    """A prefill chunk: how many tokens, which chunk of how many, and what capped it."""
+    detail = event.get("detail") or {}
+    start, end = detail.get("start", 0), detail.get("end", 0)
+    prompt = end <= seq.get("num_prompt_tokens", end)
+    count = end - start
+    chunk = _("chunk {chunk} of {chunks}").format(chunk=detail.get("chunk", 1), chunks=estimate_chunks(detail, budget))
+    capped = why.chunk(event, seq) if why else None
+    if capped:
+        rest = int(seq.get("num_tokens", detail.get("num_tokens", end))) - start
+        if prompt:
+            text = _("prefilled {count} of {rest} prompt tokens ({chunk}: {capped})")
+        else:
+            text = _("prefilled {count} of {rest} tokens ({chunk}: {capped})")
+        return text.format(count=count, rest=rest, chunk=chunk, capped=capped)
+    if prompt:
+        text = ngettext("prefilled {count} prompt token ({chunk})", "prefilled {count} prompt tokens ({chunk})", count)
+    else:
+        text = ngettext("prefilled {count} token ({chunk})", "prefilled {count} tokens ({chunk})", count)
+    return text.format(count=count, chunk=chunk)
 
 
 def estimate_chunks(detail: dict, budget: int) -> int:
@@ -185,22 +232,42 @@ def status_change(seq: dict, events: list[dict]) -> str:
         return ""
     if after == "FINISHED" and EventKind.FINISHED in kinds or after == "RUNNING" and EventKind.ADMITTED in kinds:
         return ""
-    return f"moved to {after}"
+    return _("moved to {status}").format(status=after)
 
 
 def describe_decodes(decoders: list[dict]) -> list[str]:
     if len(decoders) <= MAX_LISTED_DECODES:
         return [
-            f"{name(s['seq_id'])} generated {quoted_tokens(s)[0]}"
+            _("{seq} generated {token}").format(seq=name(s["seq_id"]), token=quoted_tokens(s)[0])
             if s.get("new_token_texts")
-            else f"{name(s['seq_id'])} generated a token"
+            else _("{seq} generated a token").format(seq=name(s["seq_id"]))
             for s in decoders
         ]
     ids = ", ".join(str(s["seq_id"]) for s in decoders[:MAX_LISTED_DECODES])
-    return [f"{len(decoders)} sequences (seq {ids}, ...) each generated one token"]
+    return [_("{count} sequences (seq {ids}, ...) each generated one token").format(count=len(decoders), ids=ids)]
 
 
 def join_parts(parts: list[str]) -> str:
-    if len(parts) == 1:
-        return parts[0]
-    return ", ".join(parts[:-1]) + " and " + parts[-1]
+    """'a, b and c': one sequence's actions in the step."""
+    text = parts[0]
+    for part in parts[1:-1]:
+        text = _("{actions_so_far}, {next_action}").format(actions_so_far=text, next_action=part)
+    if len(parts) > 1:
+        text = _("{actions_so_far} and {last_action}").format(actions_so_far=text, last_action=parts[-1])
+    return text
+
+
+def join_clauses(clauses: list[str]) -> str:
+    """'a; b; c': the step's clauses, one per sequence (or group of decodes)."""
+    text = clauses[0]
+    for clause in clauses[1:]:
+        text = _("{clauses_so_far}; {next_clause}").format(clauses_so_far=text, next_clause=clause)
+    return text
+
+
+def join_tokens(tokens: list[str]) -> str:
+    """ "'a', 'b'": the tokens one sequence generated in the step."""
+    text = tokens[0] if tokens else ""
+    for token in tokens[1:]:
+        text = _("{tokens_so_far}, {next_token}").format(tokens_so_far=text, next_token=token)
+    return text

@@ -26,6 +26,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_, _
 from tracer.replay.colors import seq_tag
 from tracer.replay.narration import narrate
 
@@ -93,9 +94,13 @@ class Quiz:
         self.asked += 1
         if is_correct(question, answer):
             self.right += 1
-            self.last_reveal = f"✓ right: {question.answer}. {question.explanation}"
+            self.last_reveal = _("✓ right: {answer}. {explanation}").format(
+                answer=question.answer, explanation=question.explanation
+            )
             return True
-        self.last_reveal = f"✗ it was {question.answer} (you said {answer}). {question.explanation}"
+        self.last_reveal = _("✗ it was {answer} (you said {yours}). {explanation}").format(
+            answer=question.answer, yours=answer, explanation=question.explanation
+        )
         return False
 
 
@@ -134,8 +139,10 @@ def status_question(shown: dict, upcoming: dict, header: dict) -> Question | Non
     seq = (changed or live)[upcoming.get("step", 0) % len(changed or live)]
     params = params_of(header, seq["seq_id"])
     return Question(
-        f"Which status will seq {seq_tag(seq['seq_id'])} have after step {upcoming.get('step')}? "
-        f"(max_tokens {params.get('max_tokens', '?')}; the gen column counts what it has generated)",
+        _(
+            "Which status will seq {seq} have after step {step}? "
+            "(max_tokens {max_tokens}; the gen column counts what it has generated)"
+        ).format(seq=seq_tag(seq["seq_id"]), step=upcoming.get("step"), max_tokens=params.get("max_tokens", "?")),
         seq["status_after"],
         STATUSES,
         narrate(upcoming, header),
@@ -167,12 +174,16 @@ def slot_question(shown: dict, upcoming: dict, header: dict) -> Question | None:
             continue
         block, slot = table[position // block_size], inputs["slot_mapping"][token]
         return Question(
-            f"Step {upcoming.get('step')} computes seq {seq_tag(seq_id)}'s token at position {position} "
-            f"(its first this step). Which KV slot is it written to (slot_mapping)?",
+            _(
+                "Step {step} computes seq {seq}'s token at position {position} "
+                "(its first this step). Which KV slot is it written to (slot_mapping)?"
+            ).format(step=upcoming.get("step"), seq=seq_tag(seq_id), position=position),
             str(slot),
             (),
-            f"position {position} → block_table[{position} // {block_size}] = block {block}; "
-            f"slot = {block} × {block_size} + {position % block_size} = {slot}",
+            _(
+                "position {position} → block_table[{position} // {block_size}] = block {block}; "
+                "slot = {block} × {block_size} + {offset} = {slot}"
+            ).format(position=position, block_size=block_size, block=block, offset=position % block_size, slot=slot),
             "slot",
         )
     return None
@@ -193,11 +204,12 @@ def block_question(shown: dict, upcoming: dict, header: dict) -> Question | None
         if len(choices) < 2:
             continue
         return Question(
-            f"Seq {seq_tag(seq['seq_id'])} needs a new KV block in step {upcoming.get('step')}. "
-            f"Which physical block will it get?",
+            _("Seq {seq} needs a new KV block in step {step}. Which physical block will it get?").format(
+                seq=seq_tag(seq["seq_id"]), step=upcoming.get("step")
+            ),
             str(new[0]),
             tuple(map(str, choices)),
-            "New blocks come from the front of the free list (the block freed longest ago).",
+            _("New blocks come from the front of the free list (the block freed longest ago)."),
             "block",
         )
     return None
@@ -210,8 +222,10 @@ def scheduled_question(shown: dict, upcoming: dict, header: dict) -> Question | 
     seq = max(scheduled, key=lambda s: (s["num_scheduled_tokens"], -s["seq_id"]))
     budget = header.get("config", {}).get("max_num_batched_tokens")
     return Question(
-        f"How many tokens will seq {seq_tag(seq['seq_id'])} compute in step {upcoming.get('step')} "
-        f"(num_scheduled_tokens)? The token budget is {budget}.",
+        _(
+            "How many tokens will seq {seq} compute in step {step} (num_scheduled_tokens)? The token budget "
+            "is {budget}."
+        ).format(seq=seq_tag(seq["seq_id"]), step=upcoming.get("step"), budget=budget),
         str(seq["num_scheduled_tokens"]),
         (),
         narrate(upcoming, header),
@@ -226,12 +240,17 @@ def batch_question(shown: dict, upcoming: dict, header: dict) -> Question | None
         return None
     budget = header.get("config", {}).get("max_num_batched_tokens")
     return Question(
-        f"How many tokens will step {upcoming.get('step')} compute in all (the batch's length)? "
-        f"The token budget is {budget}.",
+        _("How many tokens will step {step} compute in all (the batch's length)? The token budget is {budget}.").format(
+            step=upcoming.get("step"), budget=budget
+        ),
         str(total),
         (),
-        f"running sequences first, each what it still needs, then admissions, until the budget of {budget} "
-        f"is spent: {total}. " + narrate(upcoming, header),
+        _(
+            "running sequences first, each what it still needs, then admissions, until the budget of {budget} "
+            "is spent: {total}."
+        ).format(budget=budget, total=total)
+        + " "
+        + narrate(upcoming, header),
         "batch",
     )
 
@@ -249,7 +268,7 @@ class PredictScreen(ModalScreen[bool | None]):
     """Predict mode's dialog: asks one Question over the step still shown, scores the answer in
     the Quiz and dismisses with the verdict (True right, False wrong, None skipped with Esc)."""
 
-    BINDINGS = [Binding("escape", "skip", "skip")]
+    BINDINGS = [Binding("escape", "skip", N_("skip"))]
 
     def __init__(self, quiz: Quiz, question: Question) -> None:
         super().__init__()
@@ -258,15 +277,15 @@ class PredictScreen(ModalScreen[bool | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="predict-box"):
-            yield Label(f"Predict the next step  ·  score {self.quiz.score}", id="predict-title")
+            yield Label(_("Predict the next step  ·  score {score}").format(score=self.quiz.score), id="predict-title")
             if self.quiz.last_reveal:  # the last answer's verdict: shown here, not as a toast over the question
                 yield Static(Text(self.quiz.last_reveal), id="predict-previous")
             yield Static(self.question.prompt, id="predict-question")
             if self.question.choices:
                 yield OptionList(*self.question.choices, id="predict-choices")
             else:
-                yield Input(placeholder="your answer, then Enter", type="integer", id="predict-input")
-            yield Static("Enter answers · Esc reveals without scoring", classes="predict-hint")
+                yield Input(placeholder=_("your answer, then Enter"), type="integer", id="predict-input")
+            yield Static(_("Enter answers · Esc reveals without scoring"), classes="predict-hint")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.answer(str(event.option.prompt))

@@ -17,6 +17,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 
+from tracer.i18n import N_, ngettext
 from tracer.replay.colors import VIOLATION
 from tracer.replay.decision_code import violation_lines
 
@@ -24,7 +25,7 @@ from tracer.replay.decision_code import violation_lines
 def violation_entry(violation: dict, sources: dict) -> Text:
     """One violation as the list shows it: violation_lines, styled (rich reads no markup in it)."""
     head, rule, message, code = violation_lines(violation, sources)
-    name, _, rest = head.partition(" · ")
+    name, _sep, rest = head.partition(" · ")
     text = Text(name, VIOLATION)
     text.append(f" · {rest}" if rest else "", "bold")
     text.append(f"\n{rule}", "#a0a0a0")
@@ -36,7 +37,7 @@ def violation_entry(violation: dict, sources: dict) -> Text:
 class ViolationsScreen(ModalScreen[int | None]):
     """Dismissed with the index (into `violations`) of the one to show the code of, or None."""
 
-    BINDINGS = [Binding("escape,v", "close", "close")]
+    BINDINGS = [Binding("escape,v", "close", N_("close"))]
 
     def __init__(self, step_number: int, violations: list[dict], sources: dict) -> None:
         super().__init__()
@@ -45,11 +46,12 @@ class ViolationsScreen(ModalScreen[int | None]):
     def compose(self) -> ComposeResult:
         n = len(self.violations)
         with Vertical(id="violations-box"):
-            yield Label(
-                f"{n} invariant violation{'s' if n != 1 else ''} at step {self.step_number} · "
-                f"Enter: its code in the code panel · Esc: close",
-                id="violations-title",
+            title = ngettext(
+                "{count} invariant violation at step {step} · Enter: its code in the code panel · Esc: close",
+                "{count} invariant violations at step {step} · Enter: its code in the code panel · Esc: close",
+                n,
             )
+            yield Label(title.format(count=n, step=self.step_number), id="violations-title")
             yield OptionList(*(violation_entry(v, self.sources) for v in self.violations), id="violations-list")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

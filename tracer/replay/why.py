@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nanoengine.sequence import EventKind, FinishReason
+from tracer.i18n import _, ngettext
 from tracer.replay.colors import seq_letter
 from tracer.trace.step_line import queues_of
 
@@ -17,10 +18,6 @@ from tracer.trace.step_line import queues_of
 def number(detail: dict, key: str) -> int | None:
     value = detail.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def ordinal(n: int) -> str:
@@ -60,12 +57,14 @@ class Why:
         ahead = self.scheduled_before(seq_id)
         chunks = [n for sid, n in ahead if sid in chunked]
         decodes = len(ahead) - len(chunks)
-        parts = [plural(decodes, "decode")] if decodes else []
+        parts = [ngettext("{count} decode", "{count} decodes", decodes).format(count=decodes)] if decodes else []
         if len(chunks) == 1:
-            parts.append(f"a {chunks[0]}-token chunk")
+            parts.append(_("a {tokens}-token chunk").format(tokens=chunks[0]))
         elif chunks:
-            parts.append(f"{len(chunks)} chunks ({sum(chunks)} tokens)")
-        return " and ".join(parts)
+            parts.append(_("{count} chunks ({tokens} tokens)").format(count=len(chunks), tokens=sum(chunks)))
+        if len(parts) == 2:
+            return _("{decodes} and {chunks}").format(decodes=parts[0], chunks=parts[1])
+        return parts[0] if parts else ""
 
     def chunk(self, event: dict, seq: dict) -> str | None:
         """What capped a chunk: '48 budget tokens left after 16 decodes'; None when the chunk is
@@ -77,8 +76,9 @@ class Why:
             return None
         spent = self.spent_on(event["seq_id"])
         if not spent:
-            return f"the whole {budget}-token budget"
-        return f"{plural(budget, 'budget token')} left after {spent}"
+            return _("the whole {budget}-token budget").format(budget=budget)
+        text = ngettext("{count} budget token left after {spent}", "{count} budget tokens left after {spent}", budget)
+        return text.format(count=budget, spent=spent)
 
     def blocks(self, detail: dict, admitted: bool) -> str | None:
         """'takes 3 of the 10 free blocks' for an admission, 'needs 3 blocks, 1 free' for a wait."""
@@ -86,8 +86,11 @@ class Why:
         if need is None or free is None:
             return None
         if admitted:
-            return f"takes {need} of the {plural(free, 'free block')}"
-        return f"needs {plural(need, 'block')}, {free} free"
+            text = ngettext("takes {need} of the {free} free block", "takes {need} of the {free} free blocks", free)
+            return text.format(need=need, free=free)
+        return ngettext("needs {need} block, {free} free", "needs {need} blocks, {free} free", need).format(
+            need=need, free=free
+        )
 
     def preemption(self, event: dict) -> str | None:
         """'seq 0 (A) needed 1 block, 0 free': who needed the room, and what the pool had."""
@@ -96,12 +99,17 @@ class Why:
         if by is None or free is None:
             return None
         row = self.seqs.get(by, {})
-        needed = "a block"
+        who = (
+            _("it") if by == event["seq_id"] else _("seq {seq_id} ({letter})").format(seq_id=by, letter=seq_letter(by))
+        )
         if row.get("num_scheduled_tokens") and self.block_size > 0:
             held = -(-int(row.get("num_cached_tokens", 0)) // self.block_size)
-            needed = plural(len(row.get("block_table", [])) - held, "block")
-        who = "it" if by == event["seq_id"] else f"seq {by} ({seq_letter(by)})"
-        return f"{who} needed {needed}, {free} free"
+            count = len(row.get("block_table", [])) - held
+            text = ngettext(
+                "{who} needed {count} block, {free} free", "{who} needed {count} blocks, {free} free", count
+            )
+            return text.format(who=who, count=count, free=free)
+        return _("{who} needed a block, {free} free").format(who=who, free=free)
 
     def hit_stop(self, detail: dict, seq: dict) -> str | None:
         """Why a prefix hit stopped where it did: at a block not in the cache, or as far as a hit
@@ -113,8 +121,9 @@ class Why:
         if not isinstance(num_tokens, int) or self.block_size <= 0:
             return None
         if len(blocks) >= (num_tokens - 1) // self.block_size:
-            return "the rest holds its last token, which is always computed"
-        return f"its {ordinal(len(blocks) + 1)} block was not in the cache"
+            return _("the rest holds its last token, which is always computed")
+        missing = len(blocks) + 1
+        return _("its {ordinal} block was not in the cache").format(ordinal=ordinal(missing), number=missing)
 
     def waiting_head(self) -> tuple[int, str] | None:
         """The head of the waiting queue after the step, when nothing it recorded says why it was
@@ -132,10 +141,36 @@ class Why:
             return None
         limit = int(self.config.get("max_num_batched_tokens") or 0)
         if limit and sum(int(s.get("num_scheduled_tokens", 0)) for s in self.seqs.values()) >= limit:
-            return queue[0], f"the {limit}-token budget is spent"
+            return queue[0], _("the {limit}-token budget is spent").format(limit=limit)
         aborted = {e["seq_id"] for e in finished if (e.get("detail") or {}).get("reason") == FinishReason.ABORT}
         running = len([sid for sid in queues.get("running", []) if sid not in aborted]) + len(admitted)
         max_num_seqs = int(self.config.get("max_num_seqs") or 0)
         if max_num_seqs and running >= max_num_seqs:
-            return queue[0], f"{plural(running, 'sequence')} running, max_num_seqs is {max_num_seqs}"
+            text = ngettext(
+                "{count} sequence running, max_num_seqs is {max_num_seqs}",
+                "{count} sequences running, max_num_seqs is {max_num_seqs}",
+                running,
+            )
+            return queue[0], text.format(count=running, max_num_seqs=max_num_seqs)
         return None
+
+    def grammar_masked(self) -> str | None:
+        """The sequences that drew a token this step through their request's logits processors (the
+        server's structured output: a grammar's token mask), named in one clause; None if none."""
+        requests = {r.get("seq_id"): r for r in self.header.get("requests", [])}
+        masked = [
+            sid
+            for sid, seq in self.seqs.items()
+            if seq.get("new_token_ids") and (requests.get(sid, {}).get("params") or {}).get("logits_processors")
+        ]
+        if not masked:
+            return None
+        names = ", ".join(_("seq {seq_id} ({letter})").format(seq_id=sid, letter=seq_letter(sid)) for sid in masked)
+        text = ngettext(
+            "{names}'s logits went through the grammar's token mask first; vLLM v1 carries this bitmask "
+            "in the scheduler output",
+            "{names}: their logits went through each one's grammar token mask first; vLLM v1 carries these "
+            "bitmasks in the scheduler output",
+            len(masked),
+        )
+        return text.format(names=names)

@@ -18,8 +18,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_, _
 from tracer.teach.look_for import look_for
 from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario, set_header_fields
 from tracer.teach.swap import original, plugged
@@ -53,21 +55,23 @@ def prefix_sharing(tiny: bool) -> Scenario:
     questions = ["What is stored?", "Why use blocks?", "What maps requests to blocks?", "What is not repeated?"]
     return Scenario(
         name="prefix-sharing",
-        title="Demo: prefix sharing",
+        title=N_("Demo: prefix sharing"),
         requests=[
             Request(NOTE + q, {"max_tokens": 8, "ignore_eos": True}, arrive=2 * i) for i, q in enumerate(questions)
         ],
         engine={"block_size": 8 if tiny else 16, "num_kv_blocks": 160 if tiny else 64},
         focus={"event": EventKind.PREFIX_HIT, "nth": 1},
-        look_for="The second request is admitted with a prefix hit: its block table starts with the first "
-        "request's blocks (ref count 2) and only its question is computed.",
+        look_for=N_(
+            "The second request is admitted with a prefix hit: its block table starts with the first "
+            "request's blocks (ref count 2) and only its question is computed."
+        ),
     )
 
 
 def chunked_prefill(tiny: bool) -> Scenario:
     return Scenario(
         name="chunked-prefill",
-        title="Demo: chunked prefill",
+        title=N_("Demo: chunked prefill"),
         requests=[
             Request("Name a colour.", {"max_tokens": 14, "ignore_eos": True}),
             Request("Name a fruit.", {"max_tokens": 14, "ignore_eos": True}),
@@ -79,8 +83,10 @@ def chunked_prefill(tiny: bool) -> Scenario:
             "max_num_batched_tokens": 48 if tiny else 32,
         },
         focus={"event": EventKind.PREFILL_CHUNK, "request": 2, "nth": 2},
-        look_for="The long prompt is split into chunks that fill the token budget, while the two short "
-        "requests keep decoding one token per step; its sampled token is discarded until the last chunk.",
+        look_for=N_(
+            "The long prompt is split into chunks that fill the token budget, while the two short "
+            "requests keep decoding one token per step; its sampled token is discarded until the last chunk."
+        ),
     )
 
 
@@ -88,12 +94,14 @@ def preemption(tiny: bool) -> Scenario:
     prompts = ["Count from one to twenty.", "List the days of the week.", "Spell the word engine."]
     return Scenario(
         name="preemption",
-        title="Demo: preemption under memory pressure",
+        title=N_("Demo: preemption under memory pressure"),
         requests=[Request(p, {"max_tokens": 16, "ignore_eos": True}) for p in prompts],
         engine={"block_size": 4 if tiny else 16, "num_kv_blocks": 26 if tiny else 10, "enable_prefix_caching": False},
         focus={"event": EventKind.PREEMPTED, "nth": 1},
-        look_for="The pool is full and the oldest request needs a block, so the newest request is preempted: "
-        "its blocks go back to the pool and it waits at the head of the queue, to recompute later.",
+        look_for=N_(
+            "The pool is full and the oldest request needs a block, so the newest request is preempted: "
+            "its blocks go back to the pool and it waits at the head of the queue, to recompute later."
+        ),
     )
 
 
@@ -102,12 +110,14 @@ def batching(tiny: bool) -> Scenario:
     prompts = ["Say hi.", "Tell a story.", "Name a planet.", "Describe the sea.", "Say bye.", "Explain rain."]
     return Scenario(
         name="continuous-vs-static",
-        title="Demo: continuous vs static batching",
+        title=N_("Demo: continuous vs static batching"),
         requests=[Request(p, {"max_tokens": n, "ignore_eos": True}) for p, n in zip(prompts, lengths)],
         engine={"block_size": 8 if tiny else 16, "num_kv_blocks": 64 if tiny else 48, "max_num_seqs": 3},
         focus={"event": EventKind.FINISHED, "nth": 1},
-        look_for="A request has just finished; in the very next step a waiting request takes its place. "
-        "In static batching it would wait until the whole batch is done.",
+        look_for=N_(
+            "A request has just finished; in the very next step a waiting request takes its place. "
+            "In static batching it would wait until the whole batch is done."
+        ),
     )
 
 
@@ -132,8 +142,8 @@ def static_batching() -> dict[str, Callable]:
 # ---- what to tell the class --------------------------------------------------------------
 def report_prefix(console: Console, runs: list[ScenarioRun]) -> None:
     run = runs[0]
-    table = Table(title="prompt tokens per request", title_justify="left")
-    for col in ("request", "prompt tokens", "reused from the cache", "computed"):
+    table = Table(title=_("prompt tokens per request"), title_justify="left")
+    for col in (_("request"), _("prompt tokens"), _("reused from the cache"), _("computed")):
         table.add_column(col, justify="right")
     saved = saved_per_request(run)
     for i, out in enumerate(run.outputs):
@@ -141,9 +151,8 @@ def report_prefix(console: Console, runs: list[ScenarioRun]) -> None:
         table.add_row(chr(65 + i), str(n), str(saved.get(i, 0)), str(n - saved.get(i, 0)))
     console.print(table)
     total = sum(len(o.prompt_token_ids) for o in run.outputs)
-    console.print(
-        f"Prefix caching saved {sum(saved.values())} of {total} prompt tokens ({sum(saved.values()) / total:.0%})."
-    )
+    message = _("Prefix caching saved {saved} of {total} prompt tokens ({share:.0%}).")
+    console.print(message.format(saved=sum(saved.values()), total=total, share=sum(saved.values()) / total))
 
 
 def saved_per_request(run: ScenarioRun) -> dict[int, int]:
@@ -171,15 +180,14 @@ def report_chunked(console: Console, runs: list[ScenarioRun]) -> None:
         for s in run.steps
         if any(i < long_index and n == 1 for i, n in s.batch) and any(i == long_index and n > 1 for i, n in s.batch)
     ]
-    console.print(
-        f"The long prompt ({len(run.outputs[long_index].prompt_token_ids)} tokens) was prefilled in "
-        f"{len(chunks)} chunks: " + ", ".join(f"step {s}: {n}" for s, n in chunks) + "."
+    message = _("The long prompt ({n} tokens) was prefilled in {chunks} chunks: {steps}.")
+    steps = ", ".join(_("step {step}: {n}").format(step=s, n=n) for s, n in chunks)
+    console.print(message.format(n=len(run.outputs[long_index].prompt_token_ids), chunks=len(chunks), steps=steps))
+    message = _(
+        "No step computed more than {most} tokens (budget {budget}); in {n} of those chunk steps the short "
+        "requests still got their next token."
     )
-    console.print(
-        f"No step computed more than {max(s.num_batched_tokens for s in run.steps)} tokens "
-        f"(budget {budget}); in {len(decode_steps)} of those chunk steps the short requests "
-        f"still got their next token."
-    )
+    console.print(message.format(most=max(s.num_batched_tokens for s in run.steps), budget=budget, n=len(decode_steps)))
 
 
 def report_preemption(console: Console, runs: list[ScenarioRun]) -> None:
@@ -190,30 +198,29 @@ def report_preemption(console: Console, runs: list[ScenarioRun]) -> None:
         later = next((s for s in run.steps if s.step > step and any(j == i for j, _ in s.batch)), None)
         if later is not None:
             recomputed += dict(later.batch)[i]
-    console.print(
-        f"{len(preempted)} preemption(s): "
-        + ", ".join(f"request {chr(65 + i)} at step {s}" for s, i in preempted)
-        + "."
+    which = ", ".join(_("request {name} at step {step}").format(name=chr(65 + i), step=s) for s, i in preempted)
+    console.print(_("{n} preemption(s): {which}.").format(n=len(preempted), which=which))
+    message = _(
+        "Re-admitted requests recomputed {n} tokens (prompt + what they had generated); the run took {steps} steps."
     )
-    console.print(
-        f"Re-admitted requests recomputed {recomputed} tokens (prompt + what they had generated); "
-        f"the run took {run.num_steps} steps."
-    )
+    console.print(message.format(n=recomputed, steps=run.num_steps))
 
 
 def report_batching(console: Console, runs: list[ScenarioRun]) -> None:
-    table = Table(title="the same 6 requests, at most 3 running at once", title_justify="left")
-    for col in ("batching", "steps", "avg. sequences per step", "tokens generated"):
+    table = Table(title=_("the same 6 requests, at most 3 running at once"), title_justify="left")
+    for col in (_("batching"), _("steps"), _("avg. sequences per step"), _("tokens generated")):
         table.add_column(col, justify="right")
-    for label, run in zip(("continuous", "static"), runs):
+    for label, run in zip((_("continuous"), _("static")), runs):
         occupancy = sum(len(s.batch) for s in run.steps) / max(1, run.num_steps)
         table.add_row(label, str(run.num_steps), f"{occupancy:.2f}", str(sum(len(o.token_ids) for o in run.outputs)))
     console.print(table)
     continuous, static = runs[0].num_steps, runs[1].num_steps
+    message = _(
+        "Continuous batching needed {continuous} steps, static batching {static} ({more} more, {ratio:.2f}x): in "
+        "static mode a finished request's place stays empty until the longest request of its batch is done."
+    )
     console.print(
-        f"Continuous batching needed {continuous} steps, static batching {static} "
-        f"({static - continuous} more, {static / continuous:.2f}x): in static mode a finished "
-        f"request's place stays empty until the longest request of its batch is done."
+        message.format(continuous=continuous, static=static, more=static - continuous, ratio=static / continuous)
     )
 
 
@@ -222,25 +229,25 @@ DEMOS: dict[str, Demo] = {
     for d in (
         Demo(
             "prefix-sharing",
-            "requests with a common prompt prefix share KV blocks (prefix caching)",
+            N_("requests with a common prompt prefix share KV blocks (prefix caching)"),
             prefix_sharing,
             report_prefix,
         ),
         Demo(
             "chunked-prefill",
-            "a long prompt is split over several steps while others keep decoding",
+            N_("a long prompt is split over several steps while others keep decoding"),
             chunked_prefill,
             report_chunked,
         ),
         Demo(
             "preemption",
-            "a tiny KV pool forces the scheduler to preempt and recompute a request",
+            N_("a tiny KV pool forces the scheduler to preempt and recompute a request"),
             preemption,
             report_preemption,
         ),
         Demo(
             "continuous-vs-static",
-            "the same workload with continuous and with static batching",
+            N_("the same workload with continuous and with static batching"),
             batching,
             report_batching,
             variants=("continuous", "static"),
@@ -261,14 +268,14 @@ def run_demo(
     """Record every variant of a demo; returns the runs in variant order. `engine` overrides
     the scenario's engine options (block_size, num_kv_blocks, ...)."""
     scenario = demo.build(model == "tiny")
+    scenario.title = _(scenario.title)  # the trace is titled in the language the demo is shown in
     scenario.engine = {**scenario.engine, **(engine or {})}
     runs = []
     for n, variant in enumerate(demo.variants):
         path = out_dir / f"demo-{demo.name}{'-' + variant if n else ''}.jsonl"
         if console:
-            console.print(
-                f"[bold]{escape(scenario.title)}[/]{' (' + variant + ')' if variant else ''}: model {escape(model)} ..."
-            )
+            title = f"{scenario.title} ({variant})" if variant else scenario.title
+            console.print(_("[bold]{title}[/]: model {model} ...").format(title=escape(title), model=escape(model)))
         swaps = static_batching() if variant == "static" else {}
         with plugged(swaps):
             run = run_scenario(
@@ -280,11 +287,13 @@ def run_demo(
             )
         set_header_fields(path, look_for=look_for(run))  # this run's steps and sequences, named
         if console:
-            console.print(f"  {run.num_steps} steps → {escape(str(path))}; the step that matters: {run.focus_step}")
+            message = _("  {n} steps → {path}; the step that matters: {step}")
+            console.print(message.format(n=run.num_steps, path=escape(str(path)), step=run.focus_step))
             if run.violations:  # an engine bug: say so, and still show the run
                 v = run.violations[0]
+                message = _("{n} invariant violation(s); the first, at step {step}: {message}")
                 console.print(
-                    f"  [red]{len(run.violations)} invariant violation(s); the first, at step {v.step}: {v.message}[/]"
+                    Text("  " + message.format(n=len(run.violations), step=v.step, message=v.message), style="red")
                 )
         runs.append(run)
     return runs
@@ -306,11 +315,13 @@ def export_frames(
     missing = [s for s in steps if s not in index]
     if missing:
         last = trace.steps[-1]["step"] if trace.steps else 0
-        message = f"step(s) {', '.join(map(str, missing))} not in {trace_path.name} (steps 0..{last})"
+        message = _("step(s) {steps} not in {name} (steps 0..{last})").format(
+            steps=", ".join(map(str, missing)), name=trace_path.name, last=last
+        )
         if len(missing) == len(steps):
-            raise ValueError(message + ": choose steps inside the trace")
+            raise ValueError(_("{message}: choose steps inside the trace").format(message=message))
         if console:
-            console.print(f"[yellow]skipping {escape(message)}[/]")
+            console.print(Text(_("skipping {message}").format(message=message), style="yellow"))
     wanted = [s for s in steps if s in index]
     out_dir.mkdir(parents=True, exist_ok=True)
     return asyncio.run(screenshots(trace, [(s, index[s]) for s in wanted], out_dir, prefix, size))

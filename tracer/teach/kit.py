@@ -28,6 +28,7 @@ from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence
+from tracer.i18n import _, ngettext
 from tracer.teach.sandbox import frames_of as frames_of  # re-exported for check.py
 from tracer.teach.scenarios import (
     Request,
@@ -158,16 +159,17 @@ def first_difference(got: SequenceOf, want: SequenceOf) -> str:
     got, want = list(got), list(want)
     for i, (g, w) in enumerate(zip(got, want)):
         if g != w:
-            return f"first difference at index {i}: got {g!r}, expected {w!r}"
+            return _("first difference at index {i}: got {got!r}, expected {want!r}").format(i=i, got=g, want=w)
     if len(got) != len(want):
-        return f"got {len(got)} items, expected {len(want)}"
-    return "they are equal"
+        return _("got {got} items, expected {want}").format(got=len(got), want=len(want))
+    return _("they are equal")
 
 
 def expect_same_list(got: SequenceOf, want: SequenceOf, what: str, why: str = "") -> None:
     """Fail with the first differing index and both values (lists too long to print whole)."""
     if list(got) != list(want):
-        raise AssertionError(f"{what}: {first_difference(got, want)}" + (f". {why}" if why else ""))
+        difference = _("{what}: {difference}").format(what=what, difference=first_difference(got, want))
+        raise AssertionError(_("{message}. {why}").format(message=difference, why=why) if why else difference)
 
 
 # ---- running the real engine ---------------------------------------------------------------
@@ -220,11 +222,13 @@ def expect_engine_matches(
         expect_same_list(
             mine.token_ids,
             theirs.token_ids,
-            f"request {i} generated other tokens than the engine's own code does in the same run",
+            _("request {i} generated other tokens than the engine's own code does in the same run").format(i=i),
         )
         expect(
             mine.finish_reason == theirs.finish_reason,
-            f"request {i} finished with reason {mine.finish_reason!r}, expected {theirs.finish_reason!r}",
+            _("request {i} finished with reason {mine!r}, expected {theirs!r}").format(
+                i=i, mine=mine.finish_reason, theirs=theirs.finish_reason
+            ),
         )
     if same_schedule:
         expect_same_schedule(run, ref)
@@ -234,25 +238,27 @@ def expect_engine_matches(
 def expect_no_violations(run: ScenarioRun) -> None:
     if run.violations:
         v = run.violations[0]
-        seq = f", seq {v.seq_id}" if v.seq_id is not None else ""
-        more = f" (and {len(run.violations) - 1} more)" if len(run.violations) > 1 else ""
-        raise AssertionError(f"the engine broke the invariant '{v.invariant}' at step {v.step}{seq}: {v.message}{more}")
+        seq = _(", seq {seq}").format(seq=v.seq_id) if v.seq_id is not None else ""
+        more = _(" (and {n} more)").format(n=len(run.violations) - 1) if len(run.violations) > 1 else ""
+        message = _("the engine broke the invariant '{invariant}' at step {step}{seq}: {message}{more}")
+        raise AssertionError(message.format(invariant=v.invariant, step=v.step, seq=seq, message=v.message, more=more))
 
 
 def expect_same_schedule(run: ScenarioRun, ref: ScenarioRun) -> None:
     for mine, theirs in zip(run.steps, ref.steps):
         if mine.batch != theirs.batch or sorted(mine.events) != sorted(theirs.events):
-            raise AssertionError(
-                f"step {mine.step} differs from the engine's own code: yours ran {describe_step(mine)}; "
-                f"the engine's runs {describe_step(theirs)}"
-            )
+            message = _("step {step} differs from the engine's own code: yours ran {mine}; the engine's runs {theirs}")
+            raise AssertionError(message.format(step=mine.step, mine=describe_step(mine), theirs=describe_step(theirs)))
     expect(
         run.num_steps == ref.num_steps,
-        f"the run took {run.num_steps} steps, the engine's own code takes {ref.num_steps}",
+        _("the run took {n} steps, the engine's own code takes {ref}").format(n=run.num_steps, ref=ref.num_steps),
     )
 
 
 def describe_step(step: StepSummary) -> str:
-    batch = ", ".join(f"request {i}: {n} token{'s' if n != 1 else ''}" for i, n in step.batch) or "nothing"
+    batch = ", ".join(
+        ngettext("request {i}: {n} token", "request {i}: {n} tokens", n).format(i=i, n=n) for i, n in step.batch
+    )
     events = ", ".join(f"{kind} {i}" for kind, i in step.events)
-    return f"[{batch}]" + (f" with events [{events}]" if events else "")
+    shown = "[" + (batch or _("nothing")) + "]"
+    return _("{batch} with events [{events}]").format(batch=shown, events=events) if events else shown

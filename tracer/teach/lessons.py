@@ -1,7 +1,8 @@
 """Find lessons, load a student's exercise file, and run a lesson's checks against it.
 
 A lesson is a folder lessons/NN_name/ with README.md, exercise.py (stubs), hint.md,
-scenario.json and check.py. check.py declares
+scenario.json and check.py; README.zh.md and hint.zh.md (solved.zh.md for a bug hunt) are the
+Chinese twins, shown instead when the language is zh (tracer.i18n). check.py declares
 
     TARGETS = {"check_stop": "Scheduler.check_stop"}   # exercise function -> engine target
     def check_xxx(fns): ...     # direct checks: call fns.<exercise function> and assert
@@ -38,6 +39,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import tracer
+from tracer.i18n import _, language
 from tracer.teach.plant import Patch
 from tracer.teach.sandbox import (
     MEMORY_LIMIT_BYTES,
@@ -70,10 +72,21 @@ class Lesson:
 
     @property
     def title(self) -> str:
-        for line in self.readme.read_text(encoding="utf-8").splitlines():
-            if line.startswith("# "):
-                return line[2:].strip()
-        return self.name
+        """The English README's first heading (traces and reports keep it)."""
+        return first_heading(self.readme) or self.name
+
+    def localized_title(self) -> str:
+        """The title in the reader's language: the twin's first heading when there is one."""
+        return first_heading(self.localized_readme()) or self.title
+
+    def localized_readme(self) -> Path:
+        return localized(self.readme)
+
+    def localized_hint(self) -> Path:
+        return localized(self.hint)
+
+    def localized_solved(self) -> Path:
+        return localized(self.solved)
 
     @property
     def readme(self) -> Path:
@@ -89,8 +102,8 @@ class Lesson:
         return self.path / "solved.md"
 
     def hint_tiers(self) -> list[str]:
-        """hint.md's `## ` sections, first nudge first; the last one shows code."""
-        return split_tiers(self.hint.read_text(encoding="utf-8"))
+        """hint.md's (or its twin's) `## ` sections, first nudge first; the last one shows code."""
+        return split_tiers(self.localized_hint().read_text(encoding="utf-8"))
 
     @property
     def exercise(self) -> Path:
@@ -121,6 +134,27 @@ class Lesson:
         return dict(self.checks_module().TARGETS)
 
 
+def twin(path: Path, lang: str) -> Path:
+    """README.md -> README.zh.md: the same text in lang."""
+    return path.with_name(f"{path.stem}.{lang}{path.suffix}")
+
+
+def localized(path: Path) -> Path:
+    """The twin of path in the reader's language if it exists, else path itself (English)."""
+    if language() == "en":
+        return path
+    translated = twin(path, language())
+    return translated if translated.is_file() else path
+
+
+def first_heading(path: Path) -> str | None:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    return next((line[2:].strip() for line in lines if line.startswith("# ")), None)
+
+
 def split_tiers(text: str) -> list[str]:
     """Markdown cut at each `## ` heading (the `# ` title line before the first is dropped)."""
     tiers: list[list[str]] = []
@@ -147,32 +181,46 @@ def find_lesson(key: str, root: Path | None = None) -> Lesson:
     lessons = all_lessons(root)
     if not lessons:
         raise LessonError(
-            f"no lessons found in {root or lessons_root()}: the lessons ship with the source "
-            f"checkout (install it with `pip install -e .` from the repository)"
+            _(
+                "no lessons found in {folder}: the lessons ship with the source checkout (install it with "
+                "`pip install -e .` from the repository)"
+            ).format(folder=root or lessons_root())
         )
     key = str(key).strip()
     for lesson in lessons:
         if (key.isdigit() and int(key) == lesson.number) or key in (lesson.name, lesson.name.split("_", 1)[1]):
             return lesson
     names = ", ".join(f"{l.number} ({l.name.split('_', 1)[1]})" for l in lessons)
-    raise LessonError(f"no lesson {key!r}; choose one of: {names}")
+    raise LessonError(_("no lesson {key!r}; choose one of: {names}").format(key=key, names=names))
 
 
 # ---- loading the student's file -------------------------------------------------------------
 def check_python_file(path: Path) -> None:
     """A LessonError unless path is a .py file that compiles, found without running any of it."""
     if path.is_dir():
-        raise LessonError(f"{path} is a folder: pass the exercise.py file you wrote")
+        raise LessonError(_("{path} is a folder: pass the exercise.py file you wrote").format(path=path))
     if not path.is_file():
-        raise LessonError(f"{path} does not exist")
+        raise LessonError(_("{path} does not exist").format(path=path))
     if path.suffix != ".py":
-        raise LessonError(f"{path} is not a Python file: pass the exercise.py file you wrote (a .py file)")
+        raise LessonError(
+            _("{path} is not a Python file: pass the exercise.py file you wrote (a .py file)").format(path=path)
+        )
     try:
         compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
     except SyntaxError as e:
-        raise LessonError(f"{path} line {e.lineno}: syntax error: {e.msg}; fix it and run the check again") from None
+        raise LessonError(syntax_error(path, e)) from None
     except (OSError, ValueError) as e:  # unreadable, or NUL bytes
-        raise LessonError(f"{path} cannot be read as Python ({e}): pass the exercise.py file you wrote") from None
+        raise LessonError(
+            _("{path} cannot be read as Python ({error}): pass the exercise.py file you wrote").format(
+                path=path, error=e
+            )
+        ) from None
+
+
+def syntax_error(path: Path, e: SyntaxError) -> str:
+    return _("{path} line {line}: syntax error: {error}; fix it and run the check again").format(
+        path=path, line=e.lineno, error=e.msg
+    )
 
 
 def load_module(path: Path, module_name: str) -> ModuleType:
@@ -180,19 +228,25 @@ def load_module(path: Path, module_name: str) -> ModuleType:
     check_python_file(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise LessonError(f"{path} cannot be imported as Python: pass the exercise.py file you wrote")
+        raise LessonError(
+            _("{path} cannot be imported as Python: pass the exercise.py file you wrote").format(path=path)
+        )
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise LessonError(f"{path} line {e.lineno}: syntax error: {e.msg}; fix it and run the check again") from None
+        raise LessonError(syntax_error(path, e)) from None
     except SystemExit:
         raise LessonError(
-            f"{path} called sys.exit() (or raised SystemExit) while being imported: "
-            f"remove it; an exercise file only defines functions"
+            _(
+                "{path} called sys.exit() (or raised SystemExit) while being imported: remove it; an exercise "
+                "file only defines functions"
+            ).format(path=path)
         ) from None
     except Exception as e:  # the student's module-level code: report it, never a traceback
-        raise LessonError(f"{path} failed to import: {describe_exception(e, path)}") from None
+        raise LessonError(
+            _("{path} failed to import: {error}").format(path=path, error=describe_exception(e, path))
+        ) from None
     return module
 
 
@@ -202,7 +256,11 @@ def student_functions(lesson: Lesson, path: Path) -> dict[str, Callable]:
     for name in lesson.targets:
         fn = getattr(module, name, None)
         if not callable(fn):
-            raise LessonError(f"{path} must define a function named {name}(...); it is missing or renamed")
+            raise LessonError(
+                _("{path} must define a function named {name}(...); it is missing or renamed").format(
+                    path=path, name=name
+                )
+            )
         expect_same_parameters(fn, stub_parameters(lesson, name), path)
         functions[name] = fn
     return functions
@@ -223,7 +281,9 @@ def expect_same_parameters(fn: Callable, expected: list[str], path: Path) -> Non
         return
     if expected and len(params) != len(expected):
         raise LessonError(
-            f"{path}: {fn.__name__} must take ({', '.join(expected)}) like the stub; yours takes ({', '.join(params)})"
+            _("{path}: {name} must take ({expected}) like the stub; yours takes ({params})").format(
+                path=path, name=fn.__name__, expected=", ".join(expected), params=", ".join(params)
+            )
         )
 
 
@@ -239,10 +299,14 @@ def describe_exception(e: BaseException, student_file: Path | None = None) -> st
         mine = [f for f in frames if Path(f.filename).resolve() == student_file.resolve()]
         if mine:
             f = mine[-1]
-            where = f" ({student_file.name} line {f.lineno}, in {f.name}: {f.line.strip() if f.line else ''})"
+            where = _(" ({file} line {line}, in {function}: {code})").format(
+                file=student_file.name, line=f.lineno, function=f.name, code=f.line.strip() if f.line else ""
+            )
     elif frames:
         f = frames[-1]
-        where = f" ({Path(f.filename).name} line {f.lineno}, in {f.name})"
+        where = _(" ({file} line {line}, in {function})").format(
+            file=Path(f.filename).name, line=f.lineno, function=f.name
+        )
     raised = getattr(e, "raised", None)
     if isinstance(raised, Raised):  # raised in the child: its name and message as it said them
         return f"{raised.name}: {raised.message}{where}" if raised.message else f"{raised.name}{where}"
@@ -349,9 +413,9 @@ def run_checks_here(
     results: list[CheckResult] = []
     blocked = ""
     for check in direct + engine:
-        doc = first_line(check.__doc__) or check.__name__
+        doc = _(first_line(check.__doc__)) if check.__doc__ else check.__name__  # titles are in the catalog
         if not blocked and check in engine and any(not r.passed for r in results):
-            blocked = "fix the checks above first: the engine runs your code only once they pass"
+            blocked = _("fix the checks above first: the engine runs your code only once they pass")
         if blocked:
             result = CheckResult(check.__name__, doc, "skipped", blocked)
         else:
@@ -360,11 +424,13 @@ def run_checks_here(
                 exercise.limit_calls(limit)
             result = run_one(check, fns, doc, student_file, limit)
             if result.status == "stub":
-                blocked = "your function is still the stub"
+                blocked = _("your function is still the stub")
             elif result.timed_out:
-                blocked = f"the checks stopped at {check.__name__}: it timed out; fix the endless loop first"
+                blocked = _("the checks stopped at {check}: it timed out; fix the endless loop first").format(
+                    check=check.__name__
+                )
             elif exercise is not None and exercise.gone:
-                blocked = f"the checks stopped at {check.__name__}"
+                blocked = _("the checks stopped at {check}").format(check=check.__name__)
         results.append(result)
         if on_result:
             on_result(result)
@@ -379,43 +445,60 @@ def run_one(
         with deadline(time_limit):
             check(fns)
     except NotImplementedError as e:
-        where = f" in {student_file}" if student_file else ""
-        stub_fn = stub_name(e)
-        what = f"{stub_fn}() is" if stub_fn else "an exercise function is"
-        return CheckResult(
-            name,
-            doc,
-            "stub",
-            f"{what} still the stub (it raises NotImplementedError): replace the TODO{where} "
-            f"with your code, then run the check again",
-        )
+        return CheckResult(name, doc, "stub", stub_message(stub_name(e), student_file))
     except AssertionError as e:
-        return CheckResult(name, doc, "failed", str(e) or "the check failed")
+        return CheckResult(name, doc, "failed", str(e) or _("the check failed"))
     except CheckTimeout as e:
         return CheckResult(name, doc, "failed", describe_timeout(check, e, student_file), timed_out=True)
     except ExerciseGone as e:
-        return CheckResult(name, doc, "failed", f"{name} gave no verdict: {e}")
+        return CheckResult(name, doc, "failed", _("{check} gave no verdict: {error}").format(check=name, error=e))
     except MemoryError as e:
+        message = _(
+            "your code ran out of memory ({error}): a lesson check may use {gb:g} GB more than the engine it runs in"
+        )
         return CheckResult(
             name,
             doc,
             "failed",
-            f"your code ran out of memory ({describe_exception(e, student_file)}): a lesson check may use "
-            f"{MEMORY_LIMIT_BYTES / 2**30:g} GB more than the engine it runs in",
+            message.format(error=describe_exception(e, student_file), gb=MEMORY_LIMIT_BYTES / 2**30),
         )
     except Exception as e:
         raised = getattr(e, "raised", None)
         if isinstance(raised, Raised) and raised.name == "SystemExit":
             code = "" if raised.exit_code is None else raised.exit_code
-            return CheckResult(
-                name,
-                doc,
-                "failed",
-                f"your code called sys.exit({code}){where_in(e, student_file)}: "
-                f"an exercise function must return its result, never exit the program",
+            message = _(
+                "your code called sys.exit({code}){where}: an exercise function must return its result, never "
+                "exit the program"
             )
-        return CheckResult(name, doc, "failed", f"your code raised {describe_exception(e, student_file)}")
+            return CheckResult(name, doc, "failed", message.format(code=code, where=where_in(e, student_file)))
+        return CheckResult(
+            name, doc, "failed", _("your code raised {error}").format(error=describe_exception(e, student_file))
+        )
     return CheckResult(name, doc, "passed")
+
+
+def stub_message(stub_fn: str | None, student_file: Path | None) -> str:
+    if stub_fn and student_file:
+        message = _(
+            "{function}() is still the stub (it raises NotImplementedError): replace the TODO in {path} with "
+            "your code, then run the check again"
+        )
+    elif stub_fn:
+        message = _(
+            "{function}() is still the stub (it raises NotImplementedError): replace the TODO with your code, "
+            "then run the check again"
+        )
+    elif student_file:
+        message = _(
+            "an exercise function is still the stub (it raises NotImplementedError): replace the TODO in {path} "
+            "with your code, then run the check again"
+        )
+    else:
+        message = _(
+            "an exercise function is still the stub (it raises NotImplementedError): replace the TODO with your "
+            "code, then run the check again"
+        )
+    return message.format(function=stub_fn, path=student_file)
 
 
 def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None) -> str:
@@ -423,19 +506,18 @@ def describe_timeout(check: Callable, e: CheckTimeout, student_file: Path | None
     frames = e.frames or [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).name != "lessons.py"]
     if student_file is not None:
         frames = [f for f in frames if Path(f.filename).resolve() == student_file.resolve()] or frames
-    message = f"{check.__name__} did not finish within {e} and was stopped. "
+    message = _("{check} did not finish within {limit} and was stopped.").format(check=check.__name__, limit=e) + " "
     if frames and (student_file is None or Path(frames[-1].filename).resolve() == student_file.resolve()):
         # the innermost frame inside a loop (the stop can land in a function the loop calls), and that loop's head
         found = next(((f, loop) for f in reversed(frames) if (loop := enclosing_loop(f.filename, f.lineno))), None)
         f, lineno = found or (frames[-1], frames[-1].lineno)
         text = linecache.getline(f.filename, lineno or 0).strip()
         line = f" (`{text}`)" if text else ""
-        return message + (
-            f"Likely cause: a loop that never ends. Your {f.name} was at {Path(f.filename).name} line "
-            f"{lineno}{line} when it was stopped: make sure each pass of the loop changes what its "
-            f"condition tests"
-        )
-    return message + (
+        return message + _(
+            "Likely cause: a loop that never ends. Your {function} was at {file} line {line}{code} when it was "
+            "stopped: make sure each pass of the loop changes what its condition tests"
+        ).format(function=f.name, file=Path(f.filename).name, line=lineno, code=line)
+    return message + _(
         "Likely cause: a loop that never ends, in your code or in the engine running it (for example a "
         "function that never frees or takes the blocks the engine waits for)"
     )
@@ -460,7 +542,7 @@ def where_in(e: BaseException, student_file: Path | None) -> str:
     if student_file is None:
         return ""
     mine = [f for f in frames_of(e) if Path(f.filename).resolve() == student_file.resolve()]
-    return f" ({student_file.name} line {mine[-1].lineno})" if mine else ""
+    return _(" ({file} line {line})").format(file=student_file.name, line=mine[-1].lineno) if mine else ""
 
 
 def stub_name(e: NotImplementedError) -> str | None:

@@ -16,22 +16,19 @@ from collections.abc import Sequence as SequenceOf
 from typing import Any
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import _, ngettext
 from tracer.replay.colors import seq_letter
 from tracer.teach.scenarios import Scenario, ScenarioRun
 
 
 def who(seq_id: int) -> str:
-    return f"seq {seq_id} ({seq_letter(seq_id)})"
+    return _("seq {seq_id} ({letter})").format(seq_id=seq_id, letter=seq_letter(seq_id))
 
 
 def block_list(blocks: list[int]) -> str:
     if len(blocks) > 3 and blocks == list(range(blocks[0], blocks[0] + len(blocks))):
-        return f"blocks {blocks[0]}-{blocks[-1]}"
-    return f"block{'s' if len(blocks) != 1 else ''} {', '.join(map(str, blocks))}"
-
-
-def plural(n: object, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+        return _("blocks {first}-{last}").format(first=blocks[0], last=blocks[-1])
+    return ngettext("block {ids}", "blocks {ids}", len(blocks)).format(ids=", ".join(map(str, blocks)))
 
 
 # ---- one event, in words ---------------------------------------------------------------------
@@ -39,44 +36,50 @@ def preempted_text(e: Mapping[str, Any], step: int) -> str:
     d = e.get("detail") or {}
     needed = re.search(r"seq (\d+) needed", str(d.get("reason", "")))  # a trace before `by`
     by = d.get("by", int(needed.group(1)) if needed else None)
-    needer = who(by) if isinstance(by, int) else "a running request"
-    return (
-        f"Step {step}: {needer} needs a new KV block and none is free, so the newest running request, "
-        f"{who(e['seq_id'])}, is preempted: its blocks go back to the pool and it waits at the head of "
-        f"the queue, to be recomputed later (press n to see it return)."
-    )
+    needer = who(by) if isinstance(by, int) else _("a running request")
+    return _(
+        "Step {step}: {needer} needs a new KV block and none is free, so the newest running request, "
+        "{victim}, is preempted: its blocks go back to the pool and it waits at the head of the queue, to be "
+        "recomputed later (press n to see it return)."
+    ).format(step=step, needer=needer, victim=who(e["seq_id"]))
 
 
 def prefix_hit_text(e: Mapping[str, Any], step: int) -> str:
     d = e.get("detail") or {}
-    return (
-        f"Step {step}: {who(e['seq_id'])} is admitted with a prefix hit: its block table starts with "
-        f"{block_list(d.get('blocks') or [])}, already in the cache and now shared, so "
-        f"{d.get('tokens_saved')} prompt tokens are not computed again; only the rest of its prompt is."
-    )
+    return _(
+        "Step {step}: {seq} is admitted with a prefix hit: its block table starts with {blocks}, already in "
+        "the cache and now shared, so {saved} prompt tokens are not computed again; only the rest of its "
+        "prompt is."
+    ).format(step=step, seq=who(e["seq_id"]), blocks=block_list(d.get("blocks") or []), saved=d.get("tokens_saved"))
 
 
 def prefill_chunk_text(e: Mapping[str, Any], step: int) -> str:
     d = e.get("detail") or {}
-    return (
-        f"Step {step}: {who(e['seq_id'])}'s {d.get('num_tokens')}-token prompt is prefilled in chunks "
-        f"(this is chunk {d.get('chunk')}, tokens {d.get('start')} up to {d.get('end')}) "
-        f"that fill the token budget, while the short requests keep decoding one token per step; its "
-        f"sampled token is discarded until the last chunk."
+    return _(
+        "Step {step}: {seq}'s {n}-token prompt is prefilled in chunks (this is chunk {chunk}, tokens {start} "
+        "up to {end}) that fill the token budget, while the short requests keep decoding one token per step; "
+        "its sampled token is discarded until the last chunk."
+    ).format(
+        step=step,
+        seq=who(e["seq_id"]),
+        n=d.get("num_tokens"),
+        chunk=d.get("chunk"),
+        start=d.get("start"),
+        end=d.get("end"),
     )
 
 
 def finished_text(e: Mapping[str, Any], step: int, after: Mapping[str, Any] | None) -> str:
     admitted = [x["seq_id"] for x in (after or {}).get("events", []) if x["kind"] == EventKind.ADMITTED]
     then = (
-        f"in step {after['step']} {who(admitted[0])} takes its place"
+        _("in step {step} {seq} takes its place").format(step=after["step"], seq=who(admitted[0]))
         if after and admitted
-        else "in the next steps a waiting request takes its place"
+        else _("in the next steps a waiting request takes its place")
     )
-    return (
-        f"Step {step}: {who(e['seq_id'])} finishes; {then}. In static batching its place would stay "
-        f"empty until the whole batch is done."
-    )
+    return _(
+        "Step {step}: {seq} finishes; {then}. In static batching its place would stay empty until the whole "
+        "batch is done."
+    ).format(step=step, seq=who(e["seq_id"]), then=then)
 
 
 def event_phrase(e: Mapping[str, Any], seqs: Mapping[int, Mapping[str, Any]]) -> str:
@@ -86,20 +89,35 @@ def event_phrase(e: Mapping[str, Any], seqs: Mapping[int, Mapping[str, Any]]) ->
     if kind == EventKind.FINISHED:
         row = seqs.get(sid, {})
         generated = row.get("num_tokens_after", 0) - row.get("num_prompt_tokens", 0)
-        return f"{who(sid)} finishes with reason '{d.get('reason')}' ({plural(generated, 'token')} generated)"
+        return ngettext(
+            "{seq} finishes with reason '{reason}' ({n} token generated)",
+            "{seq} finishes with reason '{reason}' ({n} tokens generated)",
+            generated,
+        ).format(seq=who(sid), reason=d.get("reason"), n=generated)
     if kind == EventKind.ADMITTED:
-        return f"{who(sid)} is admitted"
+        return _("{seq} is admitted").format(seq=who(sid))
     if kind == EventKind.PREEMPTED:
         by = d.get("by")
-        return f"{who(sid)} is preempted" + (f" for {who(by)}" if isinstance(by, int) else "")
+        if isinstance(by, int):
+            return _("{seq} is preempted for {by}").format(seq=who(sid), by=who(by))
+        return _("{seq} is preempted").format(seq=who(sid))
     if kind == EventKind.PREFIX_HIT:
-        return f"{who(sid)} gets {d.get('tokens_saved')} prompt tokens from the prefix cache"
+        return _("{seq} gets {n} prompt tokens from the prefix cache").format(seq=who(sid), n=d.get("tokens_saved"))
     if kind == EventKind.PREFILL_CHUNK:
-        return f"{who(sid)} prefills tokens {d.get('start')} up to {d.get('end')} of {d.get('num_tokens')}"
+        return _("{seq} prefills tokens {start} up to {end} of {n}").format(
+            seq=who(sid), start=d.get("start"), end=d.get("end"), n=d.get("num_tokens")
+        )
     if kind == EventKind.PREFILL_DONE:
-        return f"{who(sid)}'s prompt is complete after {plural(d.get('chunks'), 'chunk')}"
+        chunks = d.get("chunks")
+        return ngettext(
+            "{seq}'s prompt is complete after {n} chunk",
+            "{seq}'s prompt is complete after {n} chunks",
+            chunks if isinstance(chunks, int) else 2,
+        ).format(seq=who(sid), n=chunks)
     if kind == EventKind.NOT_ADMITTED:
-        return f"{who(sid)} waits (needs {d.get('need')} blocks, {d.get('free')} free)"
+        return _("{seq} waits (needs {need} blocks, {free} free)").format(
+            seq=who(sid), need=d.get("need"), free=d.get("free")
+        )
     return f"{kind} {who(sid)}"
 
 
@@ -110,9 +128,13 @@ def step_text(step: Mapping[str, Any]) -> str:
     running = [who(sid) for sid, r in seqs.items() if r.get("status_after") == "RUNNING"]
     if not phrases:
         scheduled = [f"{who(sid)} {r['num_scheduled_tokens']}" for sid, r in seqs.items() if r["num_scheduled_tokens"]]
-        phrases = [f"tokens computed: {', '.join(scheduled) or 'none'}"]
-    still = f" Still running after it: {', '.join(running)}." if running else " Nothing is running after it."
-    return f"Step {step['step']}: " + "; ".join(phrases) + "." + still
+        phrases = [_("tokens computed: {seqs}").format(seqs=", ".join(scheduled) or _("none"))]
+    still = (
+        _("Still running after it: {seqs}.").format(seqs=", ".join(running))
+        if running
+        else _("Nothing is running after it.")
+    )
+    return _("Step {step}: {what}. {still}").format(step=step["step"], what=_("; ").join(phrases), still=still)
 
 
 # ---- a whole run -----------------------------------------------------------------------------
@@ -132,23 +154,30 @@ def look_for(run: ScenarioRun) -> str:
     differ between the tiny and the real model); the scenario's fixed text when none match."""
     from tracer.trace.trace_file import load_trace
 
+    fixed = translated(run.scenario.look_for)
     if run.trace_path is None:
-        return run.scenario.look_for
+        return fixed
     found = focus_steps(load_trace(run.trace_path, validate="none").steps, run.focus_step)
     kind = run.scenario.focus.get("event")
     if found is None or not kind:
-        return run.scenario.look_for
+        return fixed
     focus, after = found
     e = next((x for x in focus["events"] if x["kind"] == kind), None)  # the first of its kind
     if e is None:
-        return run.scenario.look_for
+        return fixed
     texts = {
         EventKind.PREEMPTED: lambda: preempted_text(e, focus["step"]),
         EventKind.PREFIX_HIT: lambda: prefix_hit_text(e, focus["step"]),
         EventKind.PREFILL_CHUNK: lambda: prefill_chunk_text(e, focus["step"]),
         EventKind.FINISHED: lambda: finished_text(e, focus["step"], after),
     }
-    return texts[kind]() if kind in texts else run.scenario.look_for
+    return texts[kind]() if kind in texts else fixed
+
+
+def translated(text: str) -> str:
+    """A scenario's own look_for text in the reader's language (the catalog holds the lessons' and
+    demos' texts; a teacher's own scenario keeps its words)."""
+    return _(text) if text else text
 
 
 def names_of(model: str) -> tuple[str, ...]:
@@ -163,11 +192,11 @@ def lesson_look_for(trace: Any, scenario: Scenario) -> str:
     trace's focus step did, said so."""
     model = str(trace.header.get("model") or "")
     if not scenario.look_for or model in names_of(scenario.model):
-        return scenario.look_for
+        return translated(scenario.look_for)
     found = focus_steps(trace.steps, trace.header.get("focus_step"))
     if found is None:
         return ""
-    return (
-        f"(on {model}; the lesson's own text is written for the {scenario.model} model, which tokenizes, "
-        f"samples and stops otherwise) " + step_text(found[0])
-    )
+    return _(
+        "(on {model}; the lesson's own text is written for the {lesson_model} model, which tokenizes, samples "
+        "and stops otherwise) {step}"
+    ).format(model=model, lesson_model=scenario.model, step=step_text(found[0]))

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tracer.trace.decisions import DECISIONS
 from tracer.teach.swap import SWAPPABLE, original
+from tracer.trace.decisions import DECISIONS
 
 
 class PatchDoesNotApply(ValueError):
@@ -57,7 +57,9 @@ def engine_function(target: str) -> Callable:
     else:
         module, _, qualname = target.partition(":")
     if not qualname:
-        raise ValueError(f"{target!r} is neither an engine decision (tracer.trace.decisions) nor 'module:Qualified.name'")
+        raise ValueError(
+            f"{target!r} is neither an engine decision (tracer.trace.decisions) nor 'module:Qualified.name'"
+        )
     owner: object = importlib.import_module(module)
     *path, attr = qualname.split(".")
     for part in path:

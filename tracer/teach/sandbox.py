@@ -2,7 +2,7 @@
 
     with ExerciseProcess.start(load, plug, first_limit) as exercise:
         fns = exercise.proxies(names)        # fns.check_stop(sched, seq, 7) runs in the child
-        exercise.limit_calls(seconds)        # the time every call until the next limit_calls shares
+        exercise.limit_calls(seconds)        # the time the calls until the next limit_calls share (in the child)
     run_limited(work, limit) -> None | why   # a whole job (a lesson trace's recording), limited
 
 The checks, `expect` and the engine runs that compare with the engine's own code all run in the
@@ -55,6 +55,7 @@ from pathlib import Path
 from types import CodeType, SimpleNamespace
 from typing import Any
 
+from tracer.i18n import _
 from tracer.teach.wire import NotAResult, Shared, read_answer, read_call, send_answer, send_call
 
 MEMORY_LIMIT_BYTES = 2 * 2**30
@@ -120,6 +121,7 @@ class ExerciseProcess:
     gone: str = ""  # why no call can be made any more
     deadline: float = float("inf")
     limit: float = 0.0
+    left: float = float("inf")  # of limit: only time inside calls counts, not the parent's own work
     codes: list[CodeType] = field(default_factory=list)
 
     @classmethod
@@ -153,21 +155,21 @@ class ExerciseProcess:
             tag, body = self.read_frame()
         except CheckTimeout:
             self.end("")
-            raise NotLoaded(f"it did not finish within {limit:g} s and was stopped", died=True) from None
+            raise NotLoaded(stopped_after(limit), died=True) from None
         except ExerciseGone as e:
             raise NotLoaded(str(e), died=True) from None
         except NotAResult as e:
             self.end("")
-            raise NotLoaded(f"it sent something that is not a result ({str(e)[:200]})", died=True) from None
+            raise NotLoaded(not_a_result(f" ({str(e)[:200]})"), died=True) from None
         message = parse_json(body) if tag == b"R" else None
         if not isinstance(message, dict) or not ("ready" in message or isinstance(message.get("error"), str)):
-            self.end("it sent something that is not a result")
-            raise NotLoaded("it sent something that is not a result", died=True)
+            self.end(not_a_result())
+            raise NotLoaded(not_a_result(), died=True)
         if "error" in message:
             raise NotLoaded(message["error"][:MAX_TEXT])
 
     def limit_calls(self, seconds: float) -> None:
-        self.limit, self.deadline = seconds, time.monotonic() + seconds
+        self.limit, self.left, self.deadline = seconds, seconds, time.monotonic() + seconds
 
     def proxies(self, names: list[str]) -> SimpleNamespace:
         return SimpleNamespace(**{name: self.proxy(name) for name in names})
@@ -185,14 +187,19 @@ class ExerciseProcess:
         shared = Shared.of(args, kwargs)
         self.codes.clear()
         try:
-            self.write_frame(name.encode() + b"\0" + send_call(args, kwargs, shared, self.codes))
+            payload = send_call(args, kwargs, shared, self.codes)
+            # The clock runs while the child works: a busy parent (building the check's objects)
+            # does not eat the student's time.
+            self.deadline = time.monotonic() + self.left
+            self.write_frame(name.encode() + b"\0" + payload)
             tag, body = self.read_frame()
+            self.left = max(0.0, self.deadline - time.monotonic())
             if tag != b"A":
                 raise NotAResult("it is not an answer")
             outcome = read_answer(body, shared.objects, self.codes)
         except CheckTimeout as e:
             e.frames = self.locate()
-            self.end(f"it was stopped after {self.limit:g} s")
+            self.end(_("it was stopped after {limit:g} s").format(limit=self.limit))
             raise
         except NotAResult as e:
             self.end(f"the exercise sent something that is not a result ({str(e)[:200]})")
@@ -240,7 +247,7 @@ class ExerciseProcess:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGUSR1)
         self.limit_calls(WHERE_WAIT_S)
-        for _ in range(3):  # an answer half-written when the limit came may come first
+        for _attempt in range(3):  # an answer half-written when the limit came may come first
             try:
                 tag, body = self.read_frame()
             except (CheckTimeout, ExerciseGone, NotAResult):
@@ -283,7 +290,9 @@ def unpack(outcome: tuple, name: str) -> Any:
         case ("raised", dict() as info):
             raise rebuilt(info)
         case ("unsendable", str() as what):
-            raise ExerciseRaised(f"{name} returned {what[:200]}, which cannot be passed back to the check")
+            raise ExerciseRaised(
+                _("{name} returned {what}, which cannot be passed back to the check").format(name=name, what=what[:200])
+            )
     raise ExerciseGone("the exercise sent something that is not a result (an unknown outcome)")
 
 
@@ -367,7 +376,7 @@ def read_request(fd: int) -> tuple[str, bytes] | None:
     if len(header) < 8:
         return None  # the parent is done
     body = read_all(fd, struct.unpack("<Q", header)[0])
-    name, _, payload = body.partition(b"\0")
+    name, _sep, payload = body.partition(b"\0")
     return name.decode(), payload
 
 
@@ -451,7 +460,7 @@ def children_of(pid: int) -> set[int]:
 def end_adopted(before: set[int], rounds: int = 50) -> None:
     """Kill and reap the processes adopted since `before` (what the child started), round after
     round: each one killed hands us its own children."""
-    for _ in range(rounds):
+    for _round in range(rounds):
         adopted = children_of(os.getpid()) - before
         if not adopted:
             return
@@ -482,9 +491,9 @@ def run_limited(work: Callable[[], str | None], limit: float) -> str | None:
     try:
         tag, body = child.read_frame()
         said = parse_json(body) if tag == b"D" else None
-        return said if said is None or isinstance(said, str) else "it sent something that is not a result"
+        return said if said is None or isinstance(said, str) else not_a_result()
     except CheckTimeout:
-        return f"it did not finish within {limit:g} s and was stopped"
+        return stopped_after(limit)
     except (ExerciseGone, NotAResult) as e:
         return str(e)
     finally:
@@ -505,17 +514,25 @@ def run_work(work: Callable[[], str | None], fd: int) -> None:
         os._exit(code)
 
 
+def not_a_result(detail: str = "") -> str:
+    return _("it sent something that is not a result{detail}").format(detail=detail)
+
+
+def stopped_after(limit: float) -> str:
+    return _("it did not finish within {limit:g} s and was stopped").format(limit=limit)
+
+
 def how_it_ended(status: int | None) -> str:
     if status is None:
-        return "it stopped answering"
+        return _("it stopped answering")
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else f"signal {sig}"
         if sig == signal.SIGKILL:
-            return "it was killed (SIGKILL), most often because the machine ran out of memory"
-        return f"it crashed ({name})"
+            return _("it was killed (SIGKILL), most often because the machine ran out of memory")
+        return _("it crashed ({signal})").format(signal=name)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
-    return (
-        f"it exited (status {code}) without a verdict: your code ended the process (os._exit, or a library's "
-        f"exit); an exercise function must return its result"
-    )
+    return _(
+        "it exited (status {code}) without a verdict: your code ended the process (os._exit, or a library's "
+        "exit); an exercise function must return its result"
+    ).format(code=code)

@@ -31,6 +31,7 @@ from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
 from nanoengine.validation import is_int, short_repr
+from tracer.i18n import N_, _
 from tracer.loop.arrivals import Arrival
 from tracer.loop.drive import StepLimitError, drive
 from tracer.trace.trace_file import read_json_file
@@ -45,7 +46,7 @@ FOCUS_EVENTS = tuple(EventKind)
 PARAM_FIELDS = {f.name for f in fields(SamplingParams)} - {"logits_processors"}  # functions: not JSON
 TOP_LEVEL = {"title": str, "model": str, "engine": dict, "params": dict, "requests": list, "focus": dict,
              "look_for": str, "max_steps": int}  # fmt: skip
-KIND_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer"}
+KIND_NAMES = {str: N_("a string"), dict: N_("an object"), list: N_("a list"), int: N_("an integer")}
 FOCUS_LEAST = {"step": 0, "nth": 1, "request": 0}  # focus's integer keys, each with its least value
 SCHEMA_FILE = Path(__file__).with_name("scenario.schema.json")
 
@@ -119,19 +120,28 @@ def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scena
     requests = []
     for i, r in enumerate(data["requests"]):
         if not isinstance(r, (str, list, dict)):
-            raise ScenarioError(f"{source}: request {i} is {short_repr(r)}: give a prompt string or an object")
+            raise ScenarioError(
+                _("{source}: request {i} is {value}: give a prompt string or an object").format(
+                    source=source, i=i, value=short_repr(r)
+                )
+            )
         r = {"prompt": r} if isinstance(r, (str, list)) else dict(r)
         if "prompt" not in r:
-            raise ScenarioError(f"{source}: request {i} has no 'prompt'")
+            raise ScenarioError(_("{source}: request {i} has no 'prompt'").format(source=source, i=i))
         prompt, arrive = r.pop("prompt"), r.pop("arrive", 0)
         if not is_int(arrive) or arrive < 0:
-            raise ScenarioError(f"{source}: request {i} has arrive {short_repr(arrive)}: give a step number >= 0")
+            raise ScenarioError(
+                _("{source}: request {i} has arrive {value}: give a step number >= 0").format(
+                    source=source, i=i, value=short_repr(arrive)
+                )
+            )
         params = {**defaults, **r}
         unknown = sorted(set(params) - PARAM_FIELDS)
         if unknown:
             raise ScenarioError(
-                f"{source}: request {i} has unknown field(s) {', '.join(unknown)}; "
-                f"use prompt, arrive or a SamplingParams field"
+                _(
+                    "{source}: request {i} has unknown field(s) {fields}; use prompt, arrive or a SamplingParams field"
+                ).format(source=source, i=i, fields=', '.join(unknown))
             )
         requests.append(Request(prompt, params, arrive))
     focus = data.get("focus", {})
@@ -151,18 +161,32 @@ def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scena
 def check_top_level(data: object, source: str) -> None:
     """A ScenarioError for a file that is not a scenario object with known keys of the right types."""
     if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: a scenario is a JSON object with a 'requests' list, got {short_repr(data)}")
+        raise ScenarioError(
+            _("{source}: a scenario is a JSON object with a 'requests' list, got {value}").format(
+                source=source, value=short_repr(data)
+            )
+        )
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
-        raise ScenarioError(f"{source}: unknown key(s) {', '.join(map(repr, unknown))}; use {', '.join(TOP_LEVEL)}")
+        raise ScenarioError(
+            _("{source}: unknown key(s) {keys}; use {known}").format(
+                source=source, keys=', '.join(map(repr, unknown)), known=', '.join(TOP_LEVEL)
+            )
+        )
     for key, kind in TOP_LEVEL.items():
         value = data.get(key)
         if key in data and not (isinstance(value, kind) and (kind is not int or is_int(value))):
-            raise ScenarioError(f"{source}: {key!r} must be {KIND_NAMES[kind]}, got {short_repr(value)}")
+            raise ScenarioError(
+                _("{source}: {key!r} must be {kind}, got {value}").format(
+                    source=source, key=key, kind=_(KIND_NAMES[kind]), value=short_repr(value)
+                )
+            )
     if not data.get("requests"):
-        raise ScenarioError(f"{source}: a scenario needs a non-empty 'requests' list")
+        raise ScenarioError(_("{source}: a scenario needs a non-empty 'requests' list").format(source=source))
     if data.get("max_steps", 1) < 1:
-        raise ScenarioError(f"{source}: 'max_steps' must be >= 1, got {data['max_steps']}")
+        raise ScenarioError(
+            _("{source}: 'max_steps' must be >= 1, got {value}").format(source=source, value=data['max_steps'])
+        )
 
 
 def check_focus(focus: dict, source: str) -> None:
@@ -170,17 +194,25 @@ def check_focus(focus: dict, source: str) -> None:
     unknown = sorted(set(focus) - {"event", *FOCUS_LEAST})
     if unknown:
         raise ScenarioError(
-            f"{source}: focus has unknown key(s) {', '.join(map(repr, unknown))}; use step, or event with nth and request"
+            _("{source}: focus has unknown key(s) {keys}; use step, or event with nth and request").format(
+                source=source, keys=', '.join(map(repr, unknown))
+            )
         )
     if "step" in focus and "event" in focus:
-        raise ScenarioError(f"{source}: focus gives a step or an event, not both")
+        raise ScenarioError(_("{source}: focus gives a step or an event, not both").format(source=source))
     if "event" in focus and focus["event"] not in FOCUS_EVENTS:
         raise ScenarioError(
-            f"{source}: focus event {short_repr(focus['event'])} is not one of {', '.join(FOCUS_EVENTS)}"
+            _("{source}: focus event {event} is not one of {events}").format(
+                source=source, event=short_repr(focus['event']), events=', '.join(FOCUS_EVENTS)
+            )
         )
     for key, least in FOCUS_LEAST.items():
         if key in focus and not (is_int(focus[key]) and focus[key] >= least):
-            raise ScenarioError(f"{source}: focus {key} is {short_repr(focus[key])}: give an integer >= {least}")
+            raise ScenarioError(
+                _("{source}: focus {key} is {value}: give an integer >= {least}").format(
+                    source=source, key=key, value=short_repr(focus[key]), least=least
+                )
+            )
 
 
 def scenario_arrivals(scenario: Scenario) -> list[Arrival]:
@@ -293,7 +325,7 @@ def drive_scenario(engine: LLMEngine, scenario: Scenario, recorder: TraceRecorde
     try:
         drive(engine, scenario_arrivals(scenario), recorder=recorder, max_steps=scenario.max_steps, ids=ids)
     except StepLimitError as e:
-        raise ScenarioError(f"scenario {scenario.name!r}: {e}") from None
+        raise ScenarioError(_("scenario {name!r}: {error}").format(name=scenario.name, error=e)) from None
 
 
 def find_focus(focus: dict, steps: list[StepSummary]) -> int:

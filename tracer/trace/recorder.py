@@ -47,6 +47,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import stat
 import time
@@ -232,7 +233,7 @@ class TraceRecorder:
 
     def line_of(self, record: StepRecord, new_requests: list[dict]) -> StepLine:
         for s in record.seqs:
-            self.rows[s.seq_id] = self.with_texts(engine_row(s))
+            self.rows[s.seq_id] = self.with_logprobs(self.with_texts(engine_row(s)))
             self.carried.pop(s.seq_id, None)  # it changed: carry its new row from now on
         live = {s.seq_id for s in record.seqs}
         seqs = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
@@ -251,6 +252,17 @@ class TraceRecorder:
             completion.extend(new_ids)
             return seq_row(row, texts, self.output_text(seq_id, completion))
         return seq_row(row, texts, self.rows[seq_id]["output_text"])
+
+    def with_logprobs(self, row: SeqRow) -> SeqRow:
+        """The new tokens' logprobs (the chosen token's, the raw model's), where the request asked for logprobs:
+        one float a token, read off the engine's sequence (its top k stay in the engine's output)."""
+        seq = self.engine.sequences.get(row["seq_id"])
+        if seq is None or seq.params.logprobs is None:
+            return row
+        new_ids = row["new_token_ids"]
+        entries = seq.logprobs[len(seq.logprobs) - len(new_ids) :] if new_ids else []
+        row["new_token_logprobs"] = [finite(entry[t].logprob) for t, entry in zip(new_ids, entries)]
+        return row
 
     def carry(self, seq_id: int) -> SeqRow:
         """A sequence not in this step's record (finished earlier, or waiting untouched): listed, idle."""
@@ -294,6 +306,8 @@ class TraceRecorder:
         ids = list(seq.token_ids[: seq.num_prompt_tokens]) if seq is not None else []
         prompt = (seq.prompt if seq is not None else "") or self.engine.tokenizer.decode(ids)
         params = params_entry(seq.params) if seq is not None else {}
+        if seq is not None and len(siblings := self.engine.requests.get(seq.request_id, ())) > 1:
+            params["n"] = len(siblings)  # the request's n: each sample runs with n = 1 (and its own seed + i)
         entry = {
             "seq_id": seq_id,
             "prompt": prompt,
@@ -361,6 +375,11 @@ class TraceRecorder:
             if isinstance(self.error, OSError):  # the disk's own error: the caller names the file
                 raise self.error
             raise OSError(f"recording the trace stopped: {self.failed}")
+
+
+def finite(logprob: float) -> float:
+    """A logprob as JSON can hold it (no -Infinity: a token the model gave no chance), to 4 decimals."""
+    return round(logprob, 4) if math.isfinite(logprob) else -1e30
 
 
 def encode_line(obj: dict) -> bytes:

@@ -16,7 +16,7 @@ readers read what older traces lack with the read helpers at the end, each sayin
     pool_layout(seqs, pool)      owners and fill of each block, derived from the rows
     step_line(record, ...)       a nanoengine StepRecord as a trace line; bare_line(record): without
                                  what only a recorder adds, as check_record checks it
-    seq_rows(step), queues_of(step), waiting_length(queues), scheduled_after(row),
+    seq_rows(step), request_of(row), queues_of(step), waiting_length(queues), scheduled_after(row),
     own_status_after(row), block_id_lists(step)                  for readers
 
 No torch and no engine import: vLLM's recorder runs in a venv without nanoengine's dependencies.
@@ -54,6 +54,8 @@ class EngineRow(TypedDict):
     block_table_after: Sequence[int]
     new_token_ids: Sequence[int]  # tokens appended this step (0 or 1)
     finish_reason: str | None  # stop / length / abort / ignored / error, once FINISHED
+    # the request it answers, only where that is not its own seq_id (sample i > 0 of n): read it with request_of
+    request_id: NotRequired[int]
 
 
 class SeqRow(EngineRow):
@@ -61,6 +63,7 @@ class SeqRow(EngineRow):
 
     new_token_texts: list[str]  # each new token's own text
     output_text: str  # the whole completion so far
+    new_token_logprobs: NotRequired[list[float]]  # each new token's logprob, if its request asked for logprobs
 
 
 class EventLine(TypedDict):
@@ -153,8 +156,12 @@ PER_BLOCK_FIELDS = ("ref_counts", "hashes", "owners", "filled")  # the pool's li
 
 # ---- writing --------------------------------------------------------------------------------------
 def engine_row(s: "SeqStep") -> EngineRow:
-    """The engine's fields of a row, read off nanoengine's SeqStep."""
-    return {name: getattr(s, name) for name in ENGINE_FIELDS}  # type: ignore[return-value]
+    """The engine's fields of a row, read off nanoengine's SeqStep; request_id only where it is not the
+    seq_id (n = 1 rows are what they were before n existed)."""
+    row = {name: getattr(s, name) for name in ENGINE_FIELDS}
+    if row["request_id"] == row["seq_id"]:
+        del row["request_id"]
+    return row  # type: ignore[return-value]
 
 
 def seq_row(engine: EngineRow, new_token_texts: list[str], output_text: str) -> SeqRow:
@@ -164,7 +171,7 @@ def seq_row(engine: EngineRow, new_token_texts: list[str], output_text: str) -> 
 def idle_row(last: SeqRow) -> SeqRow:
     """A sequence the step did not touch (finished earlier, or waiting untouched): listed with its
     last state as both its start and its end, nothing scheduled, no new tokens."""
-    return {
+    row: SeqRow = {
         **last,
         "status_before": last["status_after"],
         "num_tokens": last["num_tokens_after"],
@@ -174,6 +181,9 @@ def idle_row(last: SeqRow) -> SeqRow:
         "new_token_ids": [],
         "new_token_texts": [],
     }
+    if "new_token_logprobs" in last:
+        row["new_token_logprobs"] = []
+    return row
 
 
 def free_fill(block_size: int, ref_counts: Sequence[int], hashes: Sequence[int | None]) -> list[int]:
@@ -278,6 +288,11 @@ def bare_line(record: "StepRecord") -> dict[str, Any]:
 def seq_rows(step: Mapping[str, Any]) -> dict[int, SeqRow]:
     """The step's rows by seq_id."""
     return {row["seq_id"]: row for row in step["seqs"]}
+
+
+def request_of(row: Mapping[str, Any]) -> int:
+    """The request a row's sequence answers: its own seq_id unless it is sample i > 0 of an n > 1 request."""
+    return row.get("request_id", row["seq_id"])
 
 
 def queues_of(step: Mapping[str, Any]) -> QueuesLine | None:

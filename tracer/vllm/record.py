@@ -93,6 +93,7 @@ class Tracked:
     reference: list[int]  # the tokens nanoengine sampled
     chunk: int = 0  # nanoengine's prefill_chunk counter: 1.. while prefilling, 0 once a token is sampled
     num_emitted: int = 0  # output tokens already written to the trace
+    sample_of: int | None = None  # sample i > 0 of an n > 1 request: sample 0's seq_id
 
 
 @dataclass(slots=True)
@@ -234,6 +235,8 @@ class Recorder:
             new_token_ids=new_tokens,
             finish_reason=FINISH_REASONS.get(after.status),
         )
+        if t.sample_of is not None:
+            engine["request_id"] = t.sample_of
         new_token_texts = [texts.get(str(tok), "") for tok in new_tokens]
         row = seq_row(engine, new_token_texts, "")  # output_text absent: no detokenizer runs
         return {**row, "vllm_status_before": before.status, "vllm_status_after": after.status}
@@ -300,12 +303,22 @@ class Recorder:
     def add(self, index: int) -> dict[str, Any]:
         w = self.workload
         r = w.requests[index]
+        request_id = vllm_request_id(w, index)
         request = self.bridge.make_request(
-            str(index), r.prompt_token_ids, r.params, w.eos_token_ids, int(w.config["block_size"]), float(index)
+            request_id, r.prompt_token_ids, r.params, w.eos_token_ids, int(w.config["block_size"]), float(index)
         )
         self.scheduler.add_request(request)
-        self.tracked[str(index)] = Tracked(index, request, r.output_token_ids)
+        self.tracked[request_id] = Tracked(index, request, r.output_token_ids, sample_of=r.sample_of)
         return request_entry(w, index, self.step)
+
+
+def vllm_request_id(w: Workload, index: int) -> str:
+    """The id vLLM's scheduler knows the request by: its index, or for sample i of an n > 1 request the
+    child id vLLM's front end gives it (ParentRequest.get_child_info: f"{i}_{parent}"), sample 0 included."""
+    r = w.requests[index]
+    if r.sample_of is not None:
+        return f"{index - r.sample_of}_{r.sample_of}"
+    return f"0_{index}" if int(r.params.get("n", 1)) > 1 else str(index)
 
 
 def with_layout(pool: PoolLine, rows: list[VllmRow]) -> PoolLine:

@@ -51,8 +51,27 @@ def shared_prefix_staggered() -> Scenario:
     return scenario_from_dict(data, "shared-prefix-staggered")
 
 
+def parallel_sampling() -> Scenario:
+    """Issue 33: n samples. A single request, then one of n = 4 whose 30-token prompt its samples share
+    (admitted together, the first one's prefill cut by the budget), then one of n = 2 on the same
+    prompt's first 24 tokens arriving while the four decode; block_size 4, 40 blocks, a 24-token budget."""
+    prompt = PREFIX[:30]
+    data = {
+        "title": "n samples: one request of 4 samples, one of 2, sharing a prompt",
+        "engine": {"block_size": 4, "num_kv_blocks": 40, "max_num_batched_tokens": 24},
+        "params": {"ignore_eos": True, "max_tokens": 10, "temperature": 1.0},
+        "requests": [
+            {"prompt": [200 + k for k in range(9)], "max_tokens": 6},
+            {"prompt": prompt, "n": 4, "seed": 5, "arrive": 1},
+            {"prompt": prompt[:24] + [250, 251], "n": 2, "seed": 9, "arrive": 4},
+        ],
+    }
+    return scenario_from_dict(data, "parallel-sampling")
+
+
 def all_scenarios() -> dict[str, Scenario]:
-    """name -> scenario: every lesson (15), 4 demos (their tiny-model form), issue 26's 2 workloads."""
+    """name -> scenario: every lesson (15), 4 demos (their tiny-model form), issue 26's 2 workloads,
+    issue 33's n samples."""
     from tracer.teach.demos import DEMOS
 
     found = {p.parent.name: load_scenario(p) for p in sorted(lessons_root().glob("[0-9][0-9]_*/scenario.json"))}
@@ -60,6 +79,7 @@ def all_scenarios() -> dict[str, Scenario]:
         found[f"demo-{name}"] = demo.build(True)
     found["shared-prefix-six"] = shared_prefix_six()
     found["shared-prefix-staggered"] = shared_prefix_staggered()
+    found["parallel-sampling"] = parallel_sampling()
     return found
 
 
@@ -76,8 +96,9 @@ def model_of(name: str) -> str:
 
 
 def arrivals_in_seq_order(scenario: Scenario) -> list[int]:
-    """Each request's arrive step in the order the driver adds them (their seq_id order)."""
-    return sorted(r.arrive for r in scenario.requests)
+    """Each sequence's arrive step in the order the driver adds them (their seq_id order): a request
+    of n samples is n sequences."""
+    return sorted(r.arrive for r in scenario.requests for _ in range(int(r.params.get("n", 1))))
 
 
 def run_reference(name: str, scenario: Scenario, trace_path: Path) -> tuple[ScenarioRun, Workload]:

@@ -11,6 +11,11 @@
                    "output_token_ids": [7, 7, 9]}],
      "token_texts": {"7": "a"}}
 
+A request of n > 1 samples is n requests in a row (each with its own seed + i and the request's
+`n` in its params, as nanoengine's trace lists them); samples 1 .. n-1 carry `sample_of`, the index
+of sample 0. The vLLM recorder adds them as vLLM's front end fans n out (ParentRequest: child i's
+request id is f"{i}_{parent}"); a workload without n > 1 has no `sample_of` anywhere.
+
 Requests are in the order they were added (their seq_id order in the reference run). `arrive` is
 the engine step before which a request is added (a scenario's `arrive`; from a bare trace, the
 request's `first_step`); an idle engine takes the next arrival at once (is_due in
@@ -27,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracer.trace.step_line import request_of
 from tracer.trace.trace_file import SCHEDULER_CONFIG, read_json_file
 
 
@@ -41,6 +47,7 @@ class WorkloadRequest:
     params: dict[str, Any]
     arrive: int = 0
     output_token_ids: list[int] = field(default_factory=list)
+    sample_of: int | None = None  # sample i > 0 of an n > 1 request: the index of its sample 0
 
 
 @dataclass(slots=True)
@@ -57,7 +64,11 @@ class Workload:
     token_texts: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+        data = asdict(self)
+        for r in data["requests"]:
+            if r["sample_of"] is None:  # a single-sample workload's file is what it was before n existed
+                del r["sample_of"]
+        return json.dumps(data, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -88,6 +99,7 @@ def workload_from_dict(data: Any, source: str = "workload") -> Workload:
                 params=dict(r.get("params", {})),
                 arrive=int(r.get("arrive", 0)),
                 output_token_ids=[int(t) for t in r.get("output_token_ids", [])],
+                sample_of=sample_of(r, i, source),
             )
         )
     return Workload(
@@ -104,6 +116,16 @@ def workload_from_dict(data: Any, source: str = "workload") -> Workload:
     )
 
 
+def sample_of(r: dict, i: int, source: str) -> int | None:
+    """A request's `sample_of`: None, or the index of an earlier request (its sample 0)."""
+    value = r.get("sample_of")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < i:
+        raise WorkloadError(f"{source}: request {i} has sample_of {value!r}: give the index of an earlier request")
+    return value
+
+
 def workload_from_trace(trace: Any, name: str, arrivals: list[int] | None = None) -> Workload:
     """The workload of a nanoengine trace (tracer.trace.trace_file.Trace): its requests in seq_id
     order with the tokens they sampled. `arrivals` (one per request, in that order) replaces each
@@ -112,14 +134,18 @@ def workload_from_trace(trace: Any, name: str, arrivals: list[int] | None = None
     requests = sorted(trace.requests.values(), key=lambda r: r["seq_id"])
     outputs: dict[int, list[int]] = {r["seq_id"]: [] for r in requests}
     texts: dict[str, str] = {}
+    request_ids: dict[int, int] = {}  # seq_id -> its request (sample 0's seq_id)
     for step in trace.steps:
         for row in step["seqs"]:
+            request_ids[row["seq_id"]] = request_of(row)
             outputs.setdefault(row["seq_id"], []).extend(row["new_token_ids"])
             texts.update(zip(map(str, row["new_token_ids"]), row.get("new_token_texts", [])))
     for r in requests:
         texts.update(zip(map(str, r.get("prompt_token_ids", [])), r.get("prompt_token_texts", [])))
     if arrivals is not None and len(arrivals) != len(requests):
         raise WorkloadError(f"{name}: {len(arrivals)} arrivals for {len(requests)} requests")
+    index = {r["seq_id"]: i for i, r in enumerate(requests)}
+    first = {sid: index.get(request_ids.get(sid, sid)) for sid in index}
     return Workload(
         name=name,
         title=header.get("title") or name,
@@ -131,6 +157,7 @@ def workload_from_trace(trace: Any, name: str, arrivals: list[int] | None = None
                 params=dict(r.get("params", {})),
                 arrive=arrivals[i] if arrivals is not None else int(r.get("first_step", 0)),
                 output_token_ids=outputs[r["seq_id"]],
+                sample_of=first[r["seq_id"]] if first[r["seq_id"]] != i else None,
             )
             for i, r in enumerate(requests)
         ],

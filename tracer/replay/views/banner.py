@@ -9,9 +9,11 @@ from rich.text import Text
 from textual import events
 from textual.widgets import Static
 
+from tracer.i18n import N_, _
+
 WARNING_STYLE = "bold #ffd23f"
 GUIDE_STYLE = "bold #2ec4b6"
-WITHHELD = "→ asks what the next step, the one that matters, will do; its Look-for text follows your answer."
+WITHHELD = N_("→ asks what the next step, the one that matters, will do; its Look-for text follows your answer.")
 
 
 class Banner(Static):
@@ -31,10 +33,10 @@ class Banner(Static):
         for warning in self.warnings:
             lines.append(Text.assemble(("⚠ ", WARNING_STYLE), warning))
         if self.withheld:
-            lines.append(Text.assemble(("Predict: ", GUIDE_STYLE), WITHHELD))
+            lines.append(Text.assemble((_("Predict: "), GUIDE_STYLE), _(WITHHELD)))
         elif self.guide:
-            lines.append(Text.assemble(("Look for: ", GUIDE_STYLE), self.guide))
-        lines[-1].append("  (x hides this)", "dim")
+            lines.append(Text.assemble((_("Look for: "), GUIDE_STYLE), self.guide))
+        lines[-1].append("  " + _("(x hides this)"), "dim")
         return Text("\n").join(lines)
 
     def show_guide(self) -> None:

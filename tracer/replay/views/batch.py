@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -16,6 +17,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracer.i18n import _
 from tracer.replay.colors import seq_color, seq_style, seq_tag
 from tracer.replay.messages import SeqSelected
 from tracer.trace.readable import token_label
@@ -33,15 +35,21 @@ LOGIT_DISCARDED = Style(color="#ff6b6b", strike=True)
 
 
 def token_text(text: str, token_id: int | None = None) -> str:
+    """A token's text, at most MAX_TEXT cells (a Chinese character takes two, and is never halved)."""
     shown = token_label(text, token_id)
     if not shown.startswith("⟨id "):
         shown = shown.replace(" ", "␣")
-    return shown if len(shown) <= MAX_TEXT else shown[: MAX_TEXT - 1] + "…"
+    return shown if cell_len(shown) <= MAX_TEXT else set_cell_size(shown, MAX_TEXT - 1).rstrip() + "…"
 
 
 def table_text(table: list[int]) -> str:
     text = "[" + ",".join(map(str, table)) + "]"
     return text if len(text) <= MAX_TABLE else text[: MAX_TABLE - 2] + "…]"
+
+
+def padded(text: str, width: int) -> str:
+    """text and spaces to width cells."""
+    return text + " " * max(0, width - cell_len(text))
 
 
 @dataclass(slots=True)
@@ -126,26 +134,26 @@ class BatchView(ScrollView, can_focus=True):
         selected = group.seq_id == self.selected
         base = Style(color=seq_color(group.seq_id)) + (Style(reverse=True) if selected else Style())
         columns = [token_cells(inputs, index, t) for t in range(group.first, group.end)]
-        widths = [max(len(text) for text, _ in cells.values()) + 1 for cells in columns]
+        widths = [max(cell_len(text) for text, _style in cells.values()) + 1 for cells in columns]
         per_request = request_cells(inputs, index)
-        width = max(sum(widths), max(len(text) for text in per_request.values()) + 1)
+        width = max(sum(widths), max(cell_len(text) for text in per_request.values()) + 1)
         if widths:
             widths[-1] += width - sum(widths)
         for name in TOKEN_ROWS:
             for cells, cell_width in zip(columns, widths):
                 text, style = cells[name]
-                rows[name].append(Segment(text.ljust(cell_width), base + style if style else base))
+                rows[name].append(Segment(padded(text, cell_width), base + style if style else base))
         for name, text in per_request.items():
             style = seq_style(group.seq_id, selected=True) if name == "seq_ids" else base
-            rows[name].append(Segment(text.ljust(width), style))
+            rows[name].append(Segment(padded(text, width), style))
         return width
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         row = y + self.scroll_offset.y
         if not self.rows or not self.step.get("inputs", {}).get("seq_ids"):
-            text = "(nothing scheduled this step)" if y == 0 else ""
-            return Strip([Segment(text.ljust(width)[:width], LABEL_STYLE)], width)
+            text = _("(nothing scheduled this step)") if y == 0 else ""
+            return Strip([Segment(set_cell_size(text, width), LABEL_STYLE)], width)
         if row >= len(self.rows):
             return Strip.blank(width)
         label = Segment(ROWS[row].rjust(LABEL_WIDTH - 1) + " ", LABEL_STYLE)

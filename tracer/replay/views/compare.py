@@ -10,9 +10,11 @@ Each side is named by its file, then what tells them apart (side_labels.py).
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
 
+from tracer.i18n import _, ngettext
 from tracer.replay.colors import DIM
 from tracer.replay.views.side_labels import side_labels
 from tracer.trace.diff import Side, TraceDiff
@@ -24,40 +26,47 @@ MAX_WHY = 3  # why-lines shown per step; `nanoengine diff` lists them all
 
 def row_text(side: Side, i: int) -> str:
     if side.step is None:
-        return "run ended"
+        return _("run ended")
     row = side.rows().get(i)
     if row is None:
-        return "not added"
+        return _("not added")
     status = row.get("vllm_status_after") or row["status_after"]
-    return f"{row['num_scheduled_tokens']} tok from {row['num_cached_tokens']}, {status}"
+    return _("{tokens} tok from {cached}, {status}").format(
+        tokens=row["num_scheduled_tokens"], cached=row["num_cached_tokens"], status=status
+    )
+
+
+def padded(text: str, width: int) -> str:
+    """text and spaces to width cells (a Chinese character takes two)."""
+    return text + " " * max(0, width - cell_len(text))
 
 
 def compare_text(diff: TraceDiff, a: Side, b: Side, index: int, step_number: int) -> Text:
     here = diff.at(index)
     label_a, label_b, differences = side_labels(a.trace, b.trace)
     text = Text()
-    text.append("compare  ", LABEL)
+    text.append(_("compare") + "  ", LABEL)
     text.append(f"A = {label_a} │ B = {label_b} · {differences}", DIM)
-    text.append(f"   step {step_number}: ", LABEL)
-    text.append(
-        f"≠ {len(here)} difference{'s' if len(here) != 1 else ''}" if here else "= same decisions",
-        DIFFERS if here else DIM,
-    )
+    text.append("   " + _("step {step}:").format(step=step_number) + " ", LABEL)
+    count = ngettext("≠ {count} difference", "≠ {count} differences", len(here)).format(count=len(here))
+    text.append(count if here else _("= same decisions"), DIFFERS if here else DIM)
     kinds: dict[int | None, list[str]] = {}
     for d in here:
         kinds.setdefault(d.request, []).append(d.kind)
     for i in sorted(set(a.rows()) | set(b.rows())):
         marked = i in kinds
-        text.append(f"\n  req {i:<3}", DIFFERS if marked else LABEL)
-        text.append(f"A: {row_text(a, i):<30} B: {row_text(b, i):<30}")
+        text.append("\n  " + padded(_("req {request}").format(request=i), 7), DIFFERS if marked else LABEL)
+        text.append(f"A: {padded(row_text(a, i), 30)} B: {padded(row_text(b, i), 30)}")
         if marked:
             text.append(" ≠ " + ", ".join(kinds[i]), DIFFERS)
     first = {d.request: d for d in reversed(here)}  # each request's first difference: its why
     for n, (request, d) in enumerate(sorted(first.items(), key=lambda kv: kv[0] or 0)):
         if n == MAX_WHY:
-            text.append(f"\n  … {len(first) - MAX_WHY} more requests differ (nanoengine diff A B)", DIM)
+            more = _("… {count} more requests differ (nanoengine diff A B)").format(count=len(first) - MAX_WHY)
+            text.append("\n  " + more, DIM)
             break
-        text.append(f"\n  ≠ request {request} ({', '.join(kinds[request])}): ", DIFFERS)
+        what = _("≠ request {request} ({kinds}):").format(request=request, kinds=", ".join(kinds[request]))
+        text.append("\n  " + what + " ", DIFFERS)
         text.append(f"A {d.a} │ B {d.b}", DIM)
     return text
 

@@ -9,6 +9,7 @@ previous step are underlined; blocks written this step also flash when animation
 
 from __future__ import annotations
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -18,6 +19,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import _
 from tracer.replay.colors import CACHED_GLYPH, CHANGED, FREE_GLYPH, fill_glyph, seq_color, seq_letter, seq_style
 
 CELL = 6
@@ -120,7 +122,7 @@ class KVPagesView(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         if y == 0:
-            return Strip([Segment(self.summary()[:width].ljust(width), SUMMARY_STYLE)], width)
+            return Strip([Segment(set_cell_size(self.summary(), width), SUMMARY_STYLE)], width)
         row = y - 1 + self.scroll_offset.y
         cols = self.columns()
         first = row * cols
@@ -140,23 +142,26 @@ class KVPagesView(ScrollView, can_focus=True):
         cached = sum(1 for b in pool["free_block_ids"] if pool["hashes"][b] is not None)
         shared = sum(1 for r in pool["ref_counts"] if r > 1)
         parts = [  # most important first: a narrow panel drops from the end
-            f"used {self.num_kv_blocks - free}/{self.num_kv_blocks}",
-            f"free {free}",
-            f"written ◆{len(self.written)}",
-            f"cached ○{cached}",
-            f"shared {shared}",
+            _("used {used}/{total}").format(used=self.num_kv_blocks - free, total=self.num_kv_blocks),
+            _("free {count}").format(count=free),
+            _("written ◆{count}").format(count=len(self.written)),
+            _("cached ○{count}").format(count=cached),
+            _("shared {count}").format(count=shared),
         ]
-        while len(parts) > 2 and len(" · ".join(parts)) > self.scrollable_content_region.width:
+        while len(parts) > 2 and cell_len(" · ".join(parts)) > self.scrollable_content_region.width:
             parts.pop()
         return " · ".join(parts)
 
     def block_details(self, block: int) -> str:
         pool = self.pool
-        owners = ",".join(f"{seq_letter(s)}#{s}" for s in pool["owners"][block]) or "free"
+        owners = ",".join(f"{seq_letter(s)}#{s}" for s in pool["owners"][block]) or _("free")
         block_hash = pool["hashes"][block]
-        hashed = f"hash {block_hash & 0xFFFF:04x}…" if block_hash is not None else "no hash"
+        hashed = _("hash {hash}…").format(hash=f"{block_hash & 0xFFFF:04x}") if block_hash is not None else _("no hash")
         logical = (
-            f" · {seq_letter(self.selected_seq)}'s logical block {self.table_index[block]}"
+            " · "
+            + _("{seq}'s logical block {index}").format(
+                seq=seq_letter(self.selected_seq), index=self.table_index[block]
+            )
             if block in self.table_index and self.selected_seq is not None
             else ""
         )
@@ -166,13 +171,14 @@ class KVPagesView(ScrollView, can_focus=True):
             if e["kind"] == EventKind.PREFIX_HIT and block in e["detail"].get("blocks", [])
         ]
         same_step = (
-            f" · written this step and hit in it by {','.join(seq_letter(s) for s in hit_now)}"
+            " · " + _("written this step and hit in it by {seqs}").format(seqs=",".join(seq_letter(s) for s in hit_now))
             if hit_now and block in self.written
             else ""
         )
+        filled = _("filled {filled}/{size}").format(filled=pool["filled"][block], size=pool["block_size"])
         return (
-            f"block {block}: {owners}{logical} · ref_count {pool['ref_counts'][block]} · "
-            f"filled {pool['filled'][block]}/{pool['block_size']} · {hashed}{same_step}"
+            _("block {block}: {owners}").format(block=block, owners=owners)
+            + f"{logical} · ref_count {pool['ref_counts'][block]} · {filled} · {hashed}{same_step}"
         )
 
     def cell(self, block: int) -> list[Segment]:

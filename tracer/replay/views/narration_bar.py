@@ -14,7 +14,9 @@ from rich.text import Text
 from textual.content import Content
 from textual.widgets import Static
 
-MORE = " … m: more"
+from tracer.i18n import N_, _
+
+MORE = N_(" … m: more")
 EXPANDED_ROWS = 12  # m: enough for four admissions and their prefix hits at 80 columns
 
 
@@ -45,9 +47,9 @@ class NarrationBar(Static):
         self.shown = self.text
         if self.cut and rows is not None:
             shown = lines[:rows]
-            last = shown[-1]
-            fits = cell_len(last) + len(MORE) <= width  # cells, not characters: wide glyphs take two
-            shown[-1] = (last if fits else set_cell_size(last, max(0, width - len(MORE))).rstrip()) + MORE
+            last, more = shown[-1], _(MORE)
+            fits = cell_len(last) + cell_len(more) <= width  # cells, not characters: wide glyphs take two
+            shown[-1] = (last if fits else set_cell_size(last, max(0, width - cell_len(more))).rstrip()) + more
             self.shown = "\n".join(shown)
         self.update(Content(self.shown))
 

@@ -18,6 +18,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_, _
 from tracer.replay.colors import DIM, seq_style, seq_tag
 
 LABEL = "bold #c8d0da"
@@ -31,31 +32,31 @@ def queues_text(step: dict, prev: dict | None, width: int | None = None) -> Text
     return text
 
 
-LONG_LABELS = ("queues at the step's start  ", "running ", " (newest last)", "  │  ", "waiting head→ ")
-SHORT_LABELS = ("at step start: ", "run ", "", " │ ", "wait head→ ")
+LONG_LABELS = (N_("queues at the step's start  "), N_("running "), N_(" (newest last)"), "  │  ", N_("waiting head→ "))
+SHORT_LABELS = (N_("at step start: "), N_("run "), "", " │ ", N_("wait head→ "))
 
 
 def build_text(step: dict, prev: dict | None, labels: tuple[str, ...]) -> Text:
-    title, running_label, newest_last, bar, waiting_label = labels
+    title, running_label, newest_last, bar, waiting_label = (_(label) if label.strip() else label for label in labels)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(title, LABEL)
     queues = step.get("queues")
     if queues is None:
-        text.append("not recorded in this trace (schema version 1)", DIM)
+        text.append(_("not recorded in this trace (schema version 1)"), DIM)
         return text
     kinds = {(e["kind"], e["seq_id"]) for e in step.get("events", [])}
     jumped = {e["seq_id"] for e in (prev or {}).get("events", []) if e["kind"] == EventKind.PREEMPTED}
     text.append(running_label, LABEL)
     append_ids(text, queues["running"], kinds, jumped)
-    text.append(newest_last if queues["running"] else "(empty)", DIM)
+    text.append(newest_last if queues["running"] else _("(empty)"), DIM)
     text.append(bar, DIM)
     text.append(waiting_label, LABEL)
     append_ids(text, queues["waiting"], kinds, jumped)
     if not queues["waiting"]:
-        text.append("(empty)", DIM)
+        text.append(_("(empty)"), DIM)
     more = queues.get("num_waiting", 0) - len(queues["waiting"])
     if more > 0:
-        text.append(f" … +{more} more", DIM)
+        text.append(" " + _("… +{count} more").format(count=more), DIM)
     return text
 
 

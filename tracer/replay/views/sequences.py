@@ -22,8 +22,10 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracer.i18n import _
 from tracer.replay.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, VIOLATION, seq_style, seq_tag, state_label
 from tracer.replay.messages import SeqSelected
+from tracer.replay.samples import group_label, logprob_label, samples_of
 from tracer.trace.invariants.rule import rule_named
 from tracer.trace.readable import UNDECODABLE, is_byte_fragment, printable, token_label
 
@@ -123,7 +125,7 @@ def block_table_cell(seq: dict) -> str:
     if after[: len(before)] == before and added > 0:
         table += f" +{added}"
     elif before != after and before:
-        table += " (new)" if after else " (freed)"
+        table += " " + (_("(new)") if after else _("(freed)"))
     return table
 
 
@@ -188,6 +190,8 @@ def text_cell(seq: dict, prompt: list[tuple[str, Style]], tail: int) -> Text:
     highlighted; only the tail fits."""
     before, new_shown = new_text(seq)
     parts: list[tuple[str, Style | None]] = [(new_shown, NEW_TOKEN_STYLE), (before, None), *reversed(prompt)]
+    if lp := logprob_label(seq):  # the new token's logprob, where the request asked for logprobs
+        parts.insert(0, (lp, TEMPLATE_STYLE))
     shown, room = [], tail
     for part, style in parts:  # from the end: only what fits
         if room <= 0:
@@ -266,6 +270,10 @@ class SequencesView(ScrollView, can_focus=True):
         old_rows = {s["seq_id"]: row_cells(s, limits) for s in prev.get("seqs", [])} if prev else {}
         seqs = step.get("seqs", [])
         rows = [row_cells(seq, limits) for seq in seqs]
+        samples = samples_of(seqs)  # the n samples of a request: one bracket, request.sample after the tag
+        for seq_id, cells in [*zip((seq["seq_id"] for seq in seqs), rows), *old_rows.items()]:
+            if label := group_label(samples.get(seq_id)):
+                cells[0] = Text(f"{plain(cells[0])} {label}", cells[0].style)
         self.widths = [
             max([len(name)] + [cell_len(plain(row[i])) for row in rows]) for i, name in enumerate(COLUMNS[:-1])
         ]

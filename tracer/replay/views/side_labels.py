@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracer.i18n import _
 from tracer.trace.diff import engine_label
 
 
@@ -22,12 +23,14 @@ def side_labels(a: Any, b: Any) -> tuple[str, str, str]:
         name_a, name_b = file_name(a, parents=1), file_name(b, parents=1)
     differences = []
     if engine_label(a) != engine_label(b):
-        differences.append(f"{engine_label(a)} vs {engine_label(b)}")
+        differences.append(_("{a} vs {b}").format(a=engine_label(a), b=engine_label(b)))
     config_a, config_b = a.header.get("config") or {}, b.header.get("config") or {}
     for key in sorted(set(config_a) | set(config_b)):
         if config_a.get(key) != config_b.get(key):
-            differences.append(f"{key} {config_a.get(key, '–')} vs {config_b.get(key, '–')}")
-    return name_a, name_b, ", ".join(differences) or "same engine and config"
+            differences.append(
+                _("{key} {a} vs {b}").format(key=key, a=config_a.get(key, "–"), b=config_b.get(key, "–"))
+            )
+    return name_a, name_b, ", ".join(differences) or _("same engine and config")
 
 
 def file_name(trace: Any, parents: int = 0) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rich.cells import cell_len, get_character_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -23,9 +24,17 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_, _
 from tracer.replay.colors import CHANGED, STATE_COLORS, seq_letter, seq_style, state_label
 from tracer.replay.messages import SeqSelected
 
+EDGE_LABELS = {  # the words beside the edges (the edges themselves are named in English in the code)
+    "admit": N_("admit"),
+    "preempt": N_("preempt"),
+    "finish": N_("finish"),
+    "chunk": N_("chunk"),
+    "done": N_("done"),
+}
 EDGE_OFF = Style(color="#6c6c6c")
 EDGE_ON = Style(color="#ffd23f", bold=True)
 LABEL_OFF = Style(color="#8a8a8a")
@@ -118,20 +127,33 @@ def make_layout(width: int, height: int) -> Layout:
 
 
 class Canvas:
-    """A grid of (char, style) cells turned into strips."""
+    """A grid of (char, style) cells turned into strips. A wide character (Chinese) fills two cells:
+    its own and an empty one after it, so every row keeps the canvas's width in cells."""
 
     def __init__(self, width: int, height: int):
         self.width, self.height = width, height
-        self.chars = [[" "] * width for _ in range(height)]
-        self.styles: list[list[Style | None]] = [[None] * width for _ in range(height)]
+        self.chars = [[" "] * width for _row in range(height)]
+        self.styles: list[list[Style | None]] = [[None] * width for _row in range(height)]
 
     def put(self, x: int, y: int, text: str, style: Style | None = None) -> None:
         if not 0 <= y < self.height:
             return
-        for i, char in enumerate(text):
-            if 0 <= x + i < self.width:
-                self.chars[y][x + i] = char
-                self.styles[y][x + i] = style
+        for char in text:
+            cells = get_character_cell_size(char)
+            if 0 <= x and x + cells <= self.width:
+                for i in range(cells):
+                    self.clear_half(x + i, y)
+                    self.chars[y][x + i] = "" if i else char
+                    self.styles[y][x + i] = style
+            x += cells
+
+    def clear_half(self, x: int, y: int) -> None:
+        """Before a cell is written: a wide character it is half of becomes a space."""
+        row = self.chars[y]
+        if row[x] == "" and x > 0:  # the second half of the character to its left
+            row[x - 1] = " "
+        elif x + 1 < self.width and row[x + 1] == "" and get_character_cell_size(row[x]) == 2:
+            row[x + 1] = " "
 
     def to_strips(self) -> list[Strip]:
         """One strip per row, a segment per run of equally styled cells."""
@@ -208,14 +230,17 @@ class StateMachineView(Widget, can_focus=True):
             label = state_label(status)
             center = (left + right + 1) // 2
             canvas.put(
-                max(0, min(layout.width - len(label), center - len(label) // 2)), 0, label, style + Style(bold=True)
+                max(0, min(layout.width - cell_len(label), center - cell_len(label) // 2)),
+                0,
+                label,
+                style + Style(bold=True),
             )
             draw_box(canvas, left, layout.top, right, layout.bottom, style)
         left, right = layout.run
         running = Style(color=STATE_COLORS["RUNNING"])
         canvas.put(left, layout.done_row, "├" + "╌" * (right - left - 1) + "┤", running)
-        canvas.put(left + 1, layout.top, "prefill", running + Style(italic=True))
-        canvas.put(left + 1, layout.done_row, "decode", running + Style(italic=True))
+        canvas.put(left + 1, layout.top, _("prefill"), running + Style(italic=True))
+        canvas.put(left + 1, layout.done_row, _("decode"), running + Style(italic=True))
 
     def draw_edges(self, canvas: Canvas, layout: Layout, lit: set[str]) -> None:
         def style(edge: str) -> Style:
@@ -227,18 +252,18 @@ class StateMachineView(Widget, can_focus=True):
         x0, x1 = layout.wait[1] + 1, layout.run[0] - 1
         admit_y, back_y = layout.prefill_rows[0], layout.decode_rows[-1]
         canvas.put(x0, admit_y, "─" * (x1 - x0) + "▶", style("admit"))
-        canvas.put(x0 + 1, admit_y - 1, "admit", label_style("admit"))
+        canvas.put(x0 + 1, admit_y - 1, _(EDGE_LABELS["admit"]), label_style("admit"))
         canvas.put(x0, back_y, "◀" + "─" * (x1 - x0), style("preempt"))
-        canvas.put(x0, back_y + 1, "preempt", label_style("preempt"))
+        canvas.put(x0, back_y + 1, _(EDGE_LABELS["preempt"]), label_style("preempt"))
         f0, f1 = layout.run[1] + 1, layout.fin[0] - 1
         finish_y = layout.decode_rows[0]
         canvas.put(f0, finish_y, "─" * (f1 - f0) + "▶", style("finish"))
-        canvas.put(f0 + 1, finish_y - 1, "finish", label_style("finish"))
+        canvas.put(f0 + 1, finish_y - 1, _(EDGE_LABELS["finish"]), label_style("finish"))
         left, right = layout.run
         roomy = right - left > 20
-        chunk, done = ("↻ chunk", "↓ done") if roomy else ("↻", "↓")
-        canvas.put(right - len(chunk) - 1, layout.top, chunk, style("chunk"))
-        canvas.put(right - len(done) - 1, layout.done_row, done, style("done"))
+        chunk, done = ("↻ " + _(EDGE_LABELS["chunk"]), "↓ " + _(EDGE_LABELS["done"])) if roomy else ("↻", "↓")
+        canvas.put(right - cell_len(chunk) - 1, layout.top, chunk, style("chunk"))
+        canvas.put(right - cell_len(done) - 1, layout.done_row, done, style("done"))
 
     def draw_chips(self, canvas: Canvas, layout: Layout) -> None:
         traveling = self.traveling_positions(layout) if self.progress < 1.0 else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -10,6 +11,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_, _
 from tracer.replay.colors import EVENT_MARKS
 from tracer.replay.marks import MARK_ORDER
 
@@ -17,6 +19,12 @@ PLAYED = Style(color="#2ec4b6")
 AHEAD = Style(color="#6c6c6c")
 CURSOR = Style(color="black", bgcolor="#ffd23f", bold=True)
 BOLD = Style(bold=True)
+LEGEND = (
+    (EventKind.PREEMPTED, N_("preempt")),
+    (EventKind.PREFIX_HIT, N_("prefix hit")),
+    (EventKind.FINISHED, N_("finish")),
+    ("violation", N_("violation")),
+)
 
 
 class TimelineView(Widget):
@@ -81,19 +89,16 @@ class TimelineView(Widget):
         last = self.step_numbers[-1] if self.step_numbers else 0
         number = self.step_numbers[self.index] if self.step_numbers else 0
         # "step 5 of 0–5": the range shows steps count from 0 (a 6-step trace ends at step 5)
-        segments = [Segment(f"step {number} of {first}–{last}", BOLD), Segment(f"  {self.status}  ")]
-        used = sum(len(s.text) for s in segments)
-        for kind, label in (
-            (EventKind.PREEMPTED, "preempt"),
-            (EventKind.PREFIX_HIT, "prefix hit"),
-            (EventKind.FINISHED, "finish"),
-            ("violation", "violation"),
-        ):
-            if used + len(label) + 2 > width:  # a whole legend entry or none
+        position = _("step {number} of {first}–{last}").format(number=number, first=first, last=last)
+        segments = [Segment(position, BOLD), Segment(f"  {self.status}  ")]
+        used = sum(cell_len(s.text) for s in segments)  # cells: a Chinese character takes two
+        for kind, label in LEGEND:
+            label = _(label)
+            if used + cell_len(label) + 2 > width:  # a whole legend entry or none
                 break
             char, style = EVENT_MARKS[kind]
             segments += [Segment(char, Style.parse(style)), Segment(f" {label}  ", AHEAD)]
-            used += len(label) + 4
+            used += cell_len(label) + 4
         return Strip(segments).extend_cell_length(width).crop(0, width)
 
     def bar_segments(self, width: int) -> list[Segment]:

@@ -6,11 +6,12 @@ from collections import Counter
 from operator import itemgetter
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_
 from tracer.trace.invariants.reading import events_of, short
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
-@invariant("a block table covers every cached or scheduled token, with no block twice", field="block_table")
+@invariant(N_("a block table covers every cached or scheduled token, with no block twice"), field="block_table")
 def block_table_coverage(ctx: Context) -> Findings:
     bs = ctx.block_size
     for sid, s in ctx.seqs.items():
@@ -31,7 +32,7 @@ def block_table_coverage(ctx: Context) -> Findings:
 
 
 @invariant(
-    "each block's ref count == the number of sequences whose block table holds it",
+    N_("each block's ref count == the number of sequences whose block table holds it"),
     checks=("BlockManager.allocate", "BlockManager.free"),
 )
 def ref_counts(ctx: Context) -> Findings:
@@ -49,7 +50,7 @@ def ref_counts(ctx: Context) -> Findings:
 
 
 @invariant(
-    "the free list holds exactly the blocks with ref count 0, once each",
+    N_("the free list holds exactly the blocks with ref count 0, once each"),
     checks=("BlockManager.free", "BlockManager.take_free_block"),
 )
 def free_blocks(ctx: Context) -> Findings:
@@ -81,7 +82,7 @@ def free_list_is_exact(free, refs) -> bool:
     return not any(on_free if len(free) > 1 else (on_free,)) and list(refs).count(0) == len(free)
 
 
-@invariant("the pool has num_kv_blocks blocks and every block id is inside it")
+@invariant(N_("the pool has num_kv_blocks blocks and every block id is inside it"))
 def pool_shape(ctx: Context) -> Findings:
     pool = ctx.step["pool"]
     num_blocks = ctx.config.get("num_kv_blocks", len(pool["ref_counts"]))
@@ -106,7 +107,7 @@ def pool_shape(ctx: Context) -> Findings:
         yield None, f"the free list holds block {bad[0]}, outside the pool"
 
 
-@invariant("no two blocks share a prefix-cache hash", checks=("BlockManager.register_full_blocks",))
+@invariant(N_("no two blocks share a prefix-cache hash"), checks=("BlockManager.register_full_blocks",))
 def unique_prefix_hash(ctx: Context) -> Findings:
     hashes = ctx.step["pool"]["hashes"]
     if len(set(hashes)) + max(hashes.count(None) - 1, 0) == len(hashes):  # the common case, in C: no repeats
@@ -117,7 +118,7 @@ def unique_prefix_hash(ctx: Context) -> Findings:
             yield None, f"blocks {blocks} share the prefix hash {h}"
 
 
-@invariant("with prefix caching off there are no hashes and no prefix hits")
+@invariant(N_("with prefix caching off there are no hashes and no prefix hits"))
 def prefix_caching_off(ctx: Context) -> Findings:
     if ctx.config.get("enable_prefix_caching", True):
         return
@@ -128,7 +129,7 @@ def prefix_caching_off(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a prefix hit reuses the first blocks of the table and skips exactly their tokens",
+    N_("a prefix hit reuses the first blocks of the table and skips exactly their tokens"),
     checks=("BlockManager.find_cached_prefix", "Scheduler.try_admit"),
     field="num_cached_tokens",
 )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tracer.i18n import N_
 from tracer.trace.invariants.rule import Context, Findings, invariant
 from tracer.trace.step_line import scheduled_after
 
 
 @invariant(
-    "num_scheduled_tokens is 0 outside a step (the *_after state)",
+    N_("num_scheduled_tokens is 0 outside a step (the *_after state)"),
     checks=("Scheduler.postprocess",),
     field="num_scheduled_tokens",
 )
@@ -25,7 +26,7 @@ def scheduled_zero_after(ctx: Context) -> Findings:
 
 
 @invariant(
-    "the batch holds exactly the sequences with num_scheduled_tokens > 0, once each",
+    N_("the batch holds exactly the sequences with num_scheduled_tokens > 0, once each"),
     checks=("Scheduler.schedule",),
     field="num_scheduled_tokens",
 )
@@ -42,7 +43,7 @@ def batch_membership(ctx: Context) -> Findings:
             yield sid, f"seq {sid} has num_scheduled_tokens = {scheduled} but {where} the batch"
 
 
-@invariant("num_cached_tokens <= num_tokens, before and after the step", field="num_cached_tokens")
+@invariant(N_("num_cached_tokens <= num_tokens, before and after the step"), field="num_cached_tokens")
 def cached_le_tokens(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         for when, cached, total in (
@@ -53,7 +54,7 @@ def cached_le_tokens(ctx: Context) -> Findings:
                 yield sid, f"seq {sid} has num_cached_tokens = {cached} {when} the step but only {total} tokens"
 
 
-@invariant("num_cached_tokens + num_scheduled_tokens <= num_tokens", field="num_scheduled_tokens")
+@invariant(N_("num_cached_tokens + num_scheduled_tokens <= num_tokens"), field="num_scheduled_tokens")
 def scheduled_within_tokens(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         end = s["num_cached_tokens"] + s["num_scheduled_tokens"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from nanoengine.block_manager import blocks_needed
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_
 from tracer.trace.invariants.reading import events_of, starts
 from tracer.trace.invariants.rule import Context, Findings, invariant
 from tracer.trace.step_line import queues_of
@@ -31,7 +32,7 @@ def chunks(ctx: Context) -> list[tuple[dict, int]]:
 
 
 @invariant(
-    "a prefill chunk's budget is max_num_batched_tokens less the tokens batched before it",
+    N_("a prefill chunk's budget is max_num_batched_tokens less the tokens batched before it"),
     checks=("Scheduler.schedule_tokens",),
 )
 def chunk_budget(ctx: Context) -> Findings:
@@ -50,7 +51,7 @@ def chunk_budget(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a prefill chunk is the rest of the sequence or exactly the budget left, whichever is less",
+    N_("a prefill chunk is the rest of the sequence or exactly the budget left, whichever is less"),
     checks=("Scheduler.schedule", "Scheduler.try_admit"),
 )
 def chunk_size(ctx: Context) -> Findings:
@@ -69,7 +70,7 @@ def chunk_size(ctx: Context) -> Findings:
 
 
 @invariant(
-    "an admission takes the blocks its table gained (at most its table), and no more than are free",
+    N_("an admission takes the blocks its table gained (at most its table), and no more than are free"),
     checks=("Scheduler.try_admit",),
 )
 def admission_blocks(ctx: Context) -> Findings:
@@ -108,7 +109,7 @@ def admission_blocks(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a preemption leaves fewer free blocks than the sequence that needed the room takes",
+    N_("a preemption leaves fewer free blocks than the sequence that needed the room takes"),
     checks=("Scheduler.make_room", "Scheduler.preempt"),
 )
 def preemption_need(ctx: Context) -> Findings:

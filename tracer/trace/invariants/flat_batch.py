@@ -3,12 +3,13 @@ the sequences' counters and block tables."""
 
 from __future__ import annotations
 
+from tracer.i18n import N_
 from tracer.trace.invariants.reading import batch_tokens, short, starts
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
 @invariant(
-    "sum(num_scheduled_tokens) == len(input_ids) == len(positions) == len(slot_mapping)", checks=("prepare_inputs",)
+    N_("sum(num_scheduled_tokens) == len(input_ids) == len(positions) == len(slot_mapping)"), checks=("prepare_inputs",)
 )
 def token_count(ctx: Context) -> Findings:
     inp = ctx.step["inputs"]
@@ -20,7 +21,8 @@ def token_count(ctx: Context) -> Findings:
 
 
 @invariant(
-    "seq_lens, block_tables, logits_indices and discard have one entry per batched sequence", checks=("prepare_inputs",)
+    N_("seq_lens, block_tables, logits_indices and discard have one entry per batched sequence"),
+    checks=("prepare_inputs",),
 )
 def batch_shapes(ctx: Context) -> Findings:
     inp = ctx.step["inputs"]
@@ -30,7 +32,7 @@ def batch_shapes(ctx: Context) -> Findings:
 
 
 @invariant(
-    "query_start_loc starts at 0, never decreases, steps by num_scheduled_tokens, ends at the token count",
+    N_("query_start_loc starts at 0, never decreases, steps by num_scheduled_tokens, ends at the token count"),
     checks=("prepare_inputs",),
 )
 def query_start_loc(ctx: Context) -> Findings:
@@ -55,7 +57,9 @@ def query_start_loc(ctx: Context) -> Findings:
             )
 
 
-@invariant("each position == its sequence's num_cached_tokens + offset inside the chunk", checks=("prepare_inputs",))
+@invariant(
+    N_("each position == its sequence's num_cached_tokens + offset inside the chunk"), checks=("prepare_inputs",)
+)
 def positions(ctx: Context) -> Findings:
     positions = ctx.step["inputs"]["positions"]
     for sid, i, offset in batch_tokens(ctx):
@@ -69,7 +73,7 @@ def positions(ctx: Context) -> Findings:
             return
 
 
-@invariant("seq_lens == num_cached_tokens + num_scheduled_tokens", checks=("prepare_inputs",))
+@invariant(N_("seq_lens == num_cached_tokens + num_scheduled_tokens"), checks=("prepare_inputs",))
 def seq_lens(ctx: Context) -> Findings:
     for sid, got in zip(ctx.batch, ctx.step["inputs"]["seq_lens"]):
         s = ctx.seqs[sid]
@@ -79,7 +83,7 @@ def seq_lens(ctx: Context) -> Findings:
 
 
 @invariant(
-    "logits_indices == query_start_loc[1:] - 1 (each sequence's last scheduled token)", checks=("prepare_inputs",)
+    N_("logits_indices == query_start_loc[1:] - 1 (each sequence's last scheduled token)"), checks=("prepare_inputs",)
 )
 def logits_indices(ctx: Context) -> Findings:
     inp = ctx.step["inputs"]
@@ -89,7 +93,7 @@ def logits_indices(ctx: Context) -> Findings:
 
 
 @invariant(
-    "input_ids are the sequence's tokens num_cached_tokens .. num_cached_tokens + num_scheduled_tokens",
+    N_("input_ids are the sequence's tokens num_cached_tokens .. num_cached_tokens + num_scheduled_tokens"),
     checks=("prepare_inputs",),
 )
 def input_ids(ctx: Context) -> Findings:
@@ -110,7 +114,7 @@ def input_ids(ctx: Context) -> Findings:
 
 
 @invariant(
-    "the batch's block_tables row is the sequence's block_table", checks=("prepare_inputs",), field="block_table"
+    N_("the batch's block_tables row is the sequence's block_table"), checks=("prepare_inputs",), field="block_table"
 )
 def block_tables_match(ctx: Context) -> Findings:
     for sid, row in zip(ctx.batch, ctx.step["inputs"]["block_tables"]):

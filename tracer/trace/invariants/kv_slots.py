@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections import Counter
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_
 from tracer.trace.invariants.reading import batch_tokens, events_of, short, starts
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
 @invariant(
-    "slot == block_table[pos // block_size] * block_size + pos % block_size",
+    N_("slot == block_table[pos // block_size] * block_size + pos % block_size"),
     checks=("compute_slot_mapping", "prepare_inputs"),
 )
 def slot_mapping(ctx: Context) -> Findings:
@@ -28,7 +29,7 @@ def slot_mapping(ctx: Context) -> Findings:
             return
 
 
-@invariant("every slot lies in a block the sequence holds")
+@invariant(N_("every slot lies in a block the sequence holds"))
 def slot_in_own_block(ctx: Context) -> Findings:
     slots = ctx.step["inputs"]["slot_mapping"]
     for sid, i, _ in batch_tokens(ctx):
@@ -42,7 +43,7 @@ def slot_in_own_block(ctx: Context) -> Findings:
             return
 
 
-@invariant("no KV slot is written twice in one step")
+@invariant(N_("no KV slot is written twice in one step"))
 def slot_unique(ctx: Context) -> Findings:
     for slot, n in Counter(ctx.step["inputs"]["slot_mapping"]).items():
         if n > 1:
@@ -50,8 +51,10 @@ def slot_unique(ctx: Context) -> Findings:
 
 
 @invariant(
-    "every scheduled sequence reads, at each position 0 .. seq_len-1 through its block table, "
-    "the KV computed for its own token prefix (a shadow of each slot, set by slot_mapping)"
+    N_(
+        "every scheduled sequence reads, at each position 0 .. seq_len-1 through its block table, "
+        "the KV computed for its own token prefix (a shadow of each slot, set by slot_mapping)"
+    )
 )
 def kv_content(ctx: Context) -> Findings:
     inp, bs, kv = ctx.step["inputs"], ctx.block_size, ctx.kv
@@ -78,8 +81,10 @@ def kv_content(ctx: Context) -> Findings:
 
 
 @invariant(
-    "KV is written only into blocks no other sequence holds (shared prefix blocks are read-only), "
-    "except a block others hit in this same step, written by its computing sequence at its own positions"
+    N_(
+        "KV is written only into blocks no other sequence holds (shared prefix blocks are read-only), "
+        "except a block others hit in this same step, written by its computing sequence at its own positions"
+    )
 )
 def shared_block_write(ctx: Context) -> Findings:
     bs, inp = ctx.block_size, ctx.step["inputs"]

@@ -4,6 +4,7 @@ blocks, the step's budget, and what preemption by recompute leaves behind."""
 from __future__ import annotations
 
 from nanoengine.sequence import EventKind, FinishReason
+from tracer.i18n import N_
 from tracer.trace.invariants.reading import preempted, short
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
@@ -12,8 +13,10 @@ FINISH_FROM_WAITING = (FinishReason.ABORT, FinishReason.IGNORED)
 
 
 @invariant(
-    "status changes only along legal edges (WAITING->RUNNING admitted, RUNNING->WAITING "
-    "preempted, RUNNING->FINISHED, WAITING->FINISHED when aborted or ignored)",
+    N_(
+        "status changes only along legal edges (WAITING->RUNNING admitted, RUNNING->WAITING "
+        "preempted, RUNNING->FINISHED, WAITING->FINISHED when aborted or ignored)"
+    ),
     field="status_after",
 )
 def status_edges(ctx: Context) -> Findings:
@@ -57,7 +60,7 @@ def next_status(status: str, event: dict) -> str | None:
 
 
 @invariant(
-    "a sequence has a finish_reason exactly when it is FINISHED", checks=("Scheduler.finish",), field="status_after"
+    N_("a sequence has a finish_reason exactly when it is FINISHED"), checks=("Scheduler.finish",), field="status_after"
 )
 def finish_reason(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
@@ -65,7 +68,7 @@ def finish_reason(ctx: Context) -> Findings:
             yield sid, f"seq {sid} is {s['status_after']} with finish_reason {s['finish_reason']!r}"
 
 
-@invariant("each step starts where the previous one ended (status, num_tokens, num_prompt_tokens)")
+@invariant(N_("each step starts where the previous one ended (status, num_tokens, num_prompt_tokens)"))
 def continuity(ctx: Context) -> Findings:
     if ctx.prev is None:
         return
@@ -89,14 +92,16 @@ def continuity(ctx: Context) -> Findings:
         yield sid, f"seq {sid} was listed in the previous step but is missing now"
 
 
-@invariant("a FINISHED sequence holds no blocks", checks=("Scheduler.finish", "BlockManager.free"), field="block_table")
+@invariant(
+    N_("a FINISHED sequence holds no blocks"), checks=("Scheduler.finish", "BlockManager.free"), field="block_table"
+)
 def finished_holds_no_blocks(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         if s["status_after"] == "FINISHED" and s["block_table_after"]:
             yield sid, f"seq {sid} is FINISHED but still holds blocks {short(s['block_table_after'])}"
 
 
-@invariant("when no sequence is live, every block is free (no leaked blocks)")
+@invariant(N_("when no sequence is live, every block is free (no leaked blocks)"))
 def no_leak(ctx: Context) -> Findings:
     if any(s["status_after"] in LIVE for s in ctx.seqs.values()):
         return
@@ -106,7 +111,7 @@ def no_leak(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a step schedules at most max_num_batched_tokens tokens and max_num_seqs sequences",
+    N_("a step schedules at most max_num_batched_tokens tokens and max_num_seqs sequences"),
     checks=("Scheduler.schedule", "Scheduler.try_admit"),
 )
 def token_budget(ctx: Context) -> Findings:
@@ -121,7 +126,7 @@ def token_budget(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0",
+    N_("a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0"),
     checks=("Scheduler.preempt",),
     field="num_cached_tokens",
 )

@@ -5,13 +5,14 @@ waits, who is admitted first, when EOS stops a request and when an abort lands. 
 from __future__ import annotations
 
 from nanoengine.sequence import EventKind, FinishReason
+from tracer.i18n import N_
 from tracer.trace.invariants.reading import events_of, finished_with, preempted, short
 from tracer.trace.invariants.rule import Context, Findings, invariant
 from tracer.trace.step_line import queues_of
 
 
 @invariant(
-    "preemption takes the newest running sequence first (the end of the running list)",
+    N_("preemption takes the newest running sequence first (the end of the running list)"),
     checks=("choose_victim", "Scheduler.make_room"),
 )
 def victim_policy(ctx: Context) -> Findings:
@@ -31,7 +32,8 @@ def victim_policy(ctx: Context) -> Findings:
 
 
 @invariant(
-    "preempted sequences wait at the head of the waiting queue, the last preempted first", checks=("Scheduler.preempt",)
+    N_("preempted sequences wait at the head of the waiting queue, the last preempted first"),
+    checks=("Scheduler.preempt",),
 )
 def preempted_to_head(ctx: Context) -> Findings:
     queues = queues_of(ctx.step)
@@ -48,7 +50,7 @@ def preempted_to_head(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a step admits from the head of the waiting queue, in order (its own preempted ones first)",
+    N_("a step admits from the head of the waiting queue, in order (its own preempted ones first)"),
     checks=("Scheduler.schedule", "Scheduler.try_admit"),
 )
 def admission_order(ctx: Context) -> Findings:
@@ -70,8 +72,10 @@ def admission_order(ctx: Context) -> Findings:
 
 
 @invariant(
-    "sampling an EOS id (unless ignore_eos) or a stop_token_ids entry, once min_tokens were made, "
-    "finishes the sequence with 'stop'; a 'stop' without one needs a stop string",
+    N_(
+        "sampling an EOS id (unless ignore_eos) or a stop_token_ids entry, once min_tokens were made, "
+        "finishes the sequence with 'stop'; a 'stop' without one needs a stop string"
+    ),
     checks=("Scheduler.check_stop", "LLMEngine.check_stop_strings"),
 )
 def eos_finish(ctx: Context) -> Findings:
@@ -100,7 +104,7 @@ def eos_finish(ctx: Context) -> Findings:
             yield sid, f"seq {sid} finished with 'stop' but {what} and has no stop strings or stop token"
 
 
-@invariant("an abort takes effect in the step it was requested for")
+@invariant(N_("an abort takes effect in the step it was requested for"))
 def abort_step(ctx: Context) -> Findings:
     for e in finished_with(ctx.step, FinishReason.ABORT):
         requested = e["detail"].get("requested_step", ctx.step["step"])  # absent: aborted outside a step

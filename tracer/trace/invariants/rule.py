@@ -1,4 +1,5 @@
-"""An invariant: a name, one English line, and a function that finds where a step breaks it.
+"""An invariant: a name, one English line (N_-marked: shown_text(rule) gives it in the reader's
+language), and a function that finds where a step breaks it.
 
     @invariant("seq_lens == num_cached_tokens + num_scheduled_tokens")
     def seq_lens(ctx: Context) -> Findings:
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from tracer.i18n import _
 from tracer.trace.decisions import decision_named
 from tracer.trace.kv_shadow import KvShadow
 from tracer.trace.step_line import ViolationLine
@@ -106,6 +108,12 @@ def invariant(
 def rules_in(module: ModuleType) -> tuple[Rule, ...]:
     """The rules a module defines, in the order it defines them."""
     return tuple(rule for rule in REGISTRY if rule.find.__module__ == module.__name__)
+
+
+def shown_text(rule: Rule) -> str:
+    """The rule's line in the reader's language: the trace and the code keep the English one (each
+    invariant marks its text with N_), the catalog translates it when it is shown."""
+    return _(rule.text)
 
 
 def rule_named(name: str) -> Rule | None:

@@ -4,10 +4,11 @@ prefill or decode, and the cache advancing by what was computed."""
 from __future__ import annotations
 
 from nanoengine.sequence import FinishReason
+from tracer.i18n import N_
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
-@invariant("a sequence is discarded (mid-prefill) exactly when seq_lens < num_tokens")
+@invariant(N_("a sequence is discarded (mid-prefill) exactly when seq_lens < num_tokens"))
 def mid_prefill_discard(ctx: Context) -> Findings:
     inp = ctx.step["inputs"]
     for sid, seq_len, discard in zip(ctx.batch, inp["seq_lens"], inp["discard"]):
@@ -21,7 +22,7 @@ def mid_prefill_discard(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a mid-prefill, unscheduled or failed sequence gains no token; a finished prefill or decode gains exactly one"
+    N_("a mid-prefill, unscheduled or failed sequence gains no token; a finished prefill or decode gains exactly one")
 )
 def token_gain(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
@@ -42,7 +43,7 @@ def token_gain(ctx: Context) -> Findings:
             yield sid, f"seq {sid} gained {gained} tokens but {why}"
 
 
-@invariant("num_tokens_after == num_tokens + the new tokens", field="num_tokens")
+@invariant(N_("num_tokens_after == num_tokens + the new tokens"), field="num_tokens")
 def token_growth(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():
         gained = len(s["new_token_ids"])
@@ -53,8 +54,10 @@ def token_growth(ctx: Context) -> Findings:
 
 
 @invariant(
-    "a scheduled sequence ends the step with num_cached_tokens + num_scheduled_tokens cached "
-    "(unless its step failed: finish_reason error)"
+    N_(
+        "a scheduled sequence ends the step with num_cached_tokens + num_scheduled_tokens cached "
+        "(unless its step failed: finish_reason error)"
+    )
 )
 def cached_advance(ctx: Context) -> Findings:
     for sid, s in ctx.seqs.items():

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 
 from nanoengine.sequence import EventKind
+from tracer.i18n import N_
 from tracer.trace.invariants.reading import batch_tokens, events_of, preempted
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
@@ -30,7 +31,7 @@ NULL_BLOCK = 0  # vLLM's BlockPool takes the first block off its free queue as t
 
 
 @invariant(
-    "the free list holds exactly the ref-0 blocks but the null block (block 0), which no table holds",
+    N_("the free list holds exactly the ref-0 blocks but the null block (block 0), which no table holds"),
     name="free_blocks",
 )
 def free_blocks_but_the_null_block(ctx: Context) -> Findings:
@@ -53,8 +54,10 @@ def free_blocks_but_the_null_block(ctx: Context) -> Findings:
 
 
 @invariant(
-    "KV is written only into blocks no other sequence holds, or that a sequence admitted in this "
-    "step hit (a same-step prefix hit: vLLM caches a block's hash when it is scheduled)",
+    N_(
+        "KV is written only into blocks no other sequence holds, or that a sequence admitted in this "
+        "step hit (a same-step prefix hit: vLLM caches a block's hash when it is scheduled)"
+    ),
     name="shared_block_write",
 )
 def shared_block_write_but_same_step_hits(ctx: Context) -> Findings:
@@ -75,8 +78,10 @@ def shared_block_write_but_same_step_hits(ctx: Context) -> Findings:
 
 
 @invariant(
-    "blocks sharing a prefix hash hold the same KV (vLLM keeps duplicates: a full prefix hit "
-    "recomputes its last block into a new one)",
+    N_(
+        "blocks sharing a prefix hash hold the same KV (vLLM keeps duplicates: a full prefix hit "
+        "recomputes its last block into a new one)"
+    ),
     name="unique_prefix_hash",
 )
 def equal_hash_equal_kv(ctx: Context) -> Findings:
@@ -92,7 +97,7 @@ def equal_hash_equal_kv(ctx: Context) -> Findings:
             yield None, f"blocks {blocks} share the prefix hash {h} but hold different KV"
 
 
-@invariant("a step that preempts admits no waiting request")
+@invariant(N_("a step that preempts admits no waiting request"))
 def no_admission_after_preemption(ctx: Context) -> Findings:
     if not preempted(ctx.step):
         return
@@ -103,7 +108,7 @@ def no_admission_after_preemption(ctx: Context) -> Findings:
         )
 
 
-@invariant("the scheduler output's finished_req_ids are the requests that finished in the previous step")
+@invariant(N_("the scheduler output's finished_req_ids are the requests that finished in the previous step"))
 def finished_ids_next_step(ctx: Context) -> Findings:
     reported = (ctx.step.get("vllm") or {}).get("finished_req_ids")
     if reported is None or ctx.prev is None:
