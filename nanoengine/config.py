@@ -21,7 +21,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     use_chat_template: bool = True  # wrap string prompts in the tokenizer's chat template
     device: str | None = None  # "cpu" / "cuda"; None = cuda when available
-    dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA
+    dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA; auto: loading.choose_dtype
     attention_backend: str = "auto"  # auto / torch / flash
     num_threads: int | None = None  # torch's (process-wide) thread count; None: idle_cores()
 

@@ -34,9 +34,16 @@ class Linear(nn.Linear):
     """nn.Linear whose float32 CPU matmul runs on oneDNN (x86 builds of torch have it).
 
     torch's default BLAS, MKL, does the same sums but takes a slow path on AMD CPUs
-    (docs/benchmarks.md)."""
+    (docs/benchmarks.md). A single row (a lone sequence's decode step) is the exception: it
+    multiplies weight_t, the weight as [in, out], which MKL reads at memory speed and oneDNN's
+    blocked layout does not (30 % less time a token, docs/benchmarks.md)."""
+
+    weight_t: Tensor | None = None  # [in, out], set by pack_for_onednn
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.weight_t is not None and x.shape[0] == 1:
+            out = x @ self.weight_t
+            return out if self.bias is None else out + self.bias
         if ONEDNN and x.is_cpu and x.dtype == torch.float32:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
@@ -44,10 +51,12 @@ class Linear(nn.Linear):
 
 def pack_for_onednn(model: nn.Module) -> None:
     """Linear weights in oneDNN's blocked layout, once after loading rather than at every call
-    (as vLLM's CPU backend does)."""
+    (as vLLM's CPU backend does), and a plain [in, out] copy for single rows (Linear): 538 MB
+    more for SmolLM2-135M."""
 
     def pack(m: Linear) -> None:  # laid out for batches of about 32 rows: a decode step's size
         if ONEDNN and m.weight.is_cpu and m.weight.dtype == torch.float32:
+            m.weight_t = m.weight.detach().t().contiguous()  # a second copy, for single rows
             packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 32)
             m.weight = nn.Parameter(packed, requires_grad=False)
 

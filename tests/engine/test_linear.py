@@ -65,3 +65,18 @@ def test_bfloat16_weights_are_not_packed():
     layer = Linear(64, 64).to(torch.bfloat16)
     pack_for_onednn(layer)
     assert layer.weight.layout == torch.strided
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_row_reads_the_plain_copy_with_f_linear_result(bias: bool) -> None:
+    torch.manual_seed(1)
+    layer = Linear(96, 80, bias=bias)
+    weight, x = layer.weight.detach().clone(), torch.randn(1, 96)
+    pack_for_onednn(layer)
+    with torch.inference_mode():
+        out = layer(x)
+    torch.testing.assert_close(out, F.linear(x, weight, layer.bias), rtol=1e-5, atol=1e-5)
+    if ONEDNN:  # one row: MKL on the [in, out] copy; more rows: oneDNN on the packed weight
+        assert layer.weight_t is not None and layer.weight_t.shape == (96, 80)
+        assert "mkldnn::_linear_pointwise" not in ops_run(layer, x)
+        assert "mkldnn::_linear_pointwise" in ops_run(layer, torch.randn(2, 96))

@@ -30,9 +30,9 @@ class ForwardProbe:
         self.wrapped = self.runner.run
         self.runner.run = self.run  # type: ignore[method-assign]
 
-    def run(self, seqs, inputs: StepInputs) -> list[int]:
+    def run(self, seqs, inputs: StepInputs) -> list:
         start = time.perf_counter()
-        token_ids = self.wrapped(seqs, inputs)  # a list of ints: the device has synchronised
+        token_ids = self.wrapped(seqs, inputs)  # plain Python results: the device has synchronised
         self.model_time += time.perf_counter() - start
         self.inputs.append(inputs)
         return token_ids

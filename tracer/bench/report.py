@@ -57,7 +57,25 @@ def evaluate_targets(report: dict) -> list[dict]:
             "share",
         ),
     ]
-    return [t.to_dict() for t in targets]
+    return [t.to_dict() for t in targets + single_targets(report.get("single"))]
+
+
+def single_row(single: dict | None, system: str, dtype: str) -> dict:
+    rows = (single or {}).get("rows", [])
+    return next((r for r in rows if r["system"] == system and r["dtype"] == dtype), {})
+
+
+def single_targets(single: dict | None) -> list[Target]:
+    """Issue 39's single-stream targets; not measured where the rows are missing (--skip-single, CUDA)."""
+    ours, hf = single_row(single, "nanoengine", "float32"), single_row(single, "HF generate", "float32")
+    bf16 = single_row(single, "nanoengine", "bfloat16")
+    speedup = ours["tok_s"] / hf["tok_s"] if ours and hf else None
+    over_fp32 = bf16["tok_s"] / ours["tok_s"] if ours and bf16 else None
+    return [
+        Target("single stream vs HF generate (batch 1, float32)", speedup, 1.5, True, "x"),
+        Target("single stream: share of the batch-1 bandwidth bound", ours.get("of_bound"), 0.75, True, "share"),
+        Target("single stream: bfloat16 over float32", over_fp32, 2.0, True, "x"),
+    ]
 
 
 # ---- rendering ------------------------------------------------------------------------------------
@@ -292,6 +310,71 @@ def profile_table(report: dict):
     return table
 
 
+def single_table(report: dict):
+    from rich.table import Table
+
+    single = report["single"]
+    bandwidth = report.get("memory_bandwidth", {}).get("gb_s")
+    table = Table(
+        title=f"Single stream: one prompt of {single['prompt_tokens']} tokens, {single['new_tokens']} new tokens, "
+        f"greedy, batch 1 (median of {single['runs']} runs by tok/s)",
+        caption=f"bound: {bandwidth} GB/s memory bandwidth / the weight bytes a decode step reads"
+        + (f"; llama.cpp: {escape(single['llama_cpp_skipped'])}" if single.get("llama_cpp_skipped") else ""),
+    )
+    table.add_column("system")
+    table.add_column("dtype")
+    for name in ("TTFT ms", "tok/s", "runs tok/s", "weights MB", "bound tok/s", "of bound", "same tokens"):
+        table.add_column(name, justify="right")
+    for r in single["rows"]:
+        same = {True: "yes", False: "no"}.get(r.get("same_tokens"), "-")
+        table.add_row(
+            escape(r["system"]),
+            r["dtype"],
+            fmt_ms(r["ttft_ms"]),
+            f"{r['tok_s']:.1f}",
+            ", ".join(f"{t:.1f}" for t in r["runs_tok_s"]),
+            f"{r['weight_mb']:.0f}" if "weight_mb" in r else "-",
+            f"{r['bound_tok_s']:.1f}" if "bound_tok_s" in r else "-",
+            fmt_value(r.get("of_bound"), "share"),
+            same,
+        )
+    return table
+
+
+def batch_table(report: dict):
+    from rich.table import Table
+
+    batch = report["single"]["batch"]
+    table = Table(
+        title=f"A batch of {batch['num_requests']}: prompts of {batch['prompt_tokens']} tokens, "
+        f"{batch['new_tokens']} new tokens each, all added at once, greedy"
+    )
+    table.add_column("system")
+    table.add_column("dtype")
+    for name in ("time s", "output tok/s", "nanoengine's tokens"):
+        table.add_column(name, justify="right")
+    for r in batch["rows"]:
+        same = f"{r['same_requests']}/{batch['num_requests']}" if "same_requests" in r else "-"
+        table.add_row(escape(r["system"]), r["dtype"], f"{r['elapsed_s']:.2f}", f"{r['output_tok_s']:.1f}", same)
+    return table
+
+
+def print_single_report(report: dict) -> None:
+    """`nanoengine bench --single-only`."""
+    console = report_console()
+    console.print(
+        f"[bold]nanoengine bench --single-only[/]  model {escape(report['model'])}, {report['threads']} threads, "
+        f"torch {report['versions']['torch']}"
+    )
+    if cpu := cpu_line(report.get("cpu")):
+        console.print(escape(cpu))
+    console.print(single_table(report))
+    if report["single"].get("batch"):
+        console.print(batch_table(report))
+    targets = [t.to_dict() for t in single_targets(report["single"])]
+    console.print(targets_table({"targets": targets}))
+
+
 def targets_table(report: dict):
     from rich.table import Table
 
@@ -327,4 +410,8 @@ def print_report(report: dict) -> None:
     console.print(efficiency_table(report))
     if report.get("profile"):
         console.print(profile_table(report))
+    if report.get("single"):
+        console.print(single_table(report))
+        if report["single"].get("batch"):
+            console.print(batch_table(report))
     console.print(targets_table(report))

@@ -35,6 +35,7 @@ class BenchSettings:
     skip_model_only: bool = False
     skip_tracer: bool = False
     skip_startup: bool = False
+    skip_single: bool = False  # the single-stream rows (tracer/bench/single.py)
     profile: bool = False  # one more nanoengine run under torch.profiler: time per category and phase
     trace_out: Path | None = None
 
@@ -50,8 +51,10 @@ def resolve_device(settings: BenchSettings):
     name = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda, but torch sees no CUDA device: use --device cpu")
-    dtype = settings.dtype or ("bfloat16" if name == "cuda" else "float32")
-    return torch.device(name), dtype
+    from nanoengine.loading import choose_dtype
+
+    device = torch.device(name)
+    return device, str(choose_dtype(settings.dtype, device)).removeprefix("torch.")
 
 
 def vocab_size_of(model: str) -> int:
@@ -145,6 +148,9 @@ def run_benchmark(settings: BenchSettings) -> dict:
         )
         for key, result in results.items()
     }
+    single = None
+    if not (settings.skip_single or device.type == "cuda"):
+        single = measure_single(settings, options, vocab_size, engine_run.shape, bandwidth["gb_s"])
     tracer = None if settings.skip_tracer else measure_tracer(settings, options, requests, warmup, main.elapsed)
     startup = None
     if not settings.skip_startup:  # before the profiler run, which left later processes ~1 s slower to start
@@ -191,9 +197,43 @@ def run_benchmark(settings: BenchSettings) -> dict:
         },
         "efficiency": efficiency,
         "profile": profile,
+        "single": single,
     }
     report["targets"] = evaluate_targets(report)
     return report
+
+
+def run_single_benchmark(settings: BenchSettings) -> dict:
+    """`nanoengine bench --single-only`: the single-stream rows alone, with the bandwidth they are
+    measured against."""
+    import torch
+
+    from nanoengine.config import idle_cores
+    from nanoengine.loading.checkpoint import load_model
+    from tracer.bench.model_shape import ModelShape
+    from tracer.bench.roofline import measure_memory_bandwidth
+
+    torch.set_num_threads(settings.threads or idle_cores())
+    device, _ = resolve_device(settings)
+    if device.type != "cpu":
+        raise ValueError("the single-stream rows are a CPU measure: use --device cpu")
+    options = {**settings.engine_options, "device": "cpu", "num_threads": torch.get_num_threads()}
+    loaded = load_model(settings.model)
+    vocab_size, shape = loaded.config.vocab_size, ModelShape.of(loaded.config)
+    del loaded
+    log("memory bandwidth ...")
+    bandwidth = measure_memory_bandwidth(device)
+    single = measure_single(settings, options, vocab_size, shape, bandwidth["gb_s"])
+    return {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": settings.model,
+        "threads": torch.get_num_threads(),
+        "cpu": describe_cpu(),
+        "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
+        "memory_bandwidth": bandwidth,
+        "single": single,
+    }
 
 
 def run_nanoengine(settings: BenchSettings, options: dict, requests, warmup):
@@ -208,6 +248,20 @@ def run_nanoengine(settings: BenchSettings, options: dict, requests, warmup):
             best = run
         gc.collect()
     return best
+
+
+def measure_single(settings: BenchSettings, options: dict, vocab_size: int, shape, bandwidth_gb_s: float) -> dict:
+    from tracer.bench.llama_cpp import skip_reason
+    from tracer.bench.roofline import ByteModel
+    from tracer.bench.single import run_batch, run_single, single_report
+
+    weight_bytes = {name: ByteModel.of(shape, size).weight_bytes for name, size in (("float32", 4), ("bfloat16", 2))}
+    results = run_single(settings.model, options, vocab_size, weight_bytes, settings.skip_hf, log)
+    gc.collect()
+    batch = run_batch(settings.model, options, vocab_size, log)
+    gc.collect()
+    report = single_report(results, bandwidth_gb_s)
+    return {**report, "batch": batch, "llama_cpp_skipped": skip_reason(settings.model)}
 
 
 def cb_options_for(settings: BenchSettings, kv_tokens: int) -> dict:

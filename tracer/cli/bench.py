@@ -12,11 +12,13 @@ from pathlib import Path
 from nanoengine.config import EngineConfig
 from tracer.bench.run import BenchSettings, run_benchmark
 from tracer.bench.workload import QUICK, STANDARD
-from tracer.cli.defaults import SHOWN, default_of
+from tracer.cli.defaults import SHOWN, add_lang_arg, default_of
+from tracer.cli.help_format import HelpFormatter
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="nanoengine bench",
         description="Benchmark nanoengine against Hugging Face transformers on the standard workload "
         "(see docs/benchmarks.md).",
@@ -26,6 +28,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=default_of(EngineConfig, "model"),
         help=f"'default' (SmolLM2-135M-Instruct), 'tiny' or a model folder {SHOWN}",
     )
+    add_lang_arg(p)
     p.add_argument("--quick", action="store_true", help="a short run: 8 requests, prompts 16-64, outputs 8-32 tokens")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     p.add_argument("--out", type=Path, help="also write the JSON results to this file")
@@ -34,7 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--output-len", type=int, nargs=2, metavar=("MIN", "MAX"), help="output lengths in tokens")
     p.add_argument("--seed", type=int, help="workload seed (default 0)")
     p.add_argument("--device", choices=("cpu", "cuda"))
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "auto"))
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--max-num-seqs", type=int)
@@ -59,6 +62,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--skip-model-only", action="store_true")
     p.add_argument("--skip-tracer", action="store_true")
     p.add_argument("--skip-startup", action="store_true")
+    p.add_argument("--skip-single", action="store_true", help="no single-stream rows (one prompt, 64 tokens, batch 1)")
+    p.add_argument(
+        "--single-only",
+        action="store_true",
+        help="only the single-stream rows: nanoengine, HF generate and llama.cpp at batch 1, float32 and bfloat16",
+    )
     p.add_argument(
         "--profile", action="store_true", help="one more nanoengine run under torch.profiler: where the time goes"
     )
@@ -121,6 +130,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         skip_model_only=args.skip_model_only,
         skip_tracer=args.skip_tracer,
         skip_startup=args.skip_startup,
+        skip_single=args.skip_single,
         trace_out=args.trace_out,
         profile=args.profile,
     )
@@ -171,11 +181,20 @@ def serving_main(args: argparse.Namespace) -> dict:
 
 
 def bench_main(argv: list[str]) -> int:
+    if argv[:1] == ["--sharing"]:  # KV blocks saved by n samples sharing a prompt: tracer/bench/sharing.py
+        from tracer.bench.sharing import main as sharing_main
+
+        return sharing_main(argv[1:], prog="nanoengine bench --sharing")
     args = parse_args(argv)
     if args.serving:
         from tracer.bench.serving import print_serving_report
 
         emit_report(serving_main(args), args, print_serving_report)
+    elif args.single_only:
+        from tracer.bench.report import print_single_report
+        from tracer.bench.run import run_single_benchmark
+
+        emit_report(run_single_benchmark(settings_from_args(args)), args, print_single_report)
     else:
         from tracer.bench.report import print_report
 

@@ -1,0 +1,74 @@
+"""The single-stream rows of `nanoengine bench` (and `--single-only`), the batch of 32 beside them, and
+`nanoengine generate --stats`, on the tiny model: the rows' shape and arithmetic, no timings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tracer.bench.llama_cpp import skip_reason
+from tracer.bench.report import single_targets
+from tracer.bench.single import BATCH, SingleResult, SingleRun, single_report
+from tracer.cli.bench import bench_main
+from tracer.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("single") / "single.json"
+    assert bench_main(["--single-only", "--model", "tiny", "--threads", "1", "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_single_only_has_a_row_per_system_and_dtype(report, capsys):
+    rows = report["single"]["rows"]
+    assert [(r["system"], r["dtype"]) for r in rows] == [
+        ("nanoengine", "float32"),
+        ("HF generate", "float32"),
+        ("nanoengine", "bfloat16"),
+        ("HF generate", "bfloat16"),
+    ]
+    for r in rows:
+        assert r["tok_s"] > 0 and r["ttft_ms"] > 0 and len(r["runs_tok_s"]) == report["single"]["runs"]
+        assert r["tok_s"] == sorted(r["runs_tok_s"])[1]  # the median run
+        assert r["of_bound"] == pytest.approx(r["tok_s"] / r["bound_tok_s"], rel=0.01, abs=1e-4)
+    fp32, bf16 = rows[0], rows[2]
+    assert bf16["weight_mb"] == pytest.approx(fp32["weight_mb"] / 2, abs=0.1)  # half the bytes a step
+    assert rows[1]["same_tokens"] is True  # HF's greedy tokens in float32 are nanoengine's
+    batch = report["single"]["batch"]
+    assert batch["num_requests"] == BATCH and batch["rows"][0]["system"] == "nanoengine"
+    assert (
+        "only the default model" in report["single"]["llama_cpp_skipped"]
+        or "not installed" in (report["single"]["llama_cpp_skipped"])
+    )
+    from tracer.bench.report import print_single_report
+
+    print_single_report(report)
+    text = capsys.readouterr().out
+    for words in ("Single stream", "bound tok/s", f"A batch of {BATCH}", "single stream vs HF generate"):
+        assert words in text
+
+
+def test_single_targets_compare_the_median_runs():
+    runs = [SingleRun(0.1, rate, [1, 2]) for rate in (10.0, 30.0, 20.0)]
+    ours = SingleResult("nanoengine", "float32", runs, weight_bytes=10**9)
+    hf = SingleResult("HF generate", "float32", [SingleRun(0.1, 10.0, [1, 2])], weight_bytes=10**9)
+    bf16 = SingleResult("nanoengine", "bfloat16", [SingleRun(0.1, 50.0, [1, 3])], weight_bytes=5 * 10**8)
+    single = single_report([ours, hf, bf16], bandwidth_gb_s=40.0)
+    assert [r.get("same_tokens") for r in single["rows"]] == [True, True, False]
+    assert single["rows"][0]["bound_tok_s"] == 40.0 and single["rows"][2]["bound_tok_s"] == 80.0
+    speedup, share, over = (t.value for t in single_targets(single))
+    assert speedup == 2.0 and share == 0.5 and over == 2.5
+    assert all(t.value is None for t in single_targets(None))
+
+
+def test_llama_cpp_runs_only_the_default_model():
+    reason = skip_reason("tiny")
+    assert reason is not None and "\n" not in reason
+
+
+def test_generate_stats_prints_ttft_and_the_decode_rate(capsys):
+    assert main(["generate", "--model", "tiny", "--max-tokens", "12", "--ignore-eos", "--stats", "hi"]) == 0
+    err = capsys.readouterr().err
+    assert "[stats] TTFT " in err and "tok/s (11 tokens after the first)" in err and "float32" in err
