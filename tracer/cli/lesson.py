@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import sys
+import unicodedata
 from pathlib import Path
 
 from rich.console import Console
@@ -346,9 +347,33 @@ def show_markdown(path: Path, console: Console) -> None:
     show_markdown_text(path.read_text(encoding="utf-8"), console)
 
 
+def is_wide(char: str) -> bool:
+    return unicodedata.east_asian_width(char) in ("W", "F")
+
+
+def join_wide_lines(markdown: str) -> str:
+    """Join a paragraph's lines where both sides of the break are wide (Chinese) characters:
+    markdown turns a line break into a space, which Chinese text does not have between words."""
+    lines = markdown.split("\n")
+    out: list[str] = []
+    in_code = False
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        previous = out[-1] if out else ""
+        starts_block = not line.strip() or line.lstrip()[:1] in "#|>-*`" or line.lstrip()[:2].rstrip(".").isdigit()
+        after_heading = previous.lstrip()[:1] in "#|"  # a heading or a table row ends its line
+        wide_break = bool(previous and line) and is_wide(previous[-1]) and is_wide(line.lstrip()[0])
+        if not in_code and wide_break and not starts_block and not after_heading:
+            out[-1] = previous + line.lstrip()
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def show_markdown_text(markdown: str, console: Console) -> None:
     """Print a lesson text; in a terminal, page it when it is taller than the screen."""
-    text = Markdown(markdown)
+    text = Markdown(join_wide_lines(markdown))
     if not console.is_terminal or len(console.render_lines(text, pad=False)) <= console.height:
         console.print(text)
         return
