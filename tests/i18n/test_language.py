@@ -15,15 +15,6 @@ from tracer.i18n import _, language, language_from_env, ngettext, set_language
 
 
 @pytest.fixture
-def zh() -> Iterator[None]:
-    set_language("zh")
-    try:
-        yield
-    finally:
-        set_language("en")
-
-
-@pytest.fixture
 def english_after() -> Iterator[None]:
     """main() sets the language for the whole process: put English back after the test."""
     try:

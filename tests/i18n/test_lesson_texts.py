@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,15 +17,6 @@ from tracer.teach.lessons import Lesson, all_lessons, lessons_root, twin
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = ("README.md", "hint.md", "solved.md")  # a lesson's English texts; solved.md: bug hunts only
-
-
-@pytest.fixture
-def zh() -> Iterator[None]:
-    set_language("zh")
-    try:
-        yield
-    finally:
-        set_language("en")
 
 
 def english_texts() -> list[Path]:
