@@ -207,3 +207,15 @@ def lesson10(tmp_path_factory) -> Path:
     scenario = Path(__file__).parents[1] / "lessons" / "10_sampling" / "scenario.json"
     run_scenario(load_scenario(scenario), path, model="tiny")
     return path
+
+
+@pytest.fixture
+def zh() -> Iterator[None]:
+    """Chinese for one test (tests/i18n), English again after it."""
+    from tracer.i18n import set_language
+
+    set_language("zh")
+    try:
+        yield
+    finally:
+        set_language("en")
