@@ -121,6 +121,7 @@ def engine_options(args: argparse.Namespace) -> dict:
 
 # The logits processors given as flags (logit_bias and stop_token_ids: through the API and the server)
 PROCESSORS = {
+    "n": int,
     "repetition_penalty": float,
     "frequency_penalty": float,
     "presence_penalty": float,
@@ -157,7 +158,7 @@ def generate_main(argv: list[str]) -> int:
     params = sampling_params(args)
     engine = LLMEngine(args.model, **engine_options(args))
     ids = [engine.add_request(prompt, params) for prompt in args.prompts]
-    many = len(ids) > 1
+    many = len(ids) > 1 or params.n > 1
     start, num_generated, printed, first = time.perf_counter(), 0, "", None
     while engine.has_unfinished():
         for seq in engine.step():
@@ -178,7 +179,9 @@ def generate_main(argv: list[str]) -> int:
                 error_line(_("prompt {i} failed inside the engine: {error}").format(i=i, error=printable(out.error)))
             )
         if many:
-            print(f"--- [{i}] {printable(args.prompts[i])}\n{out.text}")
+            for c in out.outputs:  # n > 1: each sample under its own header
+                sample = f" (sample {c.index})" if params.n > 1 else ""
+                print(f"--- [{i}]{sample} {printable(args.prompts[i])}\n{c.text}")
         elif len(out.text) > len(printed):
             sys.stdout.write(out.text[len(printed) :])
     rate = _("[{n} tokens in {seconds:.2f} s, {rate:.1f} tok/s]").format(
