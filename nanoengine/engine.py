@@ -56,7 +56,7 @@ class LLMEngine:
         self.sequences: dict[int, Sequence] = {}  # every sequence not yet collected, by seq_id
         self.requests: dict[int, list[Sequence]] = {}  # request_id -> its n sequences
         self.step_hooks: list[StepHook] = []
-        self.to_abort: dict[int, int] = {}  # seq_id -> the step the abort was requested before
+        self.to_abort: dict[int, int] = {}  # request_id -> the step the abort was requested before
         self.num_steps = 0
         self.added: list[Sequence] = []  # requests added since the last watched step
         self.new_hook = False  # a hook added since the last step: show it every waiting request
@@ -212,16 +212,17 @@ class LLMEngine:
         ran = [(s, x) for s, x in zip(out.seqs, samples) if x is not None and not s.is_finished]
         succeeded = SchedulerOutput(seqs=[s for s, _ in ran], events=out.events)  # out's events
         appended = self.scheduler.postprocess(succeeded, [x.token_id for _, x in ran])
-        self.keep_logprobs(ran, {s.seq_id for s in appended})
+        self.keep_logprobs(ran)
         self.check_stop_strings(appended, out)
         return appended
 
-    def keep_logprobs(self, ran: list[tuple[Sequence, Sampled]], appended: set[int]) -> None:
+    def keep_logprobs(self, ran: list[tuple[Sequence, Sampled]]) -> None:
+        """The logprobs each sequence asked for: a sampled entry is there only for a kept token."""
         for seq, sampled in ran:
-            for index, entry in sampled.prompt_logprobs.items():
+            for index, entry in (sampled.prompt_logprobs or {}).items():
                 if index == len(seq.prompt_logprobs):  # not already kept before a preemption
                     seq.prompt_logprobs.append(entry)
-            if sampled.logprobs is not None and seq.seq_id in appended:
+            if sampled.logprobs is not None:
                 seq.logprobs.append(sampled.logprobs)
                 seq.cumulative_logprob += sampled.logprobs[sampled.token_id].logprob
 
@@ -316,7 +317,8 @@ class LLMEngine:
                     f"request {request_id} is still {seq.status.value}: "
                     "step() until it finishes, or abort() it first"
                 )
-        for seq in self.requests.pop(request_id):
+        del self.requests[request_id]
+        for seq in seqs:
             del self.sequences[seq.seq_id]
         return output_of(seqs, self.tokenizer)
 

@@ -6,7 +6,7 @@ sampler did. Each entry holds the chosen token and the k likeliest, with their r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -18,8 +18,8 @@ class Sampled:
     """One sequence's result of a step."""
 
     token_id: int
-    logprobs: TopLogprobs | None = None  # when the request asked for logprobs
-    prompt_logprobs: dict[int, TopLogprobs] = field(default_factory=dict)  # prompt index -> entry
+    logprobs: TopLogprobs | None = None  # asked for, and the token is kept (not mid-prefill)
+    prompt_logprobs: dict[int, TopLogprobs] | None = None  # prompt index -> entry, when asked for
 
 
 def top_logprobs(row: torch.Tensor, token_id: int, k: int) -> TopLogprobs:
@@ -33,14 +33,17 @@ def top_logprobs(row: torch.Tensor, token_id: int, k: int) -> TopLogprobs:
 
 
 def sampled_logprobs(
-    logprobs: torch.Tensor | None, seqs: list[Sequence], token_ids: list[int]
+    logprobs: torch.Tensor | None, seqs: list[Sequence], token_ids: list[int], discard: list[bool]
 ) -> list[Sampled]:
-    """logprobs: [num_seqs, vocab] of the raw logits, None when no sequence asked for them."""
+    """logprobs: [num_seqs, vocab] of the raw logits, None when no sequence asked for them.
+    discard: the rows of sequences mid-prefill, whose token is thrown away (no entry for them)."""
     results = []
     for i, (seq, token_id) in enumerate(zip(seqs, token_ids)):
         k = seq.params.logprobs
-        entry = None if logprobs is None or k is None else top_logprobs(logprobs[i], token_id, k)
-        results.append(Sampled(token_id, entry))
+        if logprobs is None or k is None or discard[i]:
+            results.append(Sampled(token_id))
+        else:
+            results.append(Sampled(token_id, top_logprobs(logprobs[i], token_id, k)))
     return results
 
 

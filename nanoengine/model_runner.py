@@ -140,7 +140,7 @@ class ModelRunner:
         logprobs = logits.float().log_softmax(-1) if wants_logprobs else None  # raw: before the
         logits = process_logits(logits, seqs, self.eos_token_ids)  # sampling parameters' changes
         token_ids = sample(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])
-        results = sampled_logprobs(logprobs, seqs, token_ids)
+        results = sampled_logprobs(logprobs, seqs, token_ids, inputs.discard.tolist())
         for i, seq in enumerate(seqs):
             if seq.params.prompt_logprobs is not None and seq.is_prefilling:
                 start, end = inputs.query_start_loc[i : i + 2].tolist()

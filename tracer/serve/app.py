@@ -30,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from nanoengine.engine import child_params
 from nanoengine.validation import first_line
 from tracer.loop.engine_loop import EngineLoop, RequestUpdate
 from tracer.serve.chat import render_chat
@@ -158,7 +159,7 @@ def build_app(
 
         for prompt, token_ids in checked:
             for j in range(params.n):
-                own = sample_params(params, j)
+                own = child_params(params, j)  # the engine's own rule: n 1, seeded seed + j
                 own = own if compiled is None else with_mask(own, structured.mask(compiled))
                 handle = loop.add(prompt, own, on_update, reply.notes(len(checked) * params.n), token_ids)
                 reply.add_choice(handle, first_of_prompt=j == 0)
@@ -262,14 +263,6 @@ def checked_prompts(
         except Exception as e:  # e.g. a tokenizer's TypeError on text it cannot read: this request only
             raise RequestError(f"{which}the prompt could not be tokenized ({first_line(e)})", param) from None
     return checked
-
-
-def sample_params(params: SamplingParams, j: int) -> SamplingParams:
-    """Sample j of n as its own engine request: n 1, seeded seed + j (vLLM v1's front end does the
-    same, and the engine's own n > 1 too: each sample is a request of its own to the scheduler)."""
-    if params.n == 1:
-        return params
-    return replace(params, n=1, seed=None if params.seed is None else params.seed + j)
 
 
 def with_mask(params: SamplingParams, mask: GrammarMask) -> SamplingParams:
