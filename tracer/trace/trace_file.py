@@ -43,6 +43,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracer.i18n import _
 from tracer.trace.step_line import (
     PER_BLOCK_FIELDS,
     EventLine,
@@ -234,10 +235,10 @@ def regular_file_size(path: Path) -> int:
 def open_error(path: Path, e: OSError) -> TraceError:
     """Why the trace file at path could not be opened or read, in one line."""
     if isinstance(e, FileNotFoundError):
-        return TraceError(f"{path}: no such trace file")
+        return TraceError(_("{path}: no such trace file").format(path=path))
     if isinstance(e, IsADirectoryError):
-        return TraceError(f"{path} is a folder, not a trace file (*.jsonl)")
-    return TraceError(f"{path}: cannot read it ({e.strerror})")
+        return TraceError(_("{path} is a folder, not a trace file (*.jsonl)").format(path=path))
+    return TraceError(_("{path}: cannot read it ({error})").format(path=path, error=e.strerror))
 
 
 def not_utf8_error(path: Path) -> TraceError:
