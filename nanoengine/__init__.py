@@ -6,6 +6,7 @@ importing a light module such as nanoengine.sequence (the replay does) does not 
 import importlib
 from typing import TYPE_CHECKING
 
+from nanoengine.beam_search import BeamSearchOutput, BeamSearchParams, BeamSearchSequence
 from nanoengine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 __all__ = [
     "LLM",
+    "BeamSearchOutput",
+    "BeamSearchParams",
+    "BeamSearchSequence",
     "CompletionOutput",
     "LLMEngine",
     "RequestOutput",

@@ -38,6 +38,8 @@ class TorchAttention:
     """Pure torch, CPU and CUDA. Cache [2 (K, V), kv_heads, num_kv_blocks, block_size, dim]: one
     index_select gathers a sequence's blocks of K and V, laid out for a batched matmul."""
 
+    BLOCK_DIM = 2  # the block axis of one layer's [2, ...] cache
+
     def cache_shape(
         self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
     ) -> tuple[int, ...]:
@@ -83,6 +85,8 @@ class FlashAttention:
     """flash-attn's paged varlen kernel (CUDA; block_size a multiple of 256).
 
     Cache [num_kv_blocks, block_size, kv_heads, dim]."""
+
+    BLOCK_DIM = 1  # the block axis of one layer's [2, ...] cache
 
     def cache_shape(
         self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int

@@ -46,7 +46,32 @@ class BlockManager:
     def blocks_to_schedule(self, seq: Sequence, num_new_tokens: int) -> int:
         """Blocks seq must take from the free list to hold num_new_tokens more tokens."""
         num_tokens = seq.num_cached_tokens + num_new_tokens
-        return blocks_needed(num_tokens, self.block_size) - len(seq.block_table)
+        num_new = blocks_needed(num_tokens, self.block_size) - len(seq.block_table)
+        return num_new + self.must_copy(seq)
+
+    def must_copy(self, seq: Sequence) -> bool:
+        """Is the block seq writes next shared? Then it writes into a copy of its own.
+        (A prefix hit shares only full blocks, which nobody writes again: forks share the rest.)"""
+        i = seq.num_cached_tokens // self.block_size
+        return i < len(seq.block_table) and self.ref_counts[seq.block_table[i]] > 1
+
+    def copy_on_write(self, seq: Sequence) -> tuple[int, int] | None:
+        """Before seq writes into a shared block: (source, its new copy), the runner to copy the
+        K/V; None when the block is its own."""
+        if not self.must_copy(seq):
+            return None
+        i = seq.num_cached_tokens // self.block_size
+        source, copy = seq.block_table[i], self.take_free_block()
+        self.ref_counts[source] -= 1
+        seq.block_table[i] = copy
+        return source, copy
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """The child shares every block of its parent: one more holder each."""
+        for block_id in parent.block_table:
+            self.ref_counts[block_id] += 1
+        child.block_table = list(parent.block_table)
+        child.block_hashes = list(parent.block_hashes)
 
     def find_cached_prefix(self, seq: Sequence) -> tuple[list[int], list[int]]:
         """Longest run of full prompt blocks already in the cache: (block ids, their hashes).

@@ -4,7 +4,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
-from nanoengine.validation import is_real
+from nanoengine.loading.validation import is_real
 
 
 @dataclass(slots=True)

@@ -10,17 +10,19 @@ from typing import Any
 
 import torch
 
-from nanoengine.block_manager import BlockManager, blocks_needed
+from nanoengine.beam_search import BeamGroup, BeamSearchParams, hypothesis
+from nanoengine.block_manager import BlockManager
 from nanoengine.config import EngineConfig, idle_cores
-from nanoengine.loading import load_engine_parts
+from nanoengine.loading.engine_parts import load_engine_parts
+from nanoengine.loading.inputs import InputProcessor
+from nanoengine.loading.validation import first_line
 from nanoengine.logprobs import Sampled
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
-from nanoengine.outputs import RequestOutput, output_of, stop_string_in_tail
+from nanoengine.outputs import RequestOutput, beam_output_of, output_of, stop_string_in_tail
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import EventKind, FinishReason, Sequence
 from nanoengine.step_record import NO_WATCH, QueueOrder, StepHook, StepWatch
-from nanoengine.validation import check_text, first_line, is_int, short_repr
 
 
 class LLMEngine:
@@ -42,6 +44,7 @@ class LLMEngine:
         self.device = parts.device
         self.eos_token_ids = parts.eos_token_ids
         self.vocab_size: int = self.model.model.embed_tokens.num_embeddings
+        self.input_processor = InputProcessor(self.tokenizer, self.vocab_size, config)
         self.block_manager = BlockManager(
             config.num_kv_blocks, config.block_size, config.enable_prefix_caching
         )
@@ -62,71 +65,22 @@ class LLMEngine:
         self.new_hook = False  # a hook added since the last step: show it every waiting request
 
     # ---- requests -------------------------------------------------------------------------
-    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
-        """The prompt's token ids; a ValueError (one line) for anything the model cannot run."""
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise ValueError("empty prompt: give at least one token of text")
-            check_text(prompt, "the prompt")
-            if self.config.use_chat_template and getattr(self.tokenizer, "chat_template", None):
-                chat = [{"role": "user", "content": prompt}]
-                prompt = self.tokenizer.apply_chat_template(
-                    chat, tokenize=False, add_generation_prompt=True
-                )
-            token_ids: list[Any] = list(self.tokenizer.encode(prompt, add_special_tokens=False))
-        elif isinstance(prompt, (list, tuple, range)):
-            token_ids = list(prompt)
-        else:
-            kind = type(prompt).__name__
-            raise ValueError(f"a prompt is a string or a list of token ids, got {kind}")
-        if not token_ids:
-            raise ValueError("empty prompt: give at least one token")
-        self.check_token_ids(token_ids, "prompt token")
-        return [int(t) for t in token_ids]
-
-    def check_token_ids(self, token_ids: list[Any], what: str) -> None:
-        for i, t in enumerate(token_ids):
-            if not is_int(t) or not 0 <= t < self.vocab_size:
-                raise ValueError(
-                    f"{what} {i} is {short_repr(t)}: "
-                    f"token ids are integers in [0, {self.vocab_size})"
-                )
-
-    def check_request(
-        self, prompt: str | list[int], params: SamplingParams | None = None
-    ) -> list[int]:
-        """The one place a request is validated: its token ids, or a one-line ValueError saying
-        what was wrong and what to do."""
-        params = SamplingParams() if params is None else params
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        params.validate()  # again: its fields may have been changed since it was made
-        self.check_token_ids(params.stop_token_ids, "stop_token_ids entry")
-        self.check_token_ids(list(params.logit_bias), "logit_bias entry")
-        token_ids = self.encode_prompt(prompt)
-        limit = self.scheduler.max_model_len
-        if len(token_ids) >= limit:
-            raise ValueError(
-                f"prompt is {len(token_ids)} tokens, but max_model_len is {limit}: "
-                "shorten it or raise max_model_len"
-            )
-        worst = min(len(token_ids) + params.max_tokens, limit)
-        need = blocks_needed(worst, self.config.block_size)
-        if need > self.block_manager.num_kv_blocks:
-            raise ValueError(
-                f"a request of {len(token_ids)} prompt + {params.max_tokens} new tokens needs "
-                f"{need} KV blocks but the pool has {self.block_manager.num_kv_blocks}: "
-                "raise num_kv_blocks or lower max_tokens"
-            )
-        return token_ids
-
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+    def add_request(
+        self, prompt: str | list[int], params: SamplingParams | BeamSearchParams | None = None
+    ) -> int:
         """Returns the request id. n > 1 fans out into n sequences that share the prompt's
-        blocks through the prefix cache (vLLM v1: child i samples with seed + i)."""
+        blocks through the prefix cache (vLLM v1: child i samples with seed + i). A beam search
+        starts as one sequence, forked into beams after its first token."""
+        beam = params if isinstance(params, BeamSearchParams) else None
+        if isinstance(params, BeamSearchParams):
+            params = params.sampling_params()
         params = SamplingParams() if params is None else params
-        token_ids = self.check_request(prompt, params)
+        width = beam.beam_width if beam else 1
+        token_ids = self.input_processor.check_request(prompt, params, num_seqs=width)
         text = prompt if isinstance(prompt, str) else ""
         seqs = [Sequence(list(token_ids), child_params(params, i), text) for i in range(params.n)]
+        if beam:
+            seqs[0].group = BeamGroup(beam, [seqs[0]])
         self.requests[seqs[0].seq_id] = seqs
         for seq in seqs:
             seq.request_id = seqs[0].seq_id
@@ -189,6 +143,7 @@ class LLMEngine:
 
     def run(self, out: SchedulerOutput, watch: StepWatch) -> list[Sampled | None]:
         """Each scheduled sequence's sampled token; None where its forward or sampling failed."""
+        self.runner.copy_blocks(out.blocks_to_copy)  # copy-on-write, before any K/V is written
         if not out.seqs:
             return []
         inputs = prepare_inputs(out.seqs, self.config.block_size)
@@ -214,6 +169,8 @@ class LLMEngine:
         appended = self.scheduler.postprocess(succeeded, [x.token_id for _, x in ran])
         self.keep_logprobs(ran)
         self.check_stop_strings(appended, out)
+        for group in dict.fromkeys(s.group for s in appended if s.group):
+            self.advance_beams(group, out)
         return appended
 
     def keep_logprobs(self, ran: list[tuple[Sequence, Sampled]]) -> None:
@@ -225,6 +182,34 @@ class LLMEngine:
             if sampled.logprobs is not None:
                 seq.logprobs.append(sampled.logprobs)
                 seq.cumulative_logprob += sampled.logprobs[sampled.token_id].logprob
+
+    def advance_beams(self, group: BeamGroup, out: SchedulerOutput) -> None:
+        """Rank the beams' candidates (beam_search.py): the best live on, a beam chosen again is
+        forked (its blocks shared), one never chosen is pruned (its blocks freed)."""
+        chosen = group.candidates(self.eos_token_ids)
+        if group.live[0].is_finished:  # max_tokens: the chosen are final, they need no KV
+            group.completed += [hypothesis(beam, token, cum) for cum, beam, token in chosen]
+            group.live.clear()
+            return
+        live: list[Sequence] = []
+        for cum, beam, token in chosen:
+            seq = self.fork(beam, out) if beam in live else beam
+            seq.token_ids[-1] = token
+            seq.cumulative_logprob = cum
+            live.append(seq)
+        for beam in group.live:
+            if beam not in live:
+                self.scheduler.finish(beam, FinishReason.PRUNED, out)
+        group.live[:] = live
+
+    def fork(self, beam: Sequence, out: SchedulerOutput) -> Sequence:
+        child = beam.fork()
+        self.block_manager.fork(beam, child)
+        self.sequences[child.seq_id] = child
+        self.requests[child.request_id].append(child)
+        self.scheduler.running.append(child)
+        out.add_event(EventKind.FORKED, child, parent=beam.seq_id, blocks=list(child.block_table))
+        return child
 
     def run_isolating_faults(
         self, seqs: list[Sequence], inputs: StepInputs
@@ -320,6 +305,9 @@ class LLMEngine:
         del self.requests[request_id]
         for seq in seqs:
             del self.sequences[seq.seq_id]
+        group = seqs[0].group
+        if group:
+            return beam_output_of(seqs, group.best(self.eos_token_ids), self.tokenizer)
         return output_of(seqs, self.tokenizer)
 
 

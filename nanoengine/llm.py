@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from nanoengine.beam_search import BeamSearchOutput, BeamSearchParams, BeamSearchSequence
 from nanoengine.engine import LLMEngine
 from nanoengine.outputs import RequestOutput
 from nanoengine.sampling_params import SamplingParams
+
+Params = SamplingParams | BeamSearchParams
 
 
 class LLM:
@@ -17,7 +20,7 @@ class LLM:
     def generate(
         self,
         prompts: str | Iterable[str | list[int]],
-        params: SamplingParams | list[SamplingParams] | None = None,
+        params: Params | list[Params] | None = None,
     ) -> list[RequestOutput]:
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not isinstance(params, list):
@@ -36,3 +39,22 @@ class LLM:
                 self.engine.drop(seq_id)
             raise
         return [self.engine.collect(i) for i in ids]
+
+    def beam_search(
+        self, prompts: str | Iterable[str | list[int]], params: BeamSearchParams
+    ) -> list[BeamSearchOutput]:
+        """vLLM's LLM.beam_search: each prompt's best beam_width hypotheses, best first."""
+        results = []
+        for out in self.generate(prompts, params):
+            sequences = [
+                BeamSearchSequence(
+                    out.prompt_token_ids + c.token_ids,
+                    c.logprobs or [],
+                    c.cumulative_logprob or 0.0,
+                    c.text,
+                    c.finish_reason,
+                )
+                for c in out.outputs
+            ]
+            results.append(BeamSearchOutput(sequences))
+        return results

@@ -9,7 +9,6 @@ Tokens arrive flat ([num_tokens, hidden]): no batch dimension, no padding.
 from __future__ import annotations
 
 import platform
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -38,7 +37,7 @@ class Linear(nn.Linear):
     multiplies weight_t, the weight as [in, out], which MKL reads at memory speed and oneDNN's
     blocked layout does not (30 % less time a token, docs/benchmarks.md)."""
 
-    weight_t: Tensor | None = None  # [in, out], set by pack_for_onednn
+    weight_t: Tensor | None = None  # [in, out], set by loading/build.py: pack_for_onednn
 
     def forward(self, x: Tensor) -> Tensor:
         if self.weight_t is not None and x.shape[0] == 1:
@@ -47,21 +46,6 @@ class Linear(nn.Linear):
         if ONEDNN and x.is_cpu and x.dtype == torch.float32:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
-
-
-def pack_for_onednn(model: nn.Module) -> None:
-    """Linear weights in oneDNN's blocked layout, once after loading rather than at every call
-    (as vLLM's CPU backend does), and a plain [in, out] copy for single rows (Linear): 538 MB
-    more for SmolLM2-135M."""
-
-    def pack(m: Linear) -> None:  # laid out for batches of about 32 rows: a decode step's size
-        if ONEDNN and m.weight.is_cpu and m.weight.dtype == torch.float32:
-            m.weight_t = m.weight.detach().t().contiguous()  # a second copy, for single rows
-            packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 32)
-            m.weight = nn.Parameter(packed, requires_grad=False)
-
-    with ThreadPoolExecutor(2) as pool:  # two at a time: 3x faster (docs/benchmarks.md)
-        list(pool.map(pack, [m for m in model.modules() if isinstance(m, Linear)]))
 
 
 class RMSNorm(nn.Module):

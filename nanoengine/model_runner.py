@@ -101,6 +101,14 @@ class ModelRunner:
             pool = torch.zeros(shape, dtype=dtype, device=device)
         self.kv_caches = list(pool.view(shape))
 
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy-on-write: each (source, copy) block's K and V, in every layer."""
+        if pairs:
+            sources, copies = torch.tensor(pairs, device=self.device).T
+            dim = self.attend.BLOCK_DIM
+            for kv in self.kv_caches:
+                kv.index_copy_(dim, copies, kv.index_select(dim, sources))
+
     def build_metadata(self, inputs: StepInputs) -> AttentionMetadata:
         q_lens = (inputs.query_start_loc[1:] - inputs.query_start_loc[:-1]).tolist()
         seq_lens = inputs.seq_lens.tolist()

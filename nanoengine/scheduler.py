@@ -17,6 +17,12 @@ def choose_victim(running: list[Sequence]) -> Sequence:
     return running[-1]
 
 
+def unit_of(seq: Sequence) -> list[Sequence]:
+    """What is scheduled, preempted and swapped as a whole: a beam search's live beams (they
+    are ranked against each other every step), else the sequence alone."""
+    return list(seq.group.live) if seq.group else [seq]
+
+
 def chunk_span(seq: Sequence) -> dict[str, int]:  # the tokens a prefill chunk computes
     start, end = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_scheduled_tokens
     chunk = seq.num_prefill_chunks + 1
@@ -49,6 +55,8 @@ class SchedulerOutput:
     seqs: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)  # this step, in preemption order
     events: list[Event] = field(default_factory=list)
+    # copy-on-write: (source, copy) blocks whose K/V the runner copies before the forward
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
 
     def add_event(self, kind: EventKind, seq: Sequence, **detail: Any) -> None:
         self.events.append(Event(kind, seq.seq_id, detail, emitted_from(sys._getframe(1))))
@@ -74,33 +82,52 @@ class Scheduler:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         # 1. Running sequences first, oldest first: one decode token each, or their next
-        #    prefill chunk.
+        #    prefill chunk. A beam search's beams go together, or none of them.
         for seq in list(self.running):
             if budget == 0:
                 break
-            if seq.status != SequenceStatus.RUNNING:  # preempted earlier in this loop
-                continue
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            if self.make_room(seq, num_new, out):
-                self.block_manager.allocate(seq, num_new)
-                budget -= self.schedule_tokens(seq, num_new, budget, out)
+            if seq.status != SequenceStatus.RUNNING or seq.num_scheduled_tokens:
+                continue  # preempted earlier in this loop, or scheduled with its beams
+            budget -= self.schedule_unit(unit_of(seq), budget, out)
         # 2. Then admit waiting sequences (preempted ones are at the head) while budget and blocks
         # last; none after a preemption (vLLM v1): the pool is short, they would go out again.
         admit = not out.preempted
-        while admit and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while admit and self.waiting and budget > 0 and self.has_seq_slots(self.waiting[0]):
             seq = self.waiting[0]
             if not self.try_admit(seq, budget, out):
                 break
             budget -= self.schedule_tokens(seq, seq.num_scheduled_tokens, budget, out)
         return out
 
-    def make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
-        """Preempt newer sequences until seq's new blocks fit; False if seq itself was preempted."""
+    def has_seq_slots(self, seq: Sequence) -> bool:
+        """max_num_seqs: a beam search takes a slot for each of its beams from the start."""
+        width = seq.group.params.beam_width if seq.group else 1
+        return len(self.running) + width <= self.max_num_seqs
+
+    def schedule_unit(self, unit: list[Sequence], budget: int, out: SchedulerOutput) -> int:
+        """Schedule each sequence's uncomputed tokens (as many as the budget takes: beams take
+        one each), their shared blocks copied before they are written.
+
+        Returns the tokens to take off the budget: 0 when the unit did not fit."""
+        num_new = [min(s.num_uncomputed_tokens, budget) for s in unit]
+        if sum(num_new) > budget or not self.make_room(unit, num_new, out):
+            return 0
+        for seq, n in zip(unit, num_new):
+            copied = self.block_manager.copy_on_write(seq)
+            if copied is not None:
+                out.blocks_to_copy.append(copied)
+                out.add_event(EventKind.COPY_ON_WRITE, seq, source=copied[0], copy=copied[1])
+            self.block_manager.allocate(seq, n)
+            budget -= self.schedule_tokens(seq, n, budget, out)
+        return sum(num_new)
+
+    def make_room(self, unit: list[Sequence], num_new: list[int], out: SchedulerOutput) -> bool:
+        """Preempt newer sequences until the unit's new blocks fit; False if it was preempted."""
         bm = self.block_manager
-        while not bm.can_allocate(bm.blocks_to_schedule(seq, num_new)):
+        while not bm.can_allocate(sum(map(bm.blocks_to_schedule, unit, num_new))):
             victim = choose_victim(self.running)
-            self.preempt(victim, out, needed_by=seq)
-            if victim is seq:
+            self.preempt(victim, out, needed_by=unit[0])
+            if victim in unit:
                 return False
         return True
 
@@ -140,17 +167,28 @@ class Scheduler:
         self.block_manager.register_full_blocks(seq)  # findable now: later admissions may hit them
         return num_new
 
-    def preempt(self, seq: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
-        """Preempt by recompute: drop its KV; it will prefill all its tokens again later."""
+    def preempt(self, victim: Sequence, out: SchedulerOutput, needed_by: Sequence) -> None:
+        """Preempt by recompute: drop the KV of victim's unit (a beam search's beams together);
+        it will prefill all its tokens again later."""
         num_free = self.block_manager.num_free_blocks  # too few for needed_by's new blocks
+        for seq in reversed(unit_of(victim)):  # newest first: the unit keeps its order
+            self.running.remove(seq)
+            out.preempted.append(seq)
+            out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id, free=num_free)
+            self.recompute_later(seq, out)
+
+    def recompute_later(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """Drop seq's KV and put it back at the head of the waiting queue. A beam search starts
+        again from its prompt (greedy, it finds the same beams): its first beam is kept."""
         self.block_manager.free(seq)
         seq.num_cached_tokens = 0
         seq.is_prefilling = False
+        if seq.group and seq is not seq.group.restart():
+            seq.finish(FinishReason.PRUNED)
+            out.add_event(EventKind.FINISHED, seq, reason=FinishReason.PRUNED.value)
+            return
         seq.status = SequenceStatus.WAITING
-        self.running.remove(seq)
         self.waiting.appendleft(seq)
-        out.preempted.append(seq)
-        out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id, free=num_free)
 
     def postprocess(self, out: SchedulerOutput, token_ids: list[int]) -> list[Sequence]:
         """Commit the step: advance caches, append sampled tokens, finish what is done.

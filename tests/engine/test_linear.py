@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import profile
 
-from nanoengine.model import ONEDNN, Linear, pack_for_onednn
+from nanoengine.loading.build import pack_for_onednn
+from nanoengine.model import ONEDNN, Linear
 
 
 @pytest.mark.parametrize("rows", [1, 2, 7, 32, 300])

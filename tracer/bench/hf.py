@@ -154,7 +154,8 @@ def onednn_linears(hf_model) -> Iterator[bool]:
     """The HF model's nn.Linear layers run as nanoengine's Linear (oneDNN on x86 CPUs in float32, weights
     packed) inside the block: the same GEMM for both, so what remains of the speed-up is the engine's own.
     Yields False (and changes nothing) where nanoengine's Linear would not use oneDNN either."""
-    from nanoengine.model import ONEDNN, Linear, pack_for_onednn
+    from nanoengine.loading.build import pack_for_onednn
+    from nanoengine.model import ONEDNN, Linear
 
     if not (ONEDNN and hf_model.device.type == "cpu" and hf_model.dtype == torch.float32):
         yield False

@@ -51,7 +51,7 @@ def resolve_device(settings: BenchSettings):
     name = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda, but torch sees no CUDA device: use --device cpu")
-    from nanoengine.loading import choose_dtype
+    from nanoengine.loading.engine_parts import choose_dtype
 
     device = torch.device(name)
     return device, str(choose_dtype(settings.dtype, device)).removeprefix("torch.")

@@ -135,7 +135,7 @@ def record_and_show(
     from tracer.trace.recorder import default_trace_path
 
     for arrival in arrivals:  # a bad request fails before any file (a late arrival joins mid-run)
-        engine.check_request(arrival.prompt, arrival.params)
+        engine.input_processor.check_request(arrival.prompt, arrival.params)
     path = Path(args.out) if args.out else default_trace_path()
     target = out_target(path)
     if getattr(args, "live", False):

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
+from nanoengine.loading.validation import is_int, short_repr
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import Sequence
-from nanoengine.validation import is_int, short_repr
 from tracer.loop.engine_loop import REJECTED, EngineLoop, LoopRequest, RequestUpdate
 from tracer.replay.colors import seq_tag
 

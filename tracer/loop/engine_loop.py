@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanoengine.engine import LLMEngine
+from nanoengine.loading.validation import first_line
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import FinishReason, Sequence, TopLogprobs
-from nanoengine.validation import first_line
 
 REJECTED = "rejected"  # an update's finish_reason when add_request refused the request
 
@@ -60,7 +60,7 @@ class RequestUpdate:
 @dataclass(slots=True, eq=False)
 class LoopRequest:
     """A request as the loop tracks it. seq_id is set when the loop adds it to the engine.
-    token_ids: the prompt already checked and tokenized (LLMEngine.check_request) in the caller's
+    token_ids: the prompt already checked and tokenized (LLMEngine.input_processor.check_request) in the caller's
     thread, so the loop thread never tokenizes a client's text."""
 
     prompt: str | list[int]
@@ -104,7 +104,7 @@ class EngineLoop:
         notes: dict[str, Any] | None = None,
         token_ids: list[int] | None = None,
     ) -> LoopRequest:
-        """token_ids: what engine.check_request(prompt, params) returned (the prompt is then not tokenized again)."""
+        """token_ids: what engine.input_processor.check_request(prompt, params) returned (the prompt is then not tokenized again)."""
         request = LoopRequest(prompt, params, on_update, dict(notes or {}), token_ids=token_ids)
         self.submit(lambda: self.admit(request))
         return request

@@ -4,7 +4,7 @@ JSON body), /v1/models and /health, on an EngineLoop; vLLM's /tokenize, /detoken
 is compiled in structured.py and rides on each choice's SamplingParams as a logits processor.
 
 Each request is checked in its own context before the engine thread sees it: the body read up to
-a size limit (413 past it), parsed, and its prompt tokenized and checked (LLMEngine.check_request)
+a size limit (413 past it), parsed, and its prompt tokenized and checked (LLMEngine.input_processor.check_request)
 in a worker thread, so a huge or bad request is a 4xx for its client alone and never stalls the
 other streams. The loop is handed the checked token ids.
 
@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from nanoengine.engine import child_params
-from nanoengine.validation import first_line
+from nanoengine.loading.validation import first_line
 from tracer.loop.engine_loop import EngineLoop, RequestUpdate
 from tracer.serve.chat import render_chat
 from tracer.serve.metrics import CONTENT_TYPE, ServerMetrics
@@ -257,7 +257,7 @@ def checked_prompts(
                 f"{which}prompt is {len(prompt)} tokens, but max_model_len is {limit}: shorten it", param
             )
         try:
-            checked.append((prompt, engine.check_request(prompt, params)))
+            checked.append((prompt, engine.input_processor.check_request(prompt, params)))
         except ValueError as e:  # about the prompt, or a sampling field checked against the vocabulary
             raise RequestError(f"{which}{e}", param_named_in(str(e)) or param) from None
         except Exception as e:  # e.g. a tokenizer's TypeError on text it cannot read: this request only

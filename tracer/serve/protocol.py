@@ -21,7 +21,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nanoengine.sampling_params import MAX_LOGPROBS, MAX_SEED, SamplingParams
+from nanoengine.loading.validation import MAX_LOGPROBS, MAX_SEED
+from nanoengine.sampling_params import SamplingParams
 
 
 class RequestError(ValueError):

@@ -21,7 +21,7 @@ from importlib import metadata
 from typing import Any
 
 from nanoengine.loading.tiny import SPECIAL_TOKENS, ByteTokenizer
-from nanoengine.validation import first_line
+from nanoengine.loading.validation import first_line
 from tracer.serve.chat import render_chat
 from tracer.serve.protocol import DetokenizeRequest, RequestError, TokenizeRequest
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nanoengine.loading.validation import is_int, short_repr
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
 from nanoengine.step_record import StepRecord
-from nanoengine.validation import is_int, short_repr
 from tracer.i18n import N_, _
 from tracer.loop.arrivals import Arrival
 from tracer.loop.drive import StepLimitError, drive

@@ -1,0 +1,121 @@
+"""Beam search inside the engine, as vLLM v0 ran it: a request is a group of beams that share
+their blocks, are scheduled as a whole, and are ranked against each other after every step.
+(vLLM v1 moved it out of its scheduler, into LLM.beam_search; the names here are that API's.)
+
+Every step each live beam brings its 2 * beam_width likeliest next tokens (its logprobs); of all
+those candidates, one ending in EOS is a finished hypothesis, and the beam_width best others live
+on: a beam chosen once keeps its sequence, chosen again it is forked, never chosen it is pruned.
+At max_tokens the best beam_width of the finished and the live hypotheses are the output."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from nanoengine.loading.validation import is_int, is_real
+from nanoengine.sampling_params import SamplingParams
+from nanoengine.sequence import Sequence, TopLogprobs
+
+MAX_BEAM_WIDTH = 10  # each beam asks for 2 * beam_width logprobs: OpenAI's top_logprobs limit
+
+
+@dataclass(slots=True)
+class BeamSearchParams:
+    beam_width: int
+    max_tokens: int
+    ignore_eos: bool = False
+    temperature: float = 0.0  # > 0: the sampled token is a candidate too (vLLM's rule)
+    length_penalty: float = 1.0  # a hypothesis scores cum_logprob / length ** length_penalty
+
+    def __post_init__(self) -> None:
+        if not is_int(self.beam_width) or not 1 <= self.beam_width <= MAX_BEAM_WIDTH:
+            raise ValueError(
+                f"beam_width must be an integer in [1, {MAX_BEAM_WIDTH}], got {self.beam_width!r}"
+            )
+        if not is_real(self.length_penalty):
+            raise ValueError(f"length_penalty must be a number, got {self.length_penalty!r}")
+        self.sampling_params()  # the others are checked as SamplingParams checks them
+
+    def sampling_params(self) -> SamplingParams:
+        """What each beam runs with: EOS is the search's to judge, not the scheduler's."""
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            ignore_eos=True,
+            logprobs=2 * self.beam_width,
+        )
+
+
+@dataclass(slots=True)
+class BeamSearchSequence:
+    tokens: list[int]  # the prompt's and the output's, as vLLM's
+    logprobs: list[TopLogprobs]
+    cum_logprob: float = 0.0
+    text: str | None = None  # the output's, without a final EOS
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class BeamSearchOutput:
+    sequences: list[BeamSearchSequence]  # best first
+
+
+def beam_score(
+    tokens: list[int], cum_logprob: float, eos_token_ids: frozenset[int], length_penalty: float
+) -> float:
+    """vLLM's get_beam_search_score: a final EOS does not count in the length."""
+    length = len(tokens) - (tokens[-1] in eos_token_ids)
+    return cum_logprob / math.pow(length, length_penalty)
+
+
+@dataclass(slots=True, eq=False)
+class BeamGroup:
+    params: BeamSearchParams
+    live: list[Sequence]  # the beams still searched, best first; they share blocks
+    completed: list[BeamSearchSequence] = field(default_factory=list)  # hypotheses ended by EOS
+
+    def candidates(self, eos_token_ids: frozenset[int]) -> list[tuple[float, Sequence, int]]:
+        """(cumulative logprob, beam, token) of every live candidate, best first. Each beam has
+        just appended its sampled token, with the logprobs of its 2 * beam_width likeliest."""
+        found = []
+        for beam in self.live:
+            entry = beam.logprobs[-1]
+            before = beam.cumulative_logprob - entry[beam.token_ids[-1]].logprob
+            for token, logprob in entry.items():
+                cum = before + logprob.logprob
+                if token in eos_token_ids and not self.params.ignore_eos:
+                    self.completed.append(hypothesis(beam, token, cum, "stop"))
+                else:
+                    found.append((cum, beam, token))
+        found.sort(key=lambda c: c[0], reverse=True)  # one length: the score's order
+        return found[: self.params.beam_width]
+
+    def best(self, eos_token_ids: frozenset[int]) -> list[BeamSearchSequence]:
+        """The output: the best beam_width of the finished and the live hypotheses."""
+        everything = self.completed + [hypothesis(b, b.token_ids[-1]) for b in self.live]
+        p = self.params
+
+        def score(h: BeamSearchSequence) -> float:
+            return beam_score(h.tokens, h.cum_logprob, eos_token_ids, p.length_penalty)
+
+        return sorted(everything, key=score, reverse=True)[: p.beam_width]
+
+    def restart(self) -> Sequence:
+        """Start again from the prompt with the first beam (its KV was dropped by a preemption):
+        at temperature 0 the search finds the same beams again."""
+        first = self.live[0]
+        del first.token_ids[first.num_prompt_tokens :]
+        first.logprobs.clear()
+        first.cumulative_logprob = 0.0
+        self.live[:] = [first]
+        self.completed.clear()
+        return first
+
+
+def hypothesis(
+    beam: Sequence, token: int, cum: float | None = None, finish_reason: str = "length"
+) -> BeamSearchSequence:
+    """beam's tokens with its last one replaced by token."""
+    cum = beam.cumulative_logprob if cum is None else cum
+    tokens = beam.token_ids[:-1] + [token]
+    return BeamSearchSequence(tokens, list(beam.logprobs), cum, finish_reason=finish_reason)

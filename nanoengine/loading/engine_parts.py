@@ -1,0 +1,66 @@
+"""Everything the engine needs before its first step: the checkpoint, the tokenizer, the model on
+its device, and the KV pool's size.
+
+    load_engine_parts(config) -> EngineParts    (fills in config.max_model_len and num_kv_blocks)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from nanoengine.config import EngineConfig
+from nanoengine.loading.build import build_model, eos_ids, pack_for_onednn
+from nanoengine.loading.checkpoint import load_model
+from nanoengine.loading.kv_pool_size import bytes_per_block, check_kv_fits, kv_blocks_that_fit
+from nanoengine.model import CausalLM
+
+
+@dataclass(slots=True)
+class EngineParts:
+    model_name: str
+    model: CausalLM
+    tokenizer: Any
+    eos_token_ids: frozenset[int]
+    device: torch.device
+    dtype: torch.dtype
+
+
+def load_engine_parts(config: EngineConfig) -> EngineParts:
+    """Load the model named by config.model, and decide the knobs config left None from the
+    model and the machine."""
+    device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = choose_dtype(config.dtype, device)
+    loaded = load_model(config.model)
+    hf_config = loaded.config
+    config.max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
+    per_block = bytes_per_block(config, hf_config, dtype)
+    config.num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
+    check_kv_fits(config.num_kv_blocks, per_block, device)
+    model = build_model(hf_config, loaded.state_dict, config.max_model_len, device, dtype)
+    pack_for_onednn(model)
+    tokenizer = loaded.tokenizer
+    return EngineParts(loaded.name, model, tokenizer, eos_ids(hf_config, tokenizer), device, dtype)
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def choose_dtype(name: str | None, device: torch.device) -> torch.dtype:
+    """The dtype asked for; None: float32 on CPU, bfloat16 on CUDA; "auto": bfloat16 also on a CPU
+    with bf16 instructions (AVX512_BF16 or AMX), where oneDNN's bf16 kernels beat float32. Without
+    them bf16 is emulated: its linears at 32 rows took 4x float32's time (docs/benchmarks.md)."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" or cpu_has_bf16() else torch.float32
+    if name is not None and name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} or auto, got {name!r}")
+    default = "bfloat16" if device.type == "cuda" else "float32"
+    dtype: torch.dtype = getattr(torch, name or default)
+    return dtype
+
+
+def cpu_has_bf16() -> bool:
+    """AVX512_BF16 or AMX, as torch's CPU feature check (cpuinfo) reports them."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
