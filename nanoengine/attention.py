@@ -109,19 +109,3 @@ class FlashAttention:
 
 
 AttentionBackend = TorchAttention | FlashAttention
-
-
-def pick_backend(name: str, device: torch.device, block_size: int) -> AttentionBackend:
-    """The backend asked for; auto: flash-attn where it runs, else pure torch."""
-    if name == "torch" or (name == "auto" and device.type != "cuda"):
-        return TorchAttention()
-    problem = ""
-    try:
-        import flash_attn  # noqa: F401
-    except ImportError:
-        problem = "attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'"
-    if not problem and block_size % 256:
-        problem = f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}"
-    if problem and name == "flash":
-        raise ValueError(problem)
-    return TorchAttention() if problem else FlashAttention()

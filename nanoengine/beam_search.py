@@ -12,11 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from nanoengine.loading.validation import is_int, is_real
+from nanoengine.loading.validation import check_beam_search_params
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.sequence import Sequence, TopLogprobs
-
-MAX_BEAM_WIDTH = 10  # each beam asks for 2 * beam_width logprobs: OpenAI's top_logprobs limit
+from nanoengine.sequence import FinishReason, Sequence, TopLogprobs
 
 
 @dataclass(slots=True)
@@ -28,13 +26,7 @@ class BeamSearchParams:
     length_penalty: float = 1.0  # a hypothesis scores cum_logprob / length ** length_penalty
 
     def __post_init__(self) -> None:
-        if not is_int(self.beam_width) or not 1 <= self.beam_width <= MAX_BEAM_WIDTH:
-            raise ValueError(
-                f"beam_width must be an integer in [1, {MAX_BEAM_WIDTH}], got {self.beam_width!r}"
-            )
-        if not is_real(self.length_penalty):
-            raise ValueError(f"length_penalty must be a number, got {self.length_penalty!r}")
-        self.sampling_params()  # the others are checked as SamplingParams checks them
+        check_beam_search_params(self)
 
     def sampling_params(self) -> SamplingParams:
         """What each beam runs with: EOS is the search's to judge, not the scheduler's."""
@@ -60,19 +52,19 @@ class BeamSearchOutput:
     sequences: list[BeamSearchSequence]  # best first
 
 
-def beam_score(
-    tokens: list[int], cum_logprob: float, eos_token_ids: frozenset[int], length_penalty: float
-) -> float:
-    """vLLM's get_beam_search_score: a final EOS does not count in the length."""
-    length = len(tokens) - (tokens[-1] in eos_token_ids)
-    return cum_logprob / math.pow(length, length_penalty)
+def beam_score(seq: Sequence, eos_token_ids: frozenset[int], length_penalty: float) -> float:
+    """vLLM's get_beam_search_score: cum_logprob / length ** length_penalty, where the length
+    (prompt included) does not count a final EOS."""
+    length = seq.num_tokens - (seq.token_ids[-1] in eos_token_ids)
+    return seq.cumulative_logprob / math.pow(length, length_penalty)
 
 
 @dataclass(slots=True, eq=False)
 class BeamGroup:
     params: BeamSearchParams
     live: list[Sequence]  # the beams still searched, best first; they share blocks
-    completed: list[BeamSearchSequence] = field(default_factory=list)  # hypotheses ended by EOS
+    # finished hypotheses: ended by EOS (or by max_tokens); sequences that hold no blocks
+    completed: list[Sequence] = field(default_factory=list)
 
     def candidates(self, eos_token_ids: frozenset[int]) -> list[tuple[float, Sequence, int]]:
         """(cumulative logprob, beam, token) of every live candidate, best first. Each beam has
@@ -84,21 +76,18 @@ class BeamGroup:
             for token, logprob in entry.items():
                 cum = before + logprob.logprob
                 if token in eos_token_ids and not self.params.ignore_eos:
-                    self.completed.append(hypothesis(beam, token, cum, "stop"))
+                    self.completed.append(hypothesis(beam, token, cum, FinishReason.STOP))
                 else:
                     found.append((cum, beam, token))
         found.sort(key=lambda c: c[0], reverse=True)  # one length: the score's order
         return found[: self.params.beam_width]
 
-    def best(self, eos_token_ids: frozenset[int]) -> list[BeamSearchSequence]:
+    def best(self, eos_token_ids: frozenset[int]) -> list[Sequence]:
         """The output: the best beam_width of the finished and the live hypotheses."""
-        everything = self.completed + [hypothesis(b, b.token_ids[-1]) for b in self.live]
         p = self.params
-
-        def score(h: BeamSearchSequence) -> float:
-            return beam_score(h.tokens, h.cum_logprob, eos_token_ids, p.length_penalty)
-
-        return sorted(everything, key=score, reverse=True)[: p.beam_width]
+        everything = self.completed + self.live
+        everything.sort(key=lambda s: beam_score(s, eos_token_ids, p.length_penalty), reverse=True)
+        return everything[: p.beam_width]
 
     def restart(self) -> Sequence:
         """Start again from the prompt with the first beam (its KV was dropped by a preemption):
@@ -112,10 +101,10 @@ class BeamGroup:
         return first
 
 
-def hypothesis(
-    beam: Sequence, token: int, cum: float | None = None, finish_reason: str = "length"
-) -> BeamSearchSequence:
-    """beam's tokens with its last one replaced by token."""
-    cum = beam.cumulative_logprob if cum is None else cum
-    tokens = beam.token_ids[:-1] + [token]
-    return BeamSearchSequence(tokens, list(beam.logprobs), cum, finish_reason=finish_reason)
+def hypothesis(beam: Sequence, token: int, cum: float, reason: FinishReason) -> Sequence:
+    """A finished copy of beam that ends in token instead: it needs no blocks."""
+    finished = beam.fork()
+    finished.token_ids[-1] = token
+    finished.cumulative_logprob = cum
+    finished.finish(reason)
+    return finished

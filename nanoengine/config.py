@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -23,7 +22,7 @@ class EngineConfig:
     device: str | None = None  # "cpu" / "cuda"; None = cuda when available
     dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA; auto: loading.choose_dtype
     attention_backend: str = "auto"  # auto / torch / flash
-    num_threads: int | None = None  # torch's (process-wide) thread count; None: idle_cores()
+    num_threads: int | None = None  # torch's (process-wide) thread count; None: the idle cores
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
@@ -50,14 +49,3 @@ class EngineConfig:
             raise ValueError(
                 f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}"
             )
-
-
-def idle_cores() -> int:
-    """torch threads when not given: the cores others leave idle (at least 1, at most torch's
-    own choice).
-
-    On a busy machine OpenMP threads wait for descheduled peers (docs/benchmarks.md)."""
-    import torch  # here: `nanoengine --help` reads EngineConfig's defaults without torch
-
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))

@@ -8,17 +8,15 @@ import dataclasses
 import itertools
 from typing import Any
 
-import torch
-
 from nanoengine.beam_search import BeamGroup, BeamSearchParams, hypothesis
 from nanoengine.block_manager import BlockManager
-from nanoengine.config import EngineConfig, idle_cores
+from nanoengine.config import EngineConfig
 from nanoengine.loading.engine_parts import load_engine_parts
 from nanoengine.loading.inputs import InputProcessor
 from nanoengine.loading.validation import first_line
 from nanoengine.logprobs import Sampled
 from nanoengine.model_runner import ModelRunner, StepInputs, prepare_inputs
-from nanoengine.outputs import RequestOutput, beam_output_of, output_of, stop_string_in_tail
+from nanoengine.outputs import RequestOutput, output_of, stop_string_in_tail
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import EventKind, FinishReason, Sequence
@@ -34,9 +32,9 @@ class LLMEngine:
 
     def __init__(self, model: str = "default", **options: Any):
         self.config = config = EngineConfig.from_kwargs(model=model, **options)
-        # process-wide: see the class docstring
-        torch.set_num_threads(config.num_threads or idle_cores())
-        parts = load_engine_parts(config)  # decides max_model_len and num_kv_blocks if None
+        # sets torch's threads (process-wide: see the class docstring); decides max_model_len and
+        # num_kv_blocks if None
+        parts = load_engine_parts(config)
         assert config.num_kv_blocks is not None and config.max_model_len is not None
         self.model_name = parts.model_name
         self.model = parts.model
@@ -72,11 +70,7 @@ class LLMEngine:
         blocks through the prefix cache (vLLM v1: child i samples with seed + i). A beam search
         starts as one sequence, forked into beams after its first token."""
         beam = params if isinstance(params, BeamSearchParams) else None
-        if isinstance(params, BeamSearchParams):
-            params = params.sampling_params()
-        params = SamplingParams() if params is None else params
-        width = beam.beam_width if beam else 1
-        token_ids = self.input_processor.check_request(prompt, params, num_seqs=width)
+        token_ids, params = self.input_processor.check_request(prompt, params)
         text = prompt if isinstance(prompt, str) else ""
         seqs = [Sequence(list(token_ids), child_params(params, i), text) for i in range(params.n)]
         if beam:
@@ -188,7 +182,8 @@ class LLMEngine:
         forked (its blocks shared), one never chosen is pruned (its blocks freed)."""
         chosen = group.candidates(self.eos_token_ids)
         if group.live[0].is_finished:  # max_tokens: the chosen are final, they need no KV
-            group.completed += [hypothesis(beam, token, cum) for cum, beam, token in chosen]
+            length = FinishReason.LENGTH
+            group.completed += [hypothesis(beam, token, cum, length) for cum, beam, token in chosen]
             group.live.clear()
             return
         live: list[Sequence] = []
@@ -306,9 +301,7 @@ class LLMEngine:
         for seq in seqs:
             del self.sequences[seq.seq_id]
         group = seqs[0].group
-        if group:
-            return beam_output_of(seqs, group.best(self.eos_token_ids), self.tokenizer)
-        return output_of(seqs, self.tokenizer)
+        return output_of(group.best(self.eos_token_ids) if group else seqs, self.tokenizer)
 
 
 def child_params(params: SamplingParams, i: int) -> SamplingParams:

@@ -7,7 +7,7 @@ from typing import Any
 
 from nanoengine.beam_search import BeamSearchOutput, BeamSearchParams, BeamSearchSequence
 from nanoengine.engine import LLMEngine
-from nanoengine.outputs import RequestOutput
+from nanoengine.outputs import CompletionOutput, RequestOutput
 from nanoengine.sampling_params import SamplingParams
 
 Params = SamplingParams | BeamSearchParams
@@ -44,17 +44,11 @@ class LLM:
         self, prompts: str | Iterable[str | list[int]], params: BeamSearchParams
     ) -> list[BeamSearchOutput]:
         """vLLM's LLM.beam_search: each prompt's best beam_width hypotheses, best first."""
-        results = []
-        for out in self.generate(prompts, params):
-            sequences = [
-                BeamSearchSequence(
-                    out.prompt_token_ids + c.token_ids,
-                    c.logprobs or [],
-                    c.cumulative_logprob or 0.0,
-                    c.text,
-                    c.finish_reason,
-                )
-                for c in out.outputs
-            ]
-            results.append(BeamSearchOutput(sequences))
-        return results
+        outputs = self.generate(prompts, params)
+        return [BeamSearchOutput([as_beam(out, c) for c in out.outputs]) for out in outputs]
+
+
+def as_beam(out: RequestOutput, c: CompletionOutput) -> BeamSearchSequence:
+    tokens = out.prompt_token_ids + c.token_ids  # vLLM's: the prompt's too
+    cum_logprob = c.cumulative_logprob or 0.0
+    return BeamSearchSequence(tokens, c.logprobs or [], cum_logprob, c.text, c.finish_reason)

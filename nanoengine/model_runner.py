@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from nanoengine.attention import AttentionMetadata, DecodeGroup, pick_backend
+from nanoengine.attention import AttentionMetadata, DecodeGroup
 from nanoengine.config import EngineConfig
+from nanoengine.loading.engine_parts import pick_backend
 from nanoengine.logits_processors import process_logits
 from nanoengine.logprobs import Sampled, prompt_logprobs, sampled_logprobs
 from nanoengine.model import CausalLM, head_dim_of

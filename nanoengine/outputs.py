@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanoengine.sequence import FinishReason, Logprob, Sequence, TopLogprobs
-
-ERROR = FinishReason.ERROR
+from nanoengine.sequence import Logprob, Sequence, TopLogprobs
 
 
 @dataclass(slots=True)
@@ -31,26 +29,14 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
     finished: bool = True
 
-    # One sequence's fields, as before there were several: outputs[0]'s.
     @property
     def seq_id(self) -> int:
         return self.request_id
 
-    @property
-    def token_ids(self) -> list[int]:
-        return self.outputs[0].token_ids
-
-    @property
-    def text(self) -> str:
-        return self.outputs[0].text
-
-    @property
-    def finish_reason(self) -> str | None:
-        return self.outputs[0].finish_reason
-
-    @property
-    def error(self) -> str:
-        return self.outputs[0].error
+    def __getattr__(self, name: str) -> Any:
+        """One sequence's fields (text, token_ids, finish_reason, error), as before there were
+        several: outputs[0]'s."""
+        return getattr(self.outputs[0], name)
 
 
 def output_of(seqs: list[Sequence], tokenizer: Any) -> RequestOutput:
@@ -61,22 +47,6 @@ def output_of(seqs: list[Sequence], tokenizer: Any) -> RequestOutput:
     outputs = [completion_of(i, seq, tokenizer) for i, seq in enumerate(seqs)]
     prompt_ids = first.token_ids[: first.num_prompt_tokens]
     return RequestOutput(first.request_id, first.prompt, prompt_ids, prompt_logprobs, outputs)
-
-
-def beam_output_of(seqs: list[Sequence], best: list[Any], tokenizer: Any) -> RequestOutput:
-    """A beam search's best hypotheses (BeamSearchSequence) as its outputs; the EOS that ended
-    one is in its token ids, not its text."""
-    first = seqs[0]
-    cut = first.num_prompt_tokens
-    ended = [s.finish_reason for s in seqs if s.finish_reason in (FinishReason.ABORT, ERROR)]
-    outputs = []
-    for i, h in enumerate(best):
-        tokens = h.tokens[cut:]
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
-        logprobs = [decoded(e, tokenizer) for e in h.logprobs]
-        reason = ended[0].value if ended else h.finish_reason
-        outputs.append(CompletionOutput(i, text, tokens, h.cum_logprob, logprobs, reason))
-    return RequestOutput(first.request_id, first.prompt, first.token_ids[:cut], None, outputs)
 
 
 def completion_of(index: int, seq: Sequence, tokenizer: Any) -> CompletionOutput:

@@ -136,6 +136,8 @@ class StepWatch:
     def saw_inputs(self, seqs: list[Sequence], inputs: StepInputs) -> None:
         """The values the step inputs were built from, taken between schedule() and
         postprocess(); the model's clock starts."""
+        if not self.hooks:
+            return
         self.scheduled = {s.seq_id: counters(s) for s in seqs}
         self.inputs = inputs
         self.model_start = time.perf_counter()
@@ -145,6 +147,8 @@ class StepWatch:
         self.model_time = time.perf_counter() - self.model_start
 
     def publish(self, out: SchedulerOutput, bm: BlockManager) -> None:
+        if not self.hooks:
+            return
         record = self.record(out, bm)
         for hook in self.hooks:
             hook(record)
@@ -202,23 +206,8 @@ def counters(s: Sequence) -> Scheduled:
     )
 
 
-class NoWatch(StepWatch):
-    """The watch of an engine without hooks: records nothing."""
-
-    def __init__(self) -> None:
-        """Nothing to set up."""
-
-    def saw_inputs(self, seqs: list[Sequence], inputs: StepInputs) -> None:
-        """Nothing to snapshot."""
-
-    def saw_tokens(self) -> None:
-        """No clock to stop."""
-
-    def publish(self, out: SchedulerOutput, bm: BlockManager) -> None:
-        """No hook to call."""
-
-
-NO_WATCH = NoWatch()
+# The watch of an engine without hooks: snapshots and publishes nothing.
+NO_WATCH = StepWatch(0, {}, [], QueueOrder((), (), 0), {})
 
 
 def record_pool(bm: BlockManager) -> BlockPool:

@@ -6,11 +6,13 @@ its device, and the KV pool's size.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
+from nanoengine.attention import AttentionBackend, FlashAttention, TorchAttention
 from nanoengine.config import EngineConfig
 from nanoengine.loading.build import build_model, eos_ids, pack_for_onednn
 from nanoengine.loading.checkpoint import load_model
@@ -30,7 +32,8 @@ class EngineParts:
 
 def load_engine_parts(config: EngineConfig) -> EngineParts:
     """Load the model named by config.model, and decide the knobs config left None from the
-    model and the machine."""
+    model and the machine; torch's thread count too (num_threads, or the idle cores)."""
+    torch.set_num_threads(config.num_threads or idle_cores())
     device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = choose_dtype(config.dtype, device)
     loaded = load_model(config.model)
@@ -57,10 +60,34 @@ def choose_dtype(name: str | None, device: torch.device) -> torch.dtype:
     if name is not None and name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)} or auto, got {name!r}")
     default = "bfloat16" if device.type == "cuda" else "float32"
-    dtype: torch.dtype = getattr(torch, name or default)
-    return dtype
+    return cast(torch.dtype, getattr(torch, name or default))
 
 
 def cpu_has_bf16() -> bool:
     """AVX512_BF16 or AMX, as torch's CPU feature check (cpuinfo) reports them."""
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def idle_cores() -> int:
+    """torch threads when not given: the cores others leave idle (at least 1, at most torch's
+    own choice).
+
+    On a busy machine OpenMP threads wait for descheduled peers (docs/benchmarks.md)."""
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))
+
+
+def pick_backend(name: str, device: torch.device, block_size: int) -> AttentionBackend:
+    """The backend asked for; auto: flash-attn where it runs, else pure torch."""
+    if name == "torch" or (name == "auto" and device.type != "cuda"):
+        return TorchAttention()
+    problem = ""
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        problem = "attention_backend='flash' needs flash-attn: pip install 'nanoengine[gpu]'"
+    if not problem and block_size % 256:
+        problem = f"flash-attn's paged kernel needs block_size a multiple of 256, got {block_size}"
+    if problem and name == "flash":
+        raise ValueError(problem)
+    return TorchAttention() if problem else FlashAttention()

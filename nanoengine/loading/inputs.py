@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nanoengine.beam_search import BeamSearchParams
 from nanoengine.block_manager import blocks_needed
 from nanoengine.config import EngineConfig
 from nanoengine.loading.validation import check_text, is_int, short_repr
@@ -50,11 +51,15 @@ class InputProcessor:
                 )
 
     def check_request(
-        self, prompt: str | list[int], params: SamplingParams | None = None, num_seqs: int = 1
-    ) -> list[int]:
-        """The one place a request is validated: its token ids, or a one-line ValueError saying
-        what was wrong and what to do. num_seqs: the sequences it may hold blocks for at once
-        (a beam search's beam_width)."""
+        self, prompt: str | list[int], params: SamplingParams | BeamSearchParams | None = None
+    ) -> tuple[list[int], SamplingParams]:
+        """The one place a request is validated: its token ids and the params its sequences run
+        with (a beam search's: its beams'), or a one-line ValueError saying what was wrong and
+        what to do."""
+        num_seqs = 1  # the sequences it may hold blocks for at once
+        if isinstance(params, BeamSearchParams):
+            num_seqs = params.beam_width
+            params = params.sampling_params()
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -83,4 +88,4 @@ class InputProcessor:
                 f"needs {need} KV blocks but the pool has {self.config.num_kv_blocks}: "
                 f"raise num_kv_blocks or lower max_tokens{' or beam_width' if beams else ''}"
             )
-        return token_ids
+        return token_ids, params

@@ -3,6 +3,7 @@ machine has free."""
 
 from __future__ import annotations
 
+import psutil
 import torch
 
 from nanoengine.block_manager import blocks_needed
@@ -28,7 +29,7 @@ def check_kv_fits(num_kv_blocks: int, bytes_per_block: int, device: torch.device
     """Refuse a KV pool bigger than the free memory before allocating it (the OS would kill us)."""
     need = num_kv_blocks * bytes_per_block
     free = free_memory(device)
-    if free is not None and need > free:
+    if need > free:
         raise ValueError(
             f"num_kv_blocks={num_kv_blocks} needs {need / 2**30:.1f} GiB of KV cache but only "
             f"{free / 2**30:.1f} GiB of {device.type} memory is free: lower num_kv_blocks "
@@ -36,13 +37,8 @@ def check_kv_fits(num_kv_blocks: int, bytes_per_block: int, device: torch.device
         )
 
 
-def free_memory(device: torch.device) -> int | None:
-    """Bytes free on the device now; None if unknown."""
+def free_memory(device: torch.device) -> int:
+    """Bytes free on the device now (host memory through psutil)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            info = dict(line.split(":", 1) for line in f)
-        return int(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
+    return int(psutil.virtual_memory().available)

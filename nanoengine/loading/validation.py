@@ -7,6 +7,7 @@ import numbers
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nanoengine.beam_search import BeamSearchParams
     from nanoengine.sampling_params import SamplingParams
 
 MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: use 0 (greedy)
@@ -14,6 +15,7 @@ MIN_TEMPERATURE = 1e-5  # below this, logits / temperature overflows float32: us
 MAX_SEED = 2**32
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit
 MAX_N = 64
+MAX_BEAM_WIDTH = 10  # each beam asks for 2 * beam_width logprobs: MAX_LOGPROBS
 # (name, lowest, highest): OpenAI's ranges for its penalties, vLLM's for the others
 PENALTY_RANGES = (
     ("presence_penalty", -2.0, 2.0),
@@ -114,3 +116,13 @@ def check_processors(p: SamplingParams) -> None:
         raise ValueError("logits_processors must be a list of functions (token ids, logits)")
     if p.repetition_penalty == 0:
         raise ValueError("repetition_penalty must be > 0 (1 = off), got 0")
+
+
+def check_beam_search_params(p: BeamSearchParams) -> None:
+    if not is_int(p.beam_width) or not 1 <= p.beam_width <= MAX_BEAM_WIDTH:
+        raise ValueError(
+            f"beam_width must be an integer in [1, {MAX_BEAM_WIDTH}], got {p.beam_width!r}"
+        )
+    if not is_real(p.length_penalty):
+        raise ValueError(f"length_penalty must be a number, got {p.length_penalty!r}")
+    p.sampling_params()  # the others are checked as SamplingParams checks them

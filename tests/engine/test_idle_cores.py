@@ -7,7 +7,7 @@ import os
 import torch
 from conftest import make_tiny_engine, torch_threads
 
-from nanoengine.config import idle_cores
+from nanoengine.loading.engine_parts import idle_cores
 
 
 def test_a_busy_machine_gets_one_thread(monkeypatch):

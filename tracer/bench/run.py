@@ -89,7 +89,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
     import transformers
 
     import nanoengine
-    from nanoengine.config import idle_cores
+    from nanoengine.loading.engine_parts import idle_cores
     from tracer.bench.efficiency import Roofline, measure_gemm_peak, model_flops_summary, run_efficiency
     from tracer.bench.engine import measure_startup
     from tracer.bench.report import evaluate_targets
@@ -208,8 +208,8 @@ def run_single_benchmark(settings: BenchSettings) -> dict:
     measured against."""
     import torch
 
-    from nanoengine.config import idle_cores
     from nanoengine.loading.checkpoint import load_model
+    from nanoengine.loading.engine_parts import idle_cores
     from tracer.bench.model_shape import ModelShape
     from tracer.bench.roofline import measure_memory_bandwidth
 

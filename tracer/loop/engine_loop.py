@@ -104,7 +104,7 @@ class EngineLoop:
         notes: dict[str, Any] | None = None,
         token_ids: list[int] | None = None,
     ) -> LoopRequest:
-        """token_ids: what engine.input_processor.check_request(prompt, params) returned (the prompt is then not tokenized again)."""
+        """token_ids: the token ids engine.input_processor.check_request(prompt, params) returned (the prompt is then not tokenized again)."""
         request = LoopRequest(prompt, params, on_update, dict(notes or {}), token_ids=token_ids)
         self.submit(lambda: self.admit(request))
         return request

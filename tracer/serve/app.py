@@ -257,7 +257,7 @@ def checked_prompts(
                 f"{which}prompt is {len(prompt)} tokens, but max_model_len is {limit}: shorten it", param
             )
         try:
-            checked.append((prompt, engine.input_processor.check_request(prompt, params)))
+            checked.append((prompt, engine.input_processor.check_request(prompt, params)[0]))
         except ValueError as e:  # about the prompt, or a sampling field checked against the vocabulary
             raise RequestError(f"{which}{e}", param_named_in(str(e)) or param) from None
         except Exception as e:  # e.g. a tokenizer's TypeError on text it cannot read: this request only
