@@ -57,3 +57,24 @@ def test_a_bad_count_is_one_line(capsys):
         main(["--n", "0"])
     assert info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--n must be at least 1, got 0")
+
+
+def test_beams_hold_fewer_blocks_than_their_own_copies_and_fork_and_copy(tmp_path):
+    from tracer.bench.sharing import beam_usage_of, default_model_prompts, record
+    from tracer.trace.trace_file import load_trace
+
+    spec = SharingSpec(num_prompts=2, max_tokens=8, block_size=4, beam_width=3)
+    path = record(spec, for_model(default_model_prompts(2), "tiny"), tmp_path / "beams.jsonl", False)
+    usage = beam_usage_of(path)
+    assert usage.forks > 0 and usage.copies_on_write > 0
+    assert usage.peak < usage.peak_own_copies and usage.mean < usage.mean_own_copies
+    for step in load_trace(path, validate="none").steps:  # each holder's own copy: the sum of ref counts
+        listed = sum(len(r["block_table_after"]) for r in step["seqs"] if r["status_after"] != "FINISHED")
+        assert listed == sum(step["pool"]["ref_counts"])
+
+
+def test_a_bad_beam_width_is_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--beam-width", "11"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--beam-width must be in [1, 10], got 11")

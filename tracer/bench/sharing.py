@@ -1,8 +1,16 @@
-"""KV memory saved by sharing the prompt's blocks among n samples (issue 33, item 9; PagedAttention,
-SOSP 2023, section 6.3: 6.1-9.8 % saved for parallel sampling, OPT-13B on Alpaca).
+"""KV memory saved by sharing blocks among n samples or the beams of a beam search (issue 33, item 9;
+PagedAttention, SOSP 2023, section 6.3: 6.1-9.8 % saved for parallel sampling and 37.6-55.2 % for beam
+search, OPT-13B on Alpaca).
 
-    python -m tracer.bench.sharing [--prompts 32] [--n 4] [--max-tokens 128] [--model tiny] [--json]
+    python -m tracer.bench.sharing [--prompts 32] [--n 4 | --beam-width 4] [--max-tokens 128]
+                                   [--model tiny] [--json]
     nanoengine bench --sharing ...   (the same)
+
+Beam search (--beam-width K): one trace (prefix caching off, so the only sharing is the beams'
+own: forked beams share every block by reference count, copy-on-write copies the one they write);
+without sharing, every live beam would hold its own copy of each block it lists: per step that is
+the sum of the pool's ref counts, against the blocks in use. Unlike the samples' case the beams'
+paths, hence their sharing, depend on the model: run it with --model default for the real figure.
 
 The workload: 32 instructions, each wrapped in the default model's chat template (its system prompt
 included) and tokenized by the default model's tokenizer, n = 4 samples each (temperature 1, seeds
@@ -73,6 +81,7 @@ class SharingSpec:
     max_tokens: int = 128
     model: str = "tiny"  # which model runs; the prompts are always the default model's token ids
     block_size: int = 16
+    beam_width: int = 0  # > 0: a beam search of this width per prompt instead of n samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,25 +117,28 @@ def for_model(prompts: list[list[int]], model: str) -> list[list[int]]:
 
 
 def record(spec: SharingSpec, prompts: list[list[int]], path: Path, sharing: bool) -> Path:
-    from nanoengine import SamplingParams
+    from nanoengine import BeamSearchParams, SamplingParams
     from nanoengine.block_manager import blocks_needed
     from nanoengine.engine import LLMEngine
     from tracer.trace.recorder import TraceRecorder
 
     per_seq = blocks_needed(max(map(len, prompts)) + spec.max_tokens, spec.block_size)
+    width = spec.beam_width or spec.n
     engine = LLMEngine(
         spec.model,
         block_size=spec.block_size,
-        num_kv_blocks=per_seq * len(prompts) * spec.n,  # never preempts: the blocks follow the demand alone
-        max_num_seqs=len(prompts) * spec.n,
+        num_kv_blocks=per_seq * len(prompts) * width,  # never preempts: the blocks follow the demand alone
+        max_num_seqs=len(prompts) * width,
         max_num_batched_tokens=max(2048, max(map(len, prompts))),
         enable_prefix_caching=sharing,
     )
     with TraceRecorder(engine, path, title=f"sharing={sharing}"):
         for i, prompt in enumerate(prompts):
-            params = SamplingParams(
+            params: SamplingParams | BeamSearchParams = SamplingParams(
                 n=spec.n, max_tokens=spec.max_tokens, temperature=1.0, seed=spec.n * i, ignore_eos=True
             )
+            if spec.beam_width:
+                params = BeamSearchParams(spec.beam_width, spec.max_tokens, ignore_eos=True)
             engine.add_request(prompt, params)
         while engine.has_unfinished():
             engine.step()
@@ -151,9 +163,74 @@ def usage_of(path: Path) -> Usage:
     return Usage(len(in_use), max(in_use), sum(in_use) / len(in_use), sum(in_use), by_samples, across)
 
 
+@dataclass(frozen=True, slots=True)
+class BeamUsage:
+    """A beam search run's blocks in use, and what its beams would hold without sharing."""
+
+    steps: int
+    peak: int
+    mean: float
+    peak_own_copies: int  # the most blocks the live beams would hold, each its own copy of each
+    mean_own_copies: float
+    copies_on_write: int  # blocks copied because a beam was to write into a shared one
+    forks: int
+
+
+def beam_usage_of(path: Path) -> BeamUsage:
+    from nanoengine.sequence import EventKind
+    from tracer.trace.trace_file import load_trace
+
+    trace = load_trace(path, validate="none")
+    in_use, own = [], []
+    copies = forks = 0
+    for step in trace.steps:
+        refs = step["pool"]["ref_counts"]
+        in_use.append(sum(1 for r in refs if r > 0))
+        own.append(sum(refs))  # every holder its own copy
+        copies += len(step.get("blocks_to_copy", []))
+        forks += sum(1 for e in step["events"] if e["kind"] == EventKind.FORKED.value)
+    n = len(in_use)
+    return BeamUsage(n, max(in_use), sum(in_use) / n, max(own), sum(own) / n, copies, forks)
+
+
+def measure_beams(spec: SharingSpec, prompts: list[list[int]], folder: Path | None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="nanoengine-sharing-") as tmp:
+        where = folder or Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        u = beam_usage_of(record(spec, prompts, where / "beam-search.jsonl", False))
+    return {
+        "spec": asdict(spec),
+        "prompt_tokens": {"min": min(map(len, prompts)), "max": max(map(len, prompts))},
+        "beams": asdict(u),
+        "saved_peak_pct": pct(u.peak_own_copies - u.peak, u.peak_own_copies),
+        "saved_mean_pct": pct(u.mean_own_copies - u.mean, u.mean_own_copies),
+    }
+
+
+def beam_table(report: dict) -> str:
+    u, spec, tokens = report["beams"], report["spec"], report["prompt_tokens"]
+    return "\n".join(
+        [
+            f"{spec['num_prompts']} prompts (the default model's chat template: {tokens['min']}-{tokens['max']} "
+            f"tokens), beam search of width {spec['beam_width']}, {spec['max_tokens']} output tokens, "
+            f"block_size {spec['block_size']}, model {spec['model']}",
+            "",
+            "| beams | steps | peak blocks | mean blocks |",
+            "|---|---|---|---|",
+            f"| each its own copy of every block | {u['steps']} | {u['peak_own_copies']} | {u['mean_own_copies']:.1f} |",
+            f"| sharing (fork by reference count, copy-on-write) | {u['steps']} | {u['peak']} | {u['mean']:.1f} |",
+            f"| saved | | {report['saved_peak_pct']:.1f} % | {report['saved_mean_pct']:.1f} % |",
+            "",
+            f"{u['forks']} forks, {u['copies_on_write']} blocks copied on write.",
+        ]
+    )
+
+
 def measure(spec: SharingSpec, folder: Path | None = None) -> dict:
-    """Both runs' usage and what sharing saves, as a report dict."""
+    """Both runs' usage and what sharing saves, as a report dict (a beam search: one run)."""
     prompts = for_model(default_model_prompts(spec.num_prompts), spec.model)
+    if spec.beam_width:
+        return measure_beams(spec, prompts, folder)
     with tempfile.TemporaryDirectory(prefix="nanoengine-sharing-") as tmp:
         where = folder or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
@@ -208,6 +285,7 @@ def main(argv: Iterable[str] | None = None, prog: str = "python -m tracer.bench.
     d = SharingSpec()
     p.add_argument("--prompts", type=int, default=d.num_prompts, help="number of prompts")
     p.add_argument("--n", type=int, default=d.n, help="samples per prompt")
+    p.add_argument("--beam-width", type=int, default=0, help="a beam search per prompt instead (1-10)")
     p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="output tokens per sample")
     p.add_argument("--model", default=d.model, help="the model that runs: tiny (default) or default")
     p.add_argument("--block-size", type=int, default=d.block_size)
@@ -217,9 +295,14 @@ def main(argv: Iterable[str] | None = None, prog: str = "python -m tracer.bench.
     for name in ("prompts", "n", "max_tokens", "block_size"):  # one line, not a traceback
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    spec = SharingSpec(args.prompts, args.n, args.max_tokens, args.model, args.block_size)
+    if not 0 <= args.beam_width <= 10:
+        p.error(f"--beam-width must be in [1, 10], got {args.beam_width}")
+    spec = SharingSpec(args.prompts, args.n, args.max_tokens, args.model, args.block_size, args.beam_width)
     report = measure(spec, args.keep)
-    print(json.dumps(report, indent=2, allow_nan=False) if args.json else table(report))
+    if args.json:
+        print(json.dumps(report, indent=2, allow_nan=False))
+    else:
+        print(beam_table(report) if spec.beam_width else table(report))
     return 0
 
 

@@ -34,6 +34,13 @@ def demo_main(argv: list[str]) -> int:
         )
     steps = parse_steps(args.steps)
     size = parse_terminal_size(args.size)
+    if args.vs_vllm and any(r.is_beam_search for r in demo.build(args.model == "tiny").requests):
+        raise ValueError(
+            _(
+                "--vs-vllm: vLLM v1's scheduler runs no beam search (its LLM.beam_search sends each step's beams "
+                "as new requests), so there is no vLLM run of the {name} demo to compare with"
+            ).format(name=demo.name)
+        )
     vllm_trace = vs_vllm_trace(demo.name, args, console) if args.vs_vllm else None
     if args.threads is not None and args.threads < 1:
         raise ValueError(_("--threads must be >= 1, got {value}").format(value=args.threads))

@@ -8,6 +8,7 @@ import importlib
 import sys
 import time
 
+from tracer.cli.beams import add_beam_args, beam_score_of, request_params
 from tracer.cli.defaults import add_field_arg, add_lang_arg
 from tracer.cli.help_format import HelpFormatter
 from tracer.i18n import LANGUAGES, N_, _, error_line, set_language
@@ -46,6 +47,7 @@ def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
             add_field_arg(p, SamplingParams, name, PROCESSORS[name], _("vLLM's {name} {shown}").replace("{name}", name))
         p.add_argument("--ignore-eos", action="store_true", help=_("keep generating past the end-of-sequence token"))
         p.add_argument("--raw", action="store_true", help=_("do not wrap prompts in the chat template"))
+        add_beam_args(p)
     add_field_arg(p, EngineConfig, "block_size", int, _("tokens per KV block {shown}"))
     add_field_arg(
         p,
@@ -153,11 +155,14 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--stats", action="store_true", help=_("print TTFT and the decode rate (tok/s after the first)"))
     args = p.parse_args(argv)
     args.prompts = read_prompts(args.prompts)
+    from nanoengine.beam_search import BeamSearchParams
     from nanoengine.engine import LLMEngine
 
-    params = sampling_params(args)
+    params = request_params(args)
     engine = LLMEngine(args.model, **engine_options(args))
     ids = [engine.add_request(prompt, params) for prompt in args.prompts]
+    if isinstance(params, BeamSearchParams):
+        return print_beams(engine, ids, args.prompts, params)
     many = len(ids) > 1 or params.n > 1
     start, num_generated, printed, first = time.perf_counter(), 0, "", None
     while engine.has_unfinished():
@@ -192,6 +197,34 @@ def generate_main(argv: list[str]) -> int:
         from tracer.bench.single import stats_line
 
         print(stats_line(engine, start, first, start + elapsed, num_generated), file=sys.stderr)
+    print(*failed, sep="\n", file=sys.stderr, end="\n" if failed else "")
+    return 1 if failed else 0
+
+
+def print_beams(engine, ids: list[int], prompts: list[str], params) -> int:
+    """Run each prompt's beam search to the end, then print every beam, best first, under its own
+    header with its score (a beam changes until its search ends: nothing is streamed)."""
+    start, num_generated = time.perf_counter(), 0
+    while engine.has_unfinished():
+        num_generated += len(engine.step())
+    elapsed = time.perf_counter() - start
+    failed = []
+    for i, seq_id in enumerate(ids):
+        out = engine.collect(seq_id)
+        if out.finish_reason == "error":
+            failed.append(
+                error_line(_("prompt {i} failed inside the engine: {error}").format(i=i, error=printable(out.error)))
+            )
+        for rank, c in enumerate(out.outputs):
+            score = beam_score_of(out, c, engine.eos_token_ids, params.length_penalty)
+            beam = _("(beam {rank}, score {score:.4f}, {reason})").format(
+                rank=rank, score=score, reason=c.finish_reason
+            )
+            print(f"--- [{i}] {beam} {printable(prompts[i])}\n{c.text}")
+    rate = _("[{n} tokens in {seconds:.2f} s, {rate:.1f} tok/s]").format(
+        n=num_generated, seconds=elapsed, rate=num_generated / elapsed
+    )
+    print(rate, file=sys.stderr)
     print(*failed, sep="\n", file=sys.stderr, end="\n" if failed else "")
     return 1 if failed else 0
 

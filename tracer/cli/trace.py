@@ -29,9 +29,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from tracer.cli.beams import request_params
 from tracer.cli.defaults import add_lang_arg
 from tracer.cli.help_format import HelpFormatter
-from tracer.cli.main import add_engine_args, engine_options, error_line, read_prompts, sampling_params
+from tracer.cli.main import add_engine_args, engine_options, error_line, read_prompts
 from tracer.cli.vllm_traces import resolve_trace
 from tracer.i18n import N_, _
 from tracer.loop.arrivals import Arrival, parse_arrive
@@ -86,13 +87,15 @@ def trace_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     take_sigterm_as_ctrl_c()
     args.prompts = read_prompts(args.prompts)
+    if args.live and args.beam_width is not None:
+        raise ValueError(_("--live adds and aborts requests of its own: it cannot record a beam search yet"))
     check_live_args(args)
     from nanoengine.engine import LLMEngine
 
     if args.out:
         out_target(Path(args.out))  # refused before the model loads
     console = Console(stderr=True)
-    params = sampling_params(args)
+    params = request_params(args)
     steps = parse_arrive(args.arrive, len(args.prompts)) if args.arrive else [0] * len(args.prompts)
     with console.status(_("Loading model {model} ...").format(model=escape(args.model))):
         engine = LLMEngine(args.model, **engine_options(args))
@@ -182,6 +185,7 @@ def record_live(engine, arrivals: list[Arrival], args: argparse.Namespace, targe
 
     partial = new_partial(target)
     params = arrivals[0].params if arrivals else SamplingParams()
+    assert isinstance(params, SamplingParams), "--live refuses a beam search (cli/beams.py)"
     try:
         code = run_live(engine, partial, params, arrivals, args.title, shown_as=path)
     except BaseException:
@@ -421,7 +425,7 @@ def print_step_text(path: str, index: int) -> int:
         err(_("step {step} is outside the trace: choose 0 .. {last}").format(step=index, last=len(trace.steps) - 1))
         return 2
     model = ReplayModel(trace, index)
-    print(printable(narrate(model.current, model.header)))
+    print(printable(narrate(model.current, model.header, model.beam_scores())))
     for line in step_code_text(model.current, model.header):
         print(printable(line))
     return 0

@@ -26,6 +26,7 @@ from tracer.export.frame_pack import PackedFrames, add_frame, compress, frame_op
 from tracer.export.frames import DEFAULT_SIZE, stream_frames
 from tracer.export.page_text import page_language, strings_json
 from tracer.i18n import _
+from tracer.replay.beams import BeamScores, has_pruning
 from tracer.replay.model import ReplayModel, focus_index
 from tracer.replay.narration import narrate
 from tracer.replay.views.side_labels import side_labels
@@ -47,9 +48,15 @@ def html_page(
     notes = notes or {}
     events = set(model.event_indices)
     focus = focus_index(trace)
+    scores = BeamScores()  # a pruned beam's why needs the beams' cumulative logprobs
+
+    def narration(i: int) -> str:
+        step = trace.steps[i]
+        return narrate(step, model.header, scores.at(trace.steps, i) if has_pruning(step) else None)
+
     payload: dict[str, object] = {
         "steps": numbers,
-        "narration": [narrate(trace.steps[i], model.header) for i in indices],
+        "narration": [narration(i) for i in indices],
         "events": [n for n, i in enumerate(indices) if i in events],
         "focus": indices.index(focus) if focus in indices else None,
         "look_for": trace.header.get("look_for") or "",

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the command line's --help must not import torch
+    from nanoengine.beam_search import BeamSearchParams
     from nanoengine.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)
 class Arrival:
     prompt: str | list[int]
-    params: SamplingParams
+    params: SamplingParams | BeamSearchParams
     step: int = 0  # added before this engine step runs
     index: int = 0  # its place in the list it came from (seq_ids differ between runs, indices do not)
 

@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanoengine.beam_search import BeamSearchParams
 from nanoengine.engine import LLMEngine
 from nanoengine.loading.validation import first_line
 from nanoengine.sampling_params import SamplingParams
@@ -60,11 +61,11 @@ class RequestUpdate:
 @dataclass(slots=True, eq=False)
 class LoopRequest:
     """A request as the loop tracks it. seq_id is set when the loop adds it to the engine.
-    token_ids: the prompt already checked and tokenized (LLMEngine.input_processor.check_request) in the caller's
-    thread, so the loop thread never tokenizes a client's text."""
+    token_ids: the prompt already checked and tokenized (LLMEngine.input_processor.check_request) in the
+    caller's thread, so the loop thread never tokenizes a client's text."""
 
     prompt: str | list[int]
-    params: SamplingParams
+    params: SamplingParams | BeamSearchParams
     on_update: Callable[[RequestUpdate], object]
     notes: dict[str, Any] = field(default_factory=dict)  # written into the trace's request entry
     token_ids: list[int] | None = None
@@ -99,7 +100,7 @@ class EngineLoop:
     def add(
         self,
         prompt: str | list[int],
-        params: SamplingParams,
+        params: SamplingParams | BeamSearchParams,
         on_update: Callable[[RequestUpdate], object],
         notes: dict[str, Any] | None = None,
         token_ids: list[int] | None = None,

@@ -351,7 +351,7 @@ class ReplayApp(App[int]):
         step, prev = self.model.current, self.model.previous
         for view in (self.machine, self.kv, self.seqs, self.batch, self.query_one(QueuesView), self.code):
             view.show(step, prev, self.header)
-        self.query_one(NarrationBar).say(narrate(step, self.header))
+        self.query_one(NarrationBar).say(narrate(step, self.header, self.model.beam_scores()))
         self.show_violations(step)
         if self.model.diff is not None:
             mine, theirs = self.model.compare_sides()

@@ -30,6 +30,8 @@ from tracer.trace.invariants.rule import rule_named, shown_text
 # The event a step's panel shows when no sequence is selected: the most telling first.
 EVENT_ORDER = (
     EventKind.PREEMPTED,
+    EventKind.COPY_ON_WRITE,
+    EventKind.FORKED,
     EventKind.PREFIX_HIT,
     EventKind.ADMITTED,
     EventKind.NOT_ADMITTED,

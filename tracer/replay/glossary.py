@@ -144,14 +144,21 @@ GLOSSARY: tuple[Term, ...] = (
         ),
     ),
     Term(
-        N_("Beam search with copy-on-write and swap preemption: not built here (the engine's code budget)"),
         N_(
-            "vLLM v0's SequenceGroup: fork, blocks_to_copy, SWAPPED with blocks_to_swap_out / "
-            "blocks_to_swap_in; vLLM v1 runs beam search outside its scheduler (LLM.beam_search, "
-            "vllm/entrypoints/generate/beam_search/offline.py) as requests that share blocks through prefix "
-            "caching, and preempts by recompute only"
+            "BeamSearchParams, BeamGroup (nanoengine/beam_search.py): beam search in the engine, vLLM v0's "
+            "design; a beam chosen again is forked and shares its parent's blocks (LLMEngine.advance_beams, "
+            "BlockManager.fork), a beam about to write into a shared block gets its own copy (copy-on-write: "
+            "BlockManager.copy_on_write, SchedulerOutput.blocks_to_copy); a preempted beam search restarts "
+            "from its prompt; swap preemption is not built (the engine's line budget)"
         ),
-        N_("none: recompute only"),
+        N_(
+            "vLLM v0 kept a beam search's beams in a SequenceGroup inside the scheduler (fork, "
+            "blocks_to_copy), and could only swap a beam group out (it asserted on recompute); vLLM v1 moved "
+            "beam search out of the scheduler, into LLM.beam_search "
+            "(vllm/entrypoints/generate/beam_search/offline.py), where each step's beams are new requests "
+            "sharing blocks through the prefix cache: v1 needs no copy-on-write, and preempts by recompute only"
+        ),
+        N_("none: no beam search, and recompute only"),
     ),
     Term(
         "LLMEngine.step (nanoengine/engine.py)",
@@ -265,6 +272,30 @@ CONCEPTS: tuple[Concept, ...] = (
         N_(
             "when a running sequence needs a block and none is free, the newest running sequence gives up "
             "its blocks and goes back to the head of the waiting queue; its tokens are computed again later"
+        ),
+    ),
+    Concept(
+        "BeamSearchParams(beam_width)",
+        N_("beam search, beam"),
+        N_(
+            "a request that keeps its beam_width likeliest continuations (beams) alive: each step every beam's "
+            "candidates are ranked together, the best beam_width live on and a beam none of whose candidates "
+            "made it is pruned (marked ✂)"
+        ),
+    ),
+    Concept(
+        "fork, parent_id",
+        N_("fork"),
+        N_(
+            "a beam chosen twice becomes two: the new beam (its parent_id the old one) shares every block of its parent"
+        ),
+    ),
+    Concept(
+        "copy_on_write, blocks_to_copy",
+        N_("copy-on-write"),
+        N_(
+            "a beam about to write into a block other beams hold (ref count > 1) gets a fresh block, and the "
+            "runner copies the shared block's K/V into it before the forward (marked ⧉)"
         ),
     ),
     Concept(

@@ -65,6 +65,19 @@ LEGEND = (
     ("gen/max", N_("completion tokens so far / the request's max_tokens")),
     (N_("dim italic text"), N_("the chat template around your prompt (`--raw` sends the prompt without it)")),
     ("⟨?⟩", N_("bytes of a character still incomplete (Chinese, emoji): it becomes the character with its last byte")),
+    (
+        "D#3<A#0 ├0",
+        N_(
+            "a beam of request 0's beam search, forked from A#0; the bracket joins the search's beams ('┌0 k=3': beam_width 3)"
+        ),
+    ),
+    ("✂", N_("a pruned beam: none of its candidates ranked among the beam_width best")),
+    (
+        "⧉ 1→2",
+        N_(
+            "KV pages: block 2 is a copy-on-write copy of block 1, made this step (a beam was to write into a shared block)"
+        ),
+    ),
 )
 
 

@@ -10,6 +10,7 @@ replay (tracer/export) and `replay --text` read the same model. Nothing here imp
     model.poll() -> new steps                            # a growing source (follow, live); model.following
     model.select(seq_id, block); model.selection
     model.compare_sides() -> (Side, Side)                # this step of both traces, for the diff panel
+    model.beam_scores() -> {seq_id: cumulative logprob}  # a pruning's numbers, for narrate(..., scores)
 
 A source is anything with what Trace holds (path, header, steps, marks, requests, warning); one
 that also has poll() grows while it is shown (tracer/live/source.py: a file still being written).
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tracer.i18n import _
+from tracer.replay.beams import BeamScores, has_pruning
 from tracer.replay.marks import is_event_step, step_mark
 from tracer.trace.diff import Side, TraceDiff, diff_traces, null_blocks, request_order
 from tracer.trace.trace_file import StepMarks, TraceError, check_step
@@ -74,6 +76,7 @@ class ReplayModel:
         self.checked: set[int] = set()  # step indices validated against the schema
         self.following = True  # a growing source: show each new step as it arrives
         self.broken = ""  # why a growing source can no longer be followed
+        self.scores = BeamScores()
 
     # ---- the step shown ---------------------------------------------------------------------
     @property
@@ -142,6 +145,11 @@ class ReplayModel:
                 number=number, shown=self.step_numbers[index]
             )
         return index, ""
+
+    def beam_scores(self) -> dict[int, float]:
+        """Each beam's cumulative logprob after the step shown, where a beam was pruned in it (the
+        narration's numbers; summing reads the search's earlier steps, so only then); else {}."""
+        return self.scores.at(self.steps, self.index) if has_pruning(self.current) else {}
 
     # ---- a growing source ---------------------------------------------------------------------
     @property

@@ -4,25 +4,30 @@ chosen (tracer.i18n: each message a whole phrase with named fields, so a transla
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nanoengine.sequence import EventKind
+from nanoengine.sequence import EventKind, FinishReason
 from tracer.i18n import _, ngettext
 from tracer.replay.colors import seq_letter
 from tracer.replay.samples import sibling_hit
 from tracer.replay.why import Why
 from tracer.trace.readable import completed_character, printable, token_label
+from tracer.trace.step_line import beam_width_of
 
 MAX_LISTED_DECODES = 3  # more decode-only sequences than this are summarised in one clause
 
 
-def narrate(step: dict, header: dict) -> str:
-    """'Step 7: seq 2 (C) prefilled 3 prompt tokens (chunk 3 of 3); seq 0 (A) generated ' Paris'.'"""
+def narrate(step: dict, header: dict, scores: Mapping[int, float] | None = None) -> str:
+    """'Step 7: seq 2 (C) prefilled 3 prompt tokens (chunk 3 of 3); seq 0 (A) generated ' Paris'.'
+
+    scores: each beam's cumulative logprob after the step (beams.BeamScores), for the numbers of a
+    pruning; without them the why of a pruning has none."""
     budget = int(header.get("config", {}).get("max_num_batched_tokens") or 0)
     seqs = {s["seq_id"]: s for s in step.get("seqs", [])}
     events = events_by_seq(step.get("events", []))
     writers = block_writers(step, int(step.get("pool", {}).get("block_size") or 0))
-    why = Why(step, header, seqs)
+    why = Why(step, header, seqs, scores or {})
     clauses, decoders, waits = [], [], []
     for seq_id in involved_seqs(step, events):
         seq = seqs.get(seq_id, {"seq_id": seq_id})
@@ -159,11 +164,26 @@ def describe_event(
         return _("{hit}; {shared}").format(hit=hit, shared=shared) if shared else hit  # n samples meet in the cache
     if kind == EventKind.PREFILL_CHUNK:
         return describe_chunk(event, seq, budget, why)
+    if kind == EventKind.FORKED:
+        return why.forked(event) if why else _("was forked from another beam")
+    if kind == EventKind.COPY_ON_WRITE:
+        return (
+            why.copied(event)
+            if why
+            else _("was to write into shared block {source}: it got a copy, block {copy}").format(
+                source=detail.get("source", "?"), copy=detail.get("copy", "?")
+            )
+        )
+    if kind == EventKind.PREEMPTED and why and beam_width_of(seq):
+        return why.restart(event, seq)  # a beam search starts again from its prompt
     if kind == EventKind.PREEMPTED:
         reason = (why.preemption(event) if why else None) or detail.get("reason")
         if reason:
             return _("was preempted back to WAITING ({reason})").format(reason=reason)
         return _("was preempted back to WAITING")
+    if kind == EventKind.FINISHED and detail.get("reason") == FinishReason.PRUNED.value and why:
+        restarted = any(e["seq_id"] == event["seq_id"] for e in why.kinds(EventKind.PREEMPTED))
+        return "" if restarted else why.pruned(seq)  # dropped by a restart: its preemption said so
     if kind == EventKind.FINISHED:
         return _("finished ({reason})").format(reason=detail.get("reason", "?"))
     return ""  # prefill_done: the generated token and the status already tell it

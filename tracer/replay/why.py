@@ -7,12 +7,14 @@ then keeps its old wording.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from nanoengine.sequence import EventKind, FinishReason
 from tracer.i18n import _, ngettext
+from tracer.replay.beams import FINISHED
 from tracer.replay.colors import seq_letter
-from tracer.trace.step_line import queues_of
+from tracer.trace.step_line import beam_width_of, parent_of, queues_of, request_of
 
 
 def number(detail: dict, key: str) -> int | None:
@@ -30,6 +32,7 @@ class Why:
     step: dict
     header: dict
     seqs: dict[int, dict]  # the step's rows by seq_id
+    scores: Mapping[int, float] = field(default_factory=dict)  # beams' cumulative logprobs after the step
 
     @property
     def config(self) -> dict:
@@ -174,3 +177,121 @@ class Why:
             len(masked),
         )
         return text.format(names=names)
+
+    # ---- a beam search (nanoengine/beam_search.py) ----------------------------------------------
+    def forked(self, event: dict) -> str:
+        """'forked from seq 4 (E): both of E's next tokens ranked among the 3 best; it shares E's 5
+        blocks': a beam chosen again is forked, the child holding every block of its parent."""
+        detail, row = event.get("detail") or {}, self.seqs.get(event["seq_id"], {})
+        parent = number(detail, "parent")
+        parent = parent if parent is not None else parent_of(row)
+        if parent < 0:
+            return _("was forked from another beam")
+        width = beam_width_of(row)
+        chosen = 1 + len([e for e in self.kinds(EventKind.FORKED) if (e.get("detail") or {}).get("parent") == parent])
+        letter = seq_letter(parent)
+        both = chosen == 2
+        if width:
+            ranked = (
+                _("both of {parent}'s next tokens ranked among the {width} best")
+                if both
+                else _("{count} of {parent}'s next tokens ranked among the {width} best")
+            )
+        else:
+            ranked = (
+                _("both of {parent}'s next tokens ranked among the best")
+                if both
+                else _("{count} of {parent}'s next tokens ranked among the best")
+            )
+        blocks = len(detail.get("blocks") or row.get("block_table_after") or [])
+        shares = ngettext("it shares {parent}'s {count} block", "it shares {parent}'s {count} blocks", blocks)
+        return _("forked from {parent}: {ranked}; {shares}").format(
+            parent=_("seq {seq_id} ({letter})").format(seq_id=parent, letter=letter),
+            ranked=ranked.format(parent=letter, count=chosen, width=width),
+            shares=shares.format(parent=letter, count=blocks),
+        )
+
+    def copied(self, event: dict) -> str:
+        """'was to write into block 12, shared by 2 beams: it got a copy, block 20' (copy-on-write)."""
+        detail = event.get("detail") or {}
+        source, copy = detail.get("source", "?"), detail.get("copy", "?")
+        holders = self.holders(event)
+        if holders < 2:
+            return _("was to write into shared block {source}: it got a copy, block {copy}").format(
+                source=source, copy=copy
+            )
+        text = ngettext(
+            "was to write into block {source}, shared by {count} beam: it got a copy, block {copy}",
+            "was to write into block {source}, shared by {count} beams: it got a copy, block {copy}",
+            holders,
+        )
+        return text.format(source=source, count=holders, copy=copy)
+
+    def holders(self, event: dict) -> int:
+        """How many sequences held the copied block when this copy was made: those holding it at the
+        step's end but for the beams forked after the copies (in the step's postprocess), plus this
+        copy's beam and the beams that copied it after."""
+        source = (event.get("detail") or {}).get("source")
+        copies = [e for e in self.kinds(EventKind.COPY_ON_WRITE) if (e.get("detail") or {}).get("source") == source]
+        later = next((len(copies) - i for i, e in enumerate(copies) if e is event), 1)
+        forked = {e["seq_id"] for e in self.kinds(EventKind.FORKED)}
+        still = [s for s, row in self.seqs.items() if s not in forked and source in (row.get("block_table") or [])]
+        return len(still) + later
+
+    def pruned(self, seq: dict) -> str:
+        """'was pruned: none of its candidates ranked among the 3 best', with the cumulative logprobs
+        where the trace has them (the rows' logprobs summed over the steps)."""
+        width = beam_width_of(seq)
+        if width:
+            ranked = _("none of its candidates ranked among the {width} best").format(width=width)
+        else:
+            ranked = _("none of its candidates ranked among the best")
+        numbers = self.pruned_numbers(seq, width)
+        if numbers is None:
+            return _("was pruned: {why}").format(why=ranked)
+        mine, least = numbers
+        return _(
+            "was pruned: {why} (its likeliest token made a cumulative logprob of {mine}; the {width} best "
+            "reached {least} or more)"
+        ).format(why=ranked, mine=f"{mine:.2f}", width=width, least=f"{least:.2f}")
+
+    def pruned_numbers(self, seq: dict, width: int) -> tuple[float, float] | None:
+        """(the pruned beam's best cumulative logprob, the least of the beams that live on), when the
+        trace tells them: a greedy search (its token is its likeliest) that did not draw an EOS (an
+        EOS candidate is a finished hypothesis, not ranked with the others)."""
+        seq_id, request = seq.get("seq_id", -1), request_of(seq) if "seq_id" in seq else -1
+        params = self.request_params(seq_id) or self.request_params(request)
+        drew_eos = not set(self.header.get("eos_token_ids") or []).isdisjoint(seq.get("new_token_ids") or [])
+        if not width or seq_id not in self.scores or params.get("temperature", 1.0) != 0 or drew_eos:
+            return None
+        live = self.live_beams(request)
+        if not live or any(s not in self.scores for s in live):
+            return None
+        return self.scores[seq_id], min(self.scores[s] for s in live)
+
+    def live_beams(self, request: int) -> list[int]:
+        """The beams of request's search that live on after the step."""
+        return [
+            s
+            for s, row in self.seqs.items()
+            if beam_width_of(row) and request_of(row) == request and row.get("status_after") != FINISHED
+        ]
+
+    def request_params(self, seq_id: int) -> dict:
+        for entry in self.header.get("requests", []):
+            if entry.get("seq_id") == seq_id and isinstance(entry.get("params"), dict):
+                return entry["params"]
+        return {}
+
+    def restart(self, event: dict, seq: dict) -> str:
+        """A beam search preempted: recompute drops every beam's KV and the search starts again from
+        its prompt, with its first beam (the others are dropped)."""
+        reason = self.preemption(event) or (event.get("detail") or {}).get("reason") or "?"
+        if seq.get("status_after") == FINISHED:
+            return _(
+                "was preempted ({reason}) and dropped: the beam search restarts from its prompt with its first beam"
+            ).format(reason=reason)
+        return _(
+            "was preempted back to WAITING ({reason}); the beam search restarts from its prompt: recompute drops "
+            "every beam's KV"
+        ).format(reason=reason)

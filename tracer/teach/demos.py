@@ -11,20 +11,23 @@ frames of chosen steps without opening anything (for slides and handouts).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from nanoengine.sequence import EventKind
+from nanoengine.sequence import EventKind, FinishReason
 from tracer.i18n import N_, _
 from tracer.teach.look_for import look_for
 from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario, set_header_fields
 from tracer.teach.swap import original, plugged
+from tracer.trace.readable import printable
 
 DEFAULT_SIZE = (160, 48)
 
@@ -33,6 +36,7 @@ NOTE = (
     "is processed twice. Paged attention cuts that cache into fixed-size blocks, and a block "
     "table maps each request to its blocks. Question: "
 )
+BEAM_PROMPT = "Name a colour of the sea."
 LONG_DOC = (
     "Continuous batching lets an inference engine admit a new request in any step, as soon "
     "as there is room, instead of waiting for a whole batch to finish. Chunked prefill "
@@ -117,6 +121,23 @@ def batching(tiny: bool) -> Scenario:
         look_for=N_(
             "A request has just finished; in the very next step a waiting request takes its place. "
             "In static batching it would wait until the whole batch is done."
+        ),
+    )
+
+
+def beam_search(tiny: bool) -> Scenario:
+    return Scenario(
+        name="beam-search",
+        title=N_("Demo: beam search, fork and copy-on-write"),
+        requests=[Request(BEAM_PROMPT, {"beam_width": 3, "max_tokens": 10, "ignore_eos": tiny})],
+        # a small pool and small blocks: the beams' tables fit on screen, and the shared last block
+        # is copied on write every few steps
+        engine={"block_size": 4, "num_kv_blocks": 32 if tiny else 64},
+        focus={"event": EventKind.COPY_ON_WRITE, "nth": 1},
+        look_for=N_(
+            "The beams forked from one another share every block (ref count above 1). At this step a beam "
+            "about to write into a shared block gets its own copy first, and the runner copies the K/V; "
+            "the block's last holder writes into it itself. Press n for the next fork, copy or pruned beam."
         ),
     )
 
@@ -224,6 +245,44 @@ def report_batching(console: Console, runs: list[ScenarioRun]) -> None:
     )
 
 
+def report_beam_search(console: Console, runs: list[ScenarioRun]) -> None:
+    from tracer.cli.beams import beam_score_of
+    from tracer.trace.trace_file import load_trace
+
+    run = runs[0]
+    assert run.trace_path is not None, "demos always record a trace"
+    trace = load_trace(run.trace_path, validate="none")
+    eos, (out,) = frozenset(trace.header.get("eos_token_ids") or ()), run.outputs
+    params = run.scenario.requests[0].params
+    table = Table(title=_("the {n} beams, best first").format(n=params["beam_width"]), title_justify="left")
+    for col in (_("beam"), _("score"), _("cumulative logprob"), _("finish"), _("text")):
+        table.add_column(col, justify="left" if col == _("text") else "right")
+    for rank, c in enumerate(out.outputs):
+        score = beam_score_of(out, c, eos, params.get("length_penalty", 1.0))
+        cum = c.cumulative_logprob or 0.0
+        table.add_row(str(rank), f"{score:.4f}", f"{cum:.3f}", str(c.finish_reason), Text(printable(c.text)))
+    console.print(table)
+    kinds = [e for s in trace.steps for e in s["events"]]
+    forks = sum(e["kind"] == EventKind.FORKED for e in kinds)
+    pruned = sum((e.get("detail") or {}).get("reason") == FinishReason.PRUNED for e in kinds)
+    copies = sum(len(s.get("blocks_to_copy", [])) for s in trace.steps)
+    named, distinct = max(((sum(map(len, t)), len(set().union(*t))) for t in live_tables(trace.steps)), default=(0, 0))
+    message = _(
+        "{forks} forks, {copies} blocks copied on write, {pruned} beams pruned. At most the beams' block tables "
+        "named {named} blocks, only {distinct} of them distinct: sharing saved {saved} blocks of K/V."
+    )
+    console.print(
+        message.format(
+            forks=forks, copies=copies, pruned=pruned, named=named, distinct=distinct, saved=named - distinct
+        )
+    )
+
+
+def live_tables(steps: SequenceOf[Mapping[str, Any]]) -> list[list[set[int]]]:
+    """Each step's block tables of the sequences running after it."""
+    return [[set(r["block_table_after"]) for r in s["seqs"] if r["status_after"] == "RUNNING"] for s in steps]
+
+
 DEMOS: dict[str, Demo] = {
     d.name: d
     for d in (
@@ -251,6 +310,12 @@ DEMOS: dict[str, Demo] = {
             batching,
             report_batching,
             variants=("continuous", "static"),
+        ),
+        Demo(
+            "beam-search",
+            N_("a beam search: beams forked from one another share blocks, copied on write, pruned"),
+            beam_search,
+            report_beam_search,
         ),
     )
 }

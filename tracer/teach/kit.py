@@ -16,13 +16,16 @@ every lesson:
     scenario = lesson_scenario(__file__, engine={...})   the lesson's scenario.json, changed
     add_request(scenario, "text", arrive=8, max_tokens=3)   one more request, before step 8
     expect_engine_matches(scenario)         run the engine, compare with its own code
+    run = run_engine(scenario)              the engine itself after the run, and every step's record
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from collections.abc import Sequence as SequenceOf
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
@@ -40,6 +43,11 @@ from tracer.teach.scenarios import (
     run_scenario,
 )
 from tracer.teach.swap import SWAPPABLE, original, plugged
+
+if TYPE_CHECKING:
+    from nanoengine.engine import LLMEngine
+    from nanoengine.outputs import RequestOutput
+    from nanoengine.step_record import StepRecord
 
 BLOCK_SIZE = 4
 EOS = 2  # the end-of-sequence id of make_scheduler(eos=True)
@@ -233,6 +241,32 @@ def expect_engine_matches(
     if same_schedule:
         expect_same_schedule(run, ref)
     return run
+
+
+@dataclass(slots=True)
+class EngineRun:
+    engine: LLMEngine  # as the run left it: its block manager's ref counts and free list
+    outputs: list[RequestOutput]  # in request order
+    records: list[StepRecord]  # every step's
+
+
+def run_engine(scenario: Scenario, reference: bool = False) -> EngineRun:
+    """The scenario on a fresh engine with whatever is plugged in now (reference: the engine's own
+    code), without a recorder: the checks read the engine itself after the run."""
+    from nanoengine.engine import LLMEngine
+    from tracer.loop.drive import StepLimitError, drive
+    from tracer.teach.scenarios import scenario_arrivals
+
+    with plugged({name: original(name) for name in SWAPPABLE} if reference else {}):
+        engine = LLMEngine(scenario.model, **scenario.engine)
+        records: list[StepRecord] = []
+        engine.add_step_hook(records.append)
+        try:
+            ids = drive(engine, scenario_arrivals(scenario), max_steps=scenario.max_steps)
+        except StepLimitError as e:
+            raise AssertionError(str(e)) from None
+        outputs = [engine.collect(ids[i]) for i in range(len(scenario.requests))]
+    return EngineRun(engine, outputs, records)
 
 
 def expect_no_violations(run: ScenarioRun) -> None:

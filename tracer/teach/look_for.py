@@ -11,11 +11,11 @@ is then derived from the recorded trace: what that run did at its focus step, by
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Sequence as SequenceOf
 from typing import Any
 
-from nanoengine.sequence import EventKind
+from nanoengine.sequence import EventKind, FinishReason
 from tracer.i18n import _, ngettext
 from tracer.replay.colors import seq_letter
 from tracer.teach.scenarios import Scenario, ScenarioRun
@@ -82,6 +82,61 @@ def finished_text(e: Mapping[str, Any], step: int, after: Mapping[str, Any] | No
     ).format(step=step, seq=who(e["seq_id"]), then=then)
 
 
+def beam_search_text(steps: SequenceOf[Mapping[str, Any]]) -> str | None:
+    """A beam search's first copy-on-write, the fork that made the sharing and the first pruned
+    beam, each by step and name; None when the run has no copy-on-write."""
+    cow = first_event(steps, lambda e: e["kind"] == EventKind.COPY_ON_WRITE)
+    fork = first_event(steps, lambda e: e["kind"] == EventKind.FORKED)
+    pruned = first_event(steps, lambda e: (e.get("detail") or {}).get("reason") == FinishReason.PRUNED)
+    if cow is None:
+        return None
+    step, e = cow
+    d = e.get("detail") or {}
+    texts = [
+        _(
+            "Step {step}: {seq} is about to write into block {source}, which other beams hold too, so it gets "
+            "a copy, block {copy}, and the runner copies the K/V first; the block's last holder writes into "
+            "block {source} itself."
+        ).format(step=step, seq=who(e["seq_id"]), source=d.get("source"), copy=d.get("copy"))
+    ]
+    if fork is not None:
+        step, e = fork
+        d = e.get("detail") or {}
+        texts.append(
+            _(
+                "The sharing began in step {step}: {child} was forked from {parent} and shares every one of "
+                "its parent's {blocks}, each now held once more (no K/V is copied)."
+            ).format(
+                step=step,
+                child=who(e["seq_id"]),
+                parent=who(d.get("parent", -1)),
+                blocks=block_list(d.get("blocks") or []),
+            )
+        )
+    if pruned is not None:
+        step, e = pruned
+        width = next((r.get("beam_width") for r in steps_at(steps, step) if r["seq_id"] == e["seq_id"]), None)
+        texts.append(
+            _(
+                "Step {step}: {seq} is pruned: none of its candidates ranked among the {width} best; the blocks "
+                "only it held go back to the pool."
+            ).format(step=step, seq=who(e["seq_id"]), width=width or "")
+        )
+    return " ".join(texts)
+
+
+def first_event(
+    steps: SequenceOf[Mapping[str, Any]], wanted: Callable[[Mapping[str, Any]], bool]
+) -> tuple[int, Mapping[str, Any]] | None:
+    """(step number, event) of the first event `wanted` picks."""
+    return next(((s["step"], e) for s in steps for e in s.get("events", []) if wanted(e)), None)
+
+
+def steps_at(steps: SequenceOf[Mapping[str, Any]], number: int) -> list[Mapping[str, Any]]:
+    """The rows of step `number`."""
+    return next((list(s.get("seqs", [])) for s in steps if s["step"] == number), [])
+
+
 def event_phrase(e: Mapping[str, Any], seqs: Mapping[int, Mapping[str, Any]]) -> str:
     """One event of a step as a short phrase: 'seq 0 (A) finishes with reason length (3 tokens generated)'."""
     d, sid = e.get("detail") or {}, e["seq_id"]
@@ -114,6 +169,14 @@ def event_phrase(e: Mapping[str, Any], seqs: Mapping[int, Mapping[str, Any]]) ->
             "{seq}'s prompt is complete after {n} chunks",
             chunks if isinstance(chunks, int) else 2,
         ).format(seq=who(sid), n=chunks)
+    if kind == EventKind.FORKED:
+        return _("{seq} is forked from {parent}, sharing its {blocks}").format(
+            seq=who(sid), parent=who(int(d.get("parent", -1))), blocks=block_list(d.get("blocks") or [])
+        )
+    if kind == EventKind.COPY_ON_WRITE:
+        return _("{seq} copies shared block {source} to block {copy} before it writes").format(
+            seq=who(sid), source=d.get("source"), copy=d.get("copy")
+        )
     if kind == EventKind.NOT_ADMITTED:
         return _("{seq} waits (needs {need} blocks, {free} free)").format(
             seq=who(sid), need=d.get("need"), free=d.get("free")
@@ -157,10 +220,13 @@ def look_for(run: ScenarioRun) -> str:
     fixed = translated(run.scenario.look_for)
     if run.trace_path is None:
         return fixed
-    found = focus_steps(load_trace(run.trace_path, validate="none").steps, run.focus_step)
+    steps = load_trace(run.trace_path, validate="none").steps
+    found = focus_steps(steps, run.focus_step)
     kind = run.scenario.focus.get("event")
     if found is None or not kind:
         return fixed
+    if kind in (EventKind.FORKED, EventKind.COPY_ON_WRITE):
+        return beam_search_text(steps) or fixed
     focus, after = found
     e = next((x for x in focus["events"] if x["kind"] == kind), None)  # the first of its kind
     if e is None:

@@ -7,7 +7,8 @@ A scenario file (lessons/NN_name/scenario.json) looks like:
      "engine": {"block_size": 4, "max_num_batched_tokens": 16},
      "params": {"max_tokens": 6, "ignore_eos": true},          # defaults for every request
      "requests": [{"prompt": "The cat sat", "max_tokens": 3},   # per-request overrides
-                  {"prompt": "On the mat", "arrive": 2}],        # added before step 2 runs
+                  {"prompt": "On the mat", "arrive": 2},         # added before step 2 runs
+                  {"prompt": "A beam", "beam_width": 3}],       # a beam search (BeamSearchParams)
      "focus": {"event": "finished", "nth": 1},                  # or {"step": 3}; "request": 0 to
                                                                 # count only request 0's events
      "look_for": "what to watch in the replay"}
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nanoengine.beam_search import BeamSearchParams
 from nanoengine.loading.validation import is_int, short_repr
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.sequence import EventKind
@@ -43,7 +45,9 @@ if TYPE_CHECKING:  # the engine loads torch (2 s): `run --help` and `demo --help
 
 DEFAULT_MAX_STEPS = 2000
 FOCUS_EVENTS = tuple(EventKind)
-PARAM_FIELDS = {f.name for f in fields(SamplingParams)} - {"logits_processors"}  # functions: not JSON
+BEAM_FIELDS = {f.name for f in fields(BeamSearchParams)}  # a request with beam_width is a beam search
+BEAM_ONLY = BEAM_FIELDS - {f.name for f in fields(SamplingParams)}  # beam_width, length_penalty
+PARAM_FIELDS = ({f.name for f in fields(SamplingParams)} - {"logits_processors"}) | BEAM_ONLY  # functions: not JSON
 TOP_LEVEL = {"title": str, "model": str, "engine": dict, "params": dict, "requests": list, "focus": dict,
              "look_for": str, "max_steps": int}  # fmt: skip
 KIND_NAMES = {str: N_("a string"), dict: N_("an object"), list: N_("a list"), int: N_("an integer")}
@@ -58,8 +62,16 @@ class ScenarioError(ValueError):
 @dataclass(slots=True)
 class Request:
     prompt: str | list[int]
-    params: dict = field(default_factory=dict)  # SamplingParams fields
+    params: dict = field(default_factory=dict)  # SamplingParams fields, or BeamSearchParams' (beam_width)
     arrive: int = 0  # engine step before which it is added
+
+    @property
+    def is_beam_search(self) -> bool:
+        return "beam_width" in self.params
+
+    def engine_params(self) -> SamplingParams | BeamSearchParams:
+        """What the engine runs it with."""
+        return BeamSearchParams(**self.params) if self.is_beam_search else SamplingParams(**self.params)
 
 
 @dataclass(slots=True)
@@ -143,7 +155,8 @@ def scenario_from_dict(data: dict, name: str, source: str = "scenario") -> Scena
                     "{source}: request {i} has unknown field(s) {fields}; use prompt, arrive or a SamplingParams field"
                 ).format(source=source, i=i, fields=', '.join(unknown))
             )
-        requests.append(Request(prompt, params, arrive))
+        check_beam_fields(r, params, f"{source}: request {i}")
+        requests.append(Request(prompt, applicable(params), arrive))
     focus = data.get("focus", {})
     check_focus(focus, source)
     return Scenario(
@@ -189,6 +202,32 @@ def check_top_level(data: object, source: str) -> None:
         )
 
 
+def check_beam_fields(own: dict, params: dict, where: str) -> None:
+    """A beam search (beam_width) takes BeamSearchParams' fields only: one given on the request
+    itself that it has no use for is refused (a default in "params" is for the other requests);
+    length_penalty alone is refused too."""
+    if "beam_width" not in params:
+        if BEAM_ONLY & set(own):
+            raise ScenarioError(
+                _("{where}: length_penalty is for a beam search: give beam_width too").format(where=where)
+            )
+        return
+    foreign = sorted(set(own) - BEAM_FIELDS)
+    if foreign:
+        raise ScenarioError(
+            _("{where} is a beam search (beam_width): it takes only {fields}, not {foreign}").format(
+                where=where, fields=", ".join(sorted(BEAM_FIELDS)), foreign=", ".join(foreign)
+            )
+        )
+
+
+def applicable(params: dict) -> dict:
+    """The fields a request runs with: a beam search takes the defaults it has a field for, any other
+    request those SamplingParams has."""
+    keep = BEAM_FIELDS if "beam_width" in params else PARAM_FIELDS - BEAM_ONLY
+    return {k: v for k, v in params.items() if k in keep}
+
+
 def check_focus(focus: dict, source: str) -> None:
     """A ScenarioError unless focus is {"step": N} or {"event": KIND, "nth": N, "request": I}."""
     unknown = sorted(set(focus) - {"event", *FOCUS_LEAST})
@@ -217,7 +256,7 @@ def check_focus(focus: dict, source: str) -> None:
 
 def scenario_arrivals(scenario: Scenario) -> list[Arrival]:
     """The scenario's requests as the driver's arrivals (index: the request's place in the file)."""
-    return [Arrival(r.prompt, SamplingParams(**r.params), r.arrive, i) for i, r in enumerate(scenario.requests)]
+    return [Arrival(r.prompt, r.engine_params(), r.arrive, i) for i, r in enumerate(scenario.requests)]
 
 
 # `nanoengine run --template`. Its `//` lines are comments (printed on stderr); the others, alone, are
@@ -235,13 +274,15 @@ TEMPLATE = """\
   // SamplingParams for every request (nanoengine/sampling_params.py)
   "params": {"max_tokens": 6, "ignore_eos": true},
   // each request: a prompt (text or token ids), or an object with the prompt, "arrive" (the engine
-  // step it joins before; 0 = at once) and any SamplingParams field for this request alone
+  // step it joins before; 0 = at once) and any SamplingParams field for this request alone; with
+  // "beam_width" (and "length_penalty") it is a beam search, of max_tokens, ignore_eos and temperature
   "requests": [
     "The cat sat on the mat and looked at the door",
     {"prompt": "The cat sat on the mat and looked at the window", "arrive": 3, "max_tokens": 3}
   ],
   // the step the replay opens at: {"step": N}, or the nth step with an event (admitted, not_admitted,
-  // prefix_hit, prefill_chunk, prefill_done, preempted, finished); "request": I counts only request I's
+  // prefix_hit, prefill_chunk, prefill_done, preempted, forked, copy_on_write, finished); "request": I counts
+  // only request I's
   "focus": {"event": "prefix_hit", "nth": 1},
   // what to watch at that step: shown with the replay, in the summary and in the HTML export
   "look_for": "The second request joins at step 3 and finds its first prompt blocks in the prefix cache (the first request computed them): only the rest of its prompt is computed.",

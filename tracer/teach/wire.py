@@ -42,9 +42,9 @@ def engine_classes() -> dict[tuple[str, str], type]:
     from nanoengine.model_runner import StepInputs
     from nanoengine.sampling_params import SamplingParams
     from nanoengine.scheduler import Event, Scheduler, SchedulerOutput
-    from nanoengine.sequence import EventKind, FinishReason, Sequence, SequenceStatus
+    from nanoengine.sequence import EventKind, FinishReason, Logprob, Sequence, SequenceStatus
 
-    classes = (BlockManager, StepInputs, SamplingParams, Event, Scheduler, SchedulerOutput, Sequence)
+    classes = (BlockManager, StepInputs, SamplingParams, Event, Scheduler, SchedulerOutput, Sequence, Logprob)
     enums = (EventKind, FinishReason, SequenceStatus)
     return {(c.__module__, c.__qualname__): c for c in (*classes, *enums)}
 

@@ -2,9 +2,11 @@
 
 Cell (6 columns): owner letter, fill level of its block_size slots, then either the ref count when
 the block is shared ('×2') or, for the selected sequence, the block's position in its block_table
-(1, 2, 3 ...), then '◆' if KV slots were written into it this step, then a gap. '·' is a free
-block, '○' a free block that still holds hashed (cached) KV. Blocks that changed since the
-previous step are underlined; blocks written this step also flash when animations are on.
+(1, 2, 3 ...), then '◆' if KV slots were written into it this step ('⧉' if it is a copy-on-write
+copy made this step, written too), then a gap. '·' is a free block, '○' a free block that still
+holds hashed (cached) KV. Blocks that changed since the previous step are underlined; blocks
+written this step also flash when animations are on. The top line lists the step's copies
+(source→copy).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from textual.strip import Strip
 
 from nanoengine.sequence import EventKind
 from tracer.i18n import _
+from tracer.replay.beams import COPY_MARK
 from tracer.replay.colors import CACHED_GLYPH, CHANGED, FREE_GLYPH, fill_glyph, seq_color, seq_letter, seq_style
+from tracer.trace.step_line import blocks_to_copy_of
 
 CELL = 6
 FREE_STYLE = Style(color="#6c6c6c")
@@ -66,6 +70,7 @@ class KVPagesView(ScrollView, can_focus=True):
             "filled": [],
         }
         self.written: set[int] = set()
+        self.copies: list[tuple[int, int]] = []  # the step's copy-on-write copies: (source, copy)
         self.selected_seq: int | None = None
         self.selected_block: int | None = None
         self.table_index: dict[int, int] = {}
@@ -78,6 +83,7 @@ class KVPagesView(ScrollView, can_focus=True):
         self.pool = step["pool"]
         self.prev_pool = prev["pool"] if prev else None
         self.written = written_blocks(step, self.pool["block_size"])
+        self.copies = blocks_to_copy_of(step)
         self.update_table_index()
         self.update_virtual_size()
         if self.animations and self.written and self.is_mounted:
@@ -144,6 +150,7 @@ class KVPagesView(ScrollView, can_focus=True):
         parts = [  # most important first: a narrow panel drops from the end
             _("used {used}/{total}").format(used=self.num_kv_blocks - free, total=self.num_kv_blocks),
             _("free {count}").format(count=free),
+            *self.copies_part(),
             _("written ◆{count}").format(count=len(self.written)),
             _("cached ○{count}").format(count=cached),
             _("shared {count}").format(count=shared),
@@ -151,6 +158,23 @@ class KVPagesView(ScrollView, can_focus=True):
         while len(parts) > 2 and cell_len(" · ".join(parts)) > self.scrollable_content_region.width:
             parts.pop()
         return " · ".join(parts)
+
+    def copies_part(self) -> list[str]:
+        """'copy-on-write ⧉ 1→2, 1→3': the shared blocks copied this step, each with its copy."""
+        if not self.copies:
+            return []
+        pairs = ", ".join(f"{source}→{copy}" for source, copy in self.copies)
+        return [_("copy-on-write {mark} {pairs}").format(mark=COPY_MARK, pairs=pairs)]
+
+    def copy_details(self, block: int) -> str:
+        """' · copy of block 1 (copy-on-write this step)', or of a source: ' · copied to block 2 ...'."""
+        parts = [
+            _("copy of block {source} (copy-on-write this step)").format(source=s) for s, c in self.copies if c == block
+        ]
+        parts += [
+            _("copied to block {copy} this step (copy-on-write)").format(copy=c) for s, c in self.copies if s == block
+        ]
+        return "".join(" · " + part for part in parts)
 
     def block_details(self, block: int) -> str:
         pool = self.pool
@@ -179,6 +203,7 @@ class KVPagesView(ScrollView, can_focus=True):
         return (
             _("block {block}: {owners}").format(block=block, owners=owners)
             + f"{logical} · ref_count {pool['ref_counts'][block]} · {filled} · {hashed}{same_step}"
+            + self.copy_details(block)
         )
 
     def cell(self, block: int) -> list[Segment]:
@@ -213,7 +238,8 @@ class KVPagesView(ScrollView, can_focus=True):
             body = [Segment(FREE_GLYPH + "   ", FREE_STYLE + extra)]
         if self.flash and block in self.written:
             body = [Segment(seg.text, (seg.style or Style()) + WRITTEN_STYLE) for seg in body]
-        mark = "◆ " if block in self.written else "  "
+        copied = any(copy == block for _source, copy in self.copies)
+        mark = f"{COPY_MARK} " if copied else ("◆ " if block in self.written else "  ")
         return body + [Segment(mark, Style(color="#ffffff", bold=True))]
 
     # ---- mouse ----------------------------------------------------------------------------

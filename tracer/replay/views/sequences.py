@@ -23,6 +23,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tracer.i18n import _
+from tracer.replay.beams import beam_label, beams_of, in_group_order
 from tracer.replay.colors import CHANGED, STATE_COLORS, STATE_SYMBOLS, VIOLATION, seq_style, seq_tag, state_label
 from tracer.replay.messages import SeqSelected
 from tracer.replay.samples import group_label, logprob_label, samples_of
@@ -144,6 +145,16 @@ def row_cells(seq: dict, max_tokens: dict[int, int] | None = None) -> list:
         f"{completion}/{limit}" if limit is not None else str(completion),
         block_table_cell(seq),
     ]
+
+
+def row_labels(seqs: list) -> dict[int, str]:
+    """What follows each sequence's tag: a beam's parent and its search's bracket ('<A#0 ├0 ✂'), or
+    the bracket and request.sample of one of n samples (' ┌1.0'); none for a request of one sequence."""
+    beams = beams_of(seqs)
+    samples = samples_of(s for s in seqs if s["seq_id"] not in beams)
+    labels = {seq_id: beam_label(beam) for seq_id, beam in beams.items()}
+    labels.update({seq_id: " " + group_label(sample) for seq_id, sample in samples.items()})
+    return labels
 
 
 def offending_cells(step: dict) -> set[tuple[int, int]]:
@@ -268,12 +279,12 @@ class SequencesView(ScrollView, can_focus=True):
             if isinstance(r.get("params"), dict) and "max_tokens" in r["params"]
         }
         old_rows = {s["seq_id"]: row_cells(s, limits) for s in prev.get("seqs", [])} if prev else {}
-        seqs = step.get("seqs", [])
+        seqs = in_group_order(step.get("seqs", []))  # a beam search's rows together
         rows = [row_cells(seq, limits) for seq in seqs]
-        samples = samples_of(seqs)  # the n samples of a request: one bracket, request.sample after the tag
+        labels = row_labels(seqs)
         for seq_id, cells in [*zip((seq["seq_id"] for seq in seqs), rows), *old_rows.items()]:
-            if label := group_label(samples.get(seq_id)):
-                cells[0] = Text(f"{plain(cells[0])} {label}", cells[0].style)
+            if label := labels.get(seq_id):
+                cells[0] = Text(f"{plain(cells[0])}{label}", cells[0].style)
         self.widths = [
             max([len(name)] + [cell_len(plain(row[i])) for row in rows]) for i, name in enumerate(COLUMNS[:-1])
         ]
