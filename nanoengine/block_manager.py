@@ -51,7 +51,9 @@ class BlockManager:
 
     def must_copy(self, seq: Sequence) -> bool:
         """Is the block seq writes next shared? Then it writes into a copy of its own.
-        (A prefix hit shares only full blocks, which nobody writes again: forks share the rest.)"""
+        (A prefix hit shares only full blocks, which nobody writes again: forks share the rest.)
+        Asked of all a beam search's beams before any copies, it counts one copy too many per
+        block they all write: the last writer finds it its own (vLLM v0 wanted a block per beam)."""
         i = seq.num_cached_tokens // self.block_size
         return i < len(seq.block_table) and self.ref_counts[seq.block_table[i]] > 1
 

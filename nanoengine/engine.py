@@ -202,7 +202,9 @@ class LLMEngine:
         self.block_manager.fork(beam, child)
         self.sequences[child.seq_id] = child
         self.requests[child.request_id].append(child)
-        self.scheduler.running.append(child)
+        # beside its parent: a unit's beams stay side by side in running, so a victim taken from
+        # its end is never one that was scheduled before it in the same step
+        self.scheduler.running.insert(self.scheduler.running.index(beam) + 1, child)
         out.add_event(EventKind.FORKED, child, parent=beam.seq_id, blocks=list(child.block_table))
         return child
 

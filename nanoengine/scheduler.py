@@ -17,6 +17,10 @@ def choose_victim(running: list[Sequence]) -> Sequence:
     return running[-1]
 
 
+def seq_slots(seq: Sequence) -> int:
+    return seq.group.params.beam_width if seq.group else 1
+
+
 def unit_of(seq: Sequence) -> list[Sequence]:
     """What is scheduled, preempted and swapped as a whole: a beam search's live beams (they
     are ranked against each other every step), else the sequence alone."""
@@ -100,9 +104,9 @@ class Scheduler:
         return out
 
     def has_seq_slots(self, seq: Sequence) -> bool:
-        """max_num_seqs: a beam search takes a slot for each of its beams from the start."""
-        width = seq.group.params.beam_width if seq.group else 1
-        return len(self.running) + width <= self.max_num_seqs
+        """max_num_seqs: a beam search holds a slot for each of its beams from the start."""
+        used = sum(seq_slots(s) for s in self.running if not s.group or s is s.group.live[0])
+        return used + seq_slots(seq) <= self.max_num_seqs
 
     def schedule_unit(self, unit: list[Sequence], budget: int, out: SchedulerOutput) -> int:
         """Schedule each sequence's uncomputed tokens (as many as the budget takes: beams take

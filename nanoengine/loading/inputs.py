@@ -66,10 +66,11 @@ class InputProcessor:
         params.validate()  # again: its fields may have been changed since it was made
         self.check_token_ids(params.stop_token_ids, "stop_token_ids entry")
         self.check_token_ids(list(params.logit_bias), "logit_bias entry")
-        if num_seqs > self.config.max_num_seqs:
+        # a beam search's beams are all scheduled in one step
+        if num_seqs > min(self.config.max_num_seqs, self.config.max_num_batched_tokens):
             raise ValueError(
-                f"a beam search of {num_seqs} beams needs max_num_seqs >= {num_seqs}, got "
-                f"{self.config.max_num_seqs}: raise max_num_seqs or lower beam_width"
+                f"a beam search of {num_seqs} beams needs max_num_seqs and max_num_batched_tokens "
+                f">= {num_seqs}: raise them or lower beam_width"
             )
         token_ids = self.encode_prompt(prompt)
         limit = self.config.max_model_len

@@ -190,7 +190,8 @@ def test_a_preempted_beam_search_restarts_from_its_prompt_and_finds_the_same_bea
         (dict(beam_width=0, max_tokens=4), {}, "beam_width must be an integer in [1, 10]"),
         (dict(beam_width=2, max_tokens=0), {}, "max_tokens must be an integer >= 1"),
         (dict(beam_width=2, max_tokens=4, length_penalty=float("nan")), {}, "length_penalty must be a number"),
-        (dict(beam_width=4, max_tokens=4), dict(max_num_seqs=2), "raise max_num_seqs or lower beam_width"),
+        (dict(beam_width=4, max_tokens=4), dict(max_num_seqs=2), "needs max_num_seqs and max_num_batched_tokens >= 4"),
+        (dict(beam_width=4, max_tokens=4), dict(max_num_batched_tokens=3), "raise them or lower beam_width"),
         (dict(beam_width=4, max_tokens=40), dict(num_kv_blocks=20), "in each of 4 beams needs 44 KV blocks"),
     ],
 )
@@ -198,3 +199,42 @@ def test_bad_beam_search_requests_are_one_line_errors(params, options, message):
     with pytest.raises(ValueError, match=None) as e:
         LLM("tiny", block_size=4, **options).beam_search([[5, 6, 7]], BeamSearchParams(**params))
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("width", [2, 3])
+def test_a_beam_search_s_beams_stay_side_by_side_in_running(tiny, tmp_path, width):
+    """Forked beams join running beside their parent, not at its end: so the running loop reaches a
+    unit's beams together, and a victim taken from the end (the newest) is never a beam the same step
+    already scheduled (with forks appended, a plain request admitted after the search took a
+    scheduled beam as its victim, and the beams ran on freed blocks)."""
+    from tracer.trace.invariants import check_trace
+    from tracer.trace.recorder import TraceRecorder
+    from tracer.trace.trace_file import load_trace
+
+    _, folder = tiny
+    engine = LLMEngine(str(folder), block_size=2, num_kv_blocks=18, max_num_batched_tokens=16)
+    path = tmp_path / "beams-then-plain.jsonl"
+    with TraceRecorder(engine, path):
+        engine.add_request(prompts(1)[0], BeamSearchParams(beam_width=width, max_tokens=8, ignore_eos=True))
+        engine.step()  # the beam search is admitted first: it is the older request
+        engine.add_request(list(range(20, 31)), SamplingParams(max_tokens=20, ignore_eos=True))
+        while engine.has_unfinished():
+            engine.step()
+            running = engine.scheduler.running
+            for seq in running:
+                if seq.group:
+                    where = sorted(running.index(b) for b in seq.group.live if b in running)
+                    assert where == list(range(where[0], where[0] + len(where))), f"step {engine.num_steps}"
+    assert check_trace(load_trace(path, "all")) == []
+
+
+def test_beam_searches_hold_a_slot_per_beam_from_admission(tiny):
+    _, folder = tiny
+    engine = LLMEngine(str(folder), block_size=4, num_kv_blocks=128, max_num_seqs=8)
+    for prompt in prompts(3):  # three searches of 4 beams: two fit 8 slots, the third waits
+        engine.add_request(prompt, BeamSearchParams(beam_width=4, max_tokens=6, ignore_eos=True))
+    most = 0
+    while engine.has_unfinished():
+        engine.step()
+        most = max(most, len(engine.scheduler.running))
+    assert most == 8

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 from pathlib import Path
 
 import pytest
 
 from tracer.replay.glossary import GLOSSARY, function_names
 from tracer.teach.swap import SWAPPABLE
-from tracer.trace.decisions import DECISIONS, SCHEDULES_TOKENS, Role, decision_named
+from tracer.trace.decisions import DECISIONS, SCHEDULES_TOKENS, decision_named
 from tracer.trace.invariants.rule import REGISTRY
 from tracer.trace.sources import ENGINE_FUNCTIONS
 
@@ -55,7 +56,11 @@ def test_every_function_that_emits_an_event_is_in_the_table():
 def test_the_tracer_tables_are_derived_from_the_table():
     assert set(ENGINE_FUNCTIONS) == set(DECISIONS)
     assert set(SWAPPABLE) == {name for name, d in DECISIONS.items() if d.swappable}
-    assert DECISIONS[SCHEDULES_TOKENS].role == Role.CARRIES_OUT
+    assert (
+        SCHEDULES_TOKENS in DECISIONS and DECISIONS[SCHEDULES_TOKENS].module == DECISIONS["Scheduler.schedule"].module
+    )
+    running_loop = inspect.getsource(function_of("Scheduler.schedule", DECISIONS["Scheduler.schedule"].module))
+    assert running_loop.count(SCHEDULES_TOKENS.rsplit(".", 1)[-1] + "(") == 1  # the line a step without events marks
     for rule in REGISTRY:
         for name in rule.checks:
             decision_named(name)

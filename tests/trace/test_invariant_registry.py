@@ -23,7 +23,7 @@ DECISION_NAMES = {"chunk_budget", "chunk_size", "admission_blocks", "preemption_
 
 
 def test_every_rule_is_named_by_its_function_and_says_what_must_hold():
-    assert len(INVARIANTS) == 46
+    assert len(INVARIANTS) == 49
     for rule in REGISTRY:
         assert rule.text and "\n" not in rule.text
         if rule.concern != "vllm":
@@ -64,11 +64,11 @@ def test_check_list_shows_the_chosen_profile(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")
     assert main(["check", "--list", "--profile", "correctness"]) == 0
     out = capsys.readouterr().out
-    assert "36 invariants (correctness)" in out and "kv_content" in out and "kv_slots" in out
+    assert "39 invariants (correctness)" in out and "kv_content" in out and "kv_slots" in out
     assert not any(name in out for name in POLICY_NAMES)
     assert main(["check", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "46 invariants (nanoengine)" in out and all(name in out for name in POLICY_NAMES)
+    assert "49 invariants (nanoengine)" in out and all(name in out for name in POLICY_NAMES)
     with pytest.raises(SystemExit) as info:
         main(["check", "--list", "--profile", "bogus"])
     assert info.value.code == 2 and "unknown --profile 'bogus'" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 from conftest import SCENARIO_PARAMS, SCENARIO_PROMPTS, make_tiny_engine
 
+from nanoengine.sequence import EventKind
 from tracer.trace.invariants import (
     INVARIANTS,
     PROFILES,
@@ -409,6 +410,59 @@ def a_sample_admitted_beside_its_sibling_misses_its_blocks(steps, config):
     row["num_scheduled_tokens"] += row["num_cached_tokens"]  # as if it hit nothing: the prompt again
     row["num_cached_tokens"] = 0
     config["enable_prefix_caching"] = True
+    return i
+
+
+# The scenario has no beam search: these make two of its requests one (tests/trace/test_beams*.py break
+# real beam-search traces).
+def make_beams(step: dict, sids: list[int]) -> None:
+    """The rows of sids become the beams of one beam search, the first's."""
+    for sid in sids:
+        seq(step, sid)["beam_width"] = len(sids)
+        if sid != sids[0]:
+            seq(step, sid)["request_id"] = sids[0]
+
+
+@mutation("cow_copy")
+def copy_on_write_into_a_block_it_held(steps, config):
+    """A decode says it copied another block into the block it writes: the block it already held."""
+    i = decode_step(steps)
+    row = batched(steps[i])
+    copy = row["block_table"][row["num_cached_tokens"] // config["block_size"]]
+    source = next(b for b in range(len(steps[i]["pool"]["ref_counts"])) if b != copy)
+    steps[i]["events"].append(
+        {"kind": EventKind.COPY_ON_WRITE, "seq_id": row["seq_id"], "detail": {"source": source, "copy": copy}}
+    )
+    steps[i]["blocks_to_copy"] = [[source, copy]]
+    return i
+
+
+@mutation("beams_together")
+def run_one_beam_while_its_sibling_waits(steps, config):
+    """A request preempted while another ran becomes a beam of the running one's beam search."""
+
+    def split(step: dict) -> list[int] | None:
+        running = [q["seq_id"] for q in step["seqs"] if q["status_before"] == "RUNNING"]
+        ran = [sid for sid in running if seq(step, sid)["num_scheduled_tokens"]]
+        idle = [sid for sid in running if sid not in ran]
+        return [ran[0], idle[0]] if ran and idle else None
+
+    i = first(steps, split)
+    make_beams(steps[i], split(steps[i]) or [])
+    return i
+
+
+@mutation("fork_shares_parent")
+def fork_a_beam_with_blocks_of_its_own(steps, config):
+    """The second of two decoding requests is said to be forked from the first: its blocks are its own."""
+    i = multi_batch(steps)
+    parent, child = steps[i]["inputs"]["seq_ids"][:2]
+    make_beams(steps[i], [parent, child])
+    seq(steps[i], child)["parent_id"] = parent
+    blocks = list(seq(steps[i], child)["block_table_after"])
+    steps[i]["events"].append(
+        {"kind": EventKind.FORKED, "seq_id": child, "detail": {"parent": parent, "blocks": blocks}}
+    )
     return i
 
 

@@ -37,11 +37,17 @@ DECISIONS: dict[str, Decision] = {
     "LLMEngine.postprocess": Decision(ENGINE, Role.PHASE, swappable=False),
     "LLMEngine.fail": Decision(ENGINE, Role.DECIDES, swappable=False),
     "LLMEngine.check_stop_strings": Decision(ENGINE, Role.DECIDES, swappable=False),
+    # beam search: ranks the candidates, forks a beam chosen twice, prunes one never chosen
+    "LLMEngine.advance_beams": Decision(ENGINE, Role.DECIDES, swappable=False),
+    "LLMEngine.fork": Decision(ENGINE, Role.CARRIES_OUT, swappable=False),
     "Scheduler.schedule": Decision(SCHEDULER, Role.PHASE),
     "Scheduler.make_room": Decision(SCHEDULER, Role.DECIDES),
     "choose_victim": Decision(SCHEDULER, Role.DECIDES),
     "Scheduler.preempt": Decision(SCHEDULER, Role.CARRIES_OUT),
     "Scheduler.try_admit": Decision(SCHEDULER, Role.DECIDES),
+    # a beam search's beams go as one unit: how many tokens each, and the copies of shared blocks
+    "Scheduler.schedule_unit": Decision(SCHEDULER, Role.DECIDES, swappable=False),
+    "Scheduler.recompute_later": Decision(SCHEDULER, Role.DECIDES, swappable=False),  # a restart prunes beams
     "Scheduler.schedule_tokens": Decision(SCHEDULER, Role.CARRIES_OUT, swappable=False),
     "Scheduler.postprocess": Decision(SCHEDULER, Role.PHASE),
     "Scheduler.check_stop": Decision(SCHEDULER, Role.DECIDES),
@@ -53,6 +59,9 @@ DECISIONS: dict[str, Decision] = {
     "BlockManager.allocate": Decision(BLOCKS, Role.CARRIES_OUT),
     "BlockManager.take_free_block": Decision(BLOCKS, Role.DECIDES),
     "BlockManager.free": Decision(BLOCKS, Role.CARRIES_OUT),
+    "BlockManager.must_copy": Decision(BLOCKS, Role.DECIDES, swappable=False),
+    "BlockManager.copy_on_write": Decision(BLOCKS, Role.CARRIES_OUT, swappable=False),
+    "BlockManager.fork": Decision(BLOCKS, Role.CARRIES_OUT, swappable=False),
     "BlockManager.register_full_blocks": Decision(BLOCKS, Role.DECIDES),
     "blocks_needed": Decision(BLOCKS, Role.DECIDES),
     "compute_block_hash": Decision(BLOCKS, Role.DECIDES),
@@ -61,8 +70,9 @@ DECISIONS: dict[str, Decision] = {
     "sample": Decision(SAMPLER, Role.DECIDES),
     "sample_one": Decision(SAMPLER, Role.DECIDES),
 }
-# The running loop's call that gives a sequence its tokens: the line a step without events shows.
-SCHEDULES_TOKENS = "Scheduler.schedule_tokens"
+# The running loop's call that gives a sequence its tokens (a beam search's beams together): the line a
+# step without events shows.
+SCHEDULES_TOKENS = "Scheduler.schedule_unit"
 
 
 def decision_named(qualname: str) -> Decision:

@@ -12,7 +12,9 @@ and kept until another write lands on the slot: freeing a block does not clear i
 real cache keeps the stale K/V. A sequence then reads correct KV at position p exactly when the
 slot its block table maps p to holds its own digest(p). That survives prefix hits (the shared block
 holds the same digests), eviction (the new owner's writes replace them), preemption and recompute
-(the same tokens give the same digests again).
+(the same tokens give the same digests again), and a beam search's copy-on-write: a step's copies
+(blocks_to_copy) are applied before its writes, as the runner copies the K/V before the forward. A
+beam search restarted from its prompt has its chain cut back with its tokens (cut).
 
 A trace that starts on an engine that already ran (a warmed-up bench engine: its first step number
 is not 0) may read KV written before the recording began. Those slots start UNKNOWN, and the first
@@ -68,6 +70,23 @@ class KvShadow:
                 chain.append([])
             chain[-1].append(last)
         return chain
+
+    def copy(self, source: int, copy: int) -> None:
+        """Copy-on-write: block copy gets source's K/V, as the runner copies it before the forward."""
+        if source != copy and 0 <= source < len(self.blocks) and 0 <= copy < len(self.blocks):
+            self.blocks[copy] = list(self.blocks[source])
+            self.versions[copy] += 1
+
+    def cut(self, seq_id: int, num_tokens: int) -> None:
+        """seq's tokens were cut back to num_tokens (a beam search restarted): its digests past them go,
+        so the tokens it computes again are chained afresh."""
+        chain, bs = self.chains.get(seq_id), self.block_size
+        if chain is None or bs <= 0:
+            return
+        del chain[(num_tokens + bs - 1) // bs :]
+        if chain and num_tokens % bs:
+            del chain[-1][num_tokens % bs :]
+        self.verified.pop(seq_id, None)
 
     def digest_at(self, chain: list[list[int]], position: int):
         bs = self.block_size

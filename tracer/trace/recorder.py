@@ -65,7 +65,17 @@ from nanoengine.step_record import BlockPool, SeqStep, StepRecord
 from tracer.trace.invariants import InvariantChecker, Violation
 from tracer.trace.keyframes import DeltaWriter
 from tracer.trace.sources import SourceBook
-from tracer.trace.step_line import EngineRow, SeqRow, StepLine, engine_row, free_fill, idle_row, seq_row, step_line
+from tracer.trace.step_line import (
+    EngineRow,
+    SeqRow,
+    StepLine,
+    engine_row,
+    free_fill,
+    idle_row,
+    parent_of,
+    seq_row,
+    step_line,
+)
 from tracer.trace.trace_file import SCHEDULER_CONFIG, SCHEMA_VERSION
 
 CONFIG_FIELDS = (*SCHEDULER_CONFIG, "use_chat_template")
@@ -247,11 +257,24 @@ class TraceRecorder:
     def with_texts(self, row: EngineRow) -> SeqRow:
         seq_id, new_ids = row["seq_id"], row["new_token_ids"]
         texts = self.token_texts(new_ids)
-        completion = self.completions.setdefault(seq_id, [])
-        if new_ids or seq_id not in self.rows:
+        completion = self.completion_before(row)
+        made = row["num_tokens_after"] - row["num_prompt_tokens"]
+        if new_ids or seq_id not in self.rows or len(completion) > made:
             completion.extend(new_ids)
+            if len(completion) > made:  # a beam search restarted from its prompt (a preemption)
+                del completion[max(made, 0) :]
+                self.detokenizer.heads.pop(seq_id, None)
             return seq_row(row, texts, self.output_text(seq_id, completion))
         return seq_row(row, texts, self.rows[seq_id]["output_text"])
+
+    def completion_before(self, row: EngineRow) -> list[int]:
+        """The sequence's generated ids before this step; a beam forked in it starts with its parent's
+        (the parent's row comes first: its seq_id is lower)."""
+        seq_id = row["seq_id"]
+        if seq_id not in self.completions:
+            parent = self.completions.get(parent_of(row), [])
+            self.completions[seq_id] = parent[: max(row["num_tokens"] - row["num_prompt_tokens"], 0)]
+        return self.completions[seq_id]
 
     def with_logprobs(self, row: SeqRow) -> SeqRow:
         """The new tokens' logprobs (the chosen token's, the raw model's), where the request asked for logprobs:
@@ -306,7 +329,9 @@ class TraceRecorder:
         ids = list(seq.token_ids[: seq.num_prompt_tokens]) if seq is not None else []
         prompt = (seq.prompt if seq is not None else "") or self.engine.tokenizer.decode(ids)
         params = params_entry(seq.params) if seq is not None else {}
-        if seq is not None and len(siblings := self.engine.requests.get(seq.request_id, ())) > 1:
+        if seq is not None and seq.group is not None:  # a beam: its forks are no samples
+            params["beam_width"] = seq.group.params.beam_width
+        elif seq is not None and len(siblings := self.engine.requests.get(seq.request_id, ())) > 1:
             params["n"] = len(siblings)  # the request's n: each sample runs with n = 1 (and its own seed + i)
         entry = {
             "seq_id": seq_id,

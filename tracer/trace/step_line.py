@@ -16,8 +16,9 @@ readers read what older traces lack with the read helpers at the end, each sayin
     pool_layout(seqs, pool)      owners and fill of each block, derived from the rows
     step_line(record, ...)       a nanoengine StepRecord as a trace line; bare_line(record): without
                                  what only a recorder adds, as check_record checks it
-    seq_rows(step), request_of(row), queues_of(step), waiting_length(queues), scheduled_after(row),
-    own_status_after(row), block_id_lists(step)                  for readers
+    seq_rows(step), request_of(row), parent_of(row), beam_width_of(row), blocks_to_copy_of(step),
+    queues_of(step), waiting_length(queues), scheduled_after(row), own_status_after(row),
+    block_id_lists(step)                                         for readers
 
 No torch and no engine import: vLLM's recorder runs in a venv without nanoengine's dependencies.
 The module has no `from __future__ import annotations`: TypedDict reads NotRequired from live
@@ -56,6 +57,8 @@ class EngineRow(TypedDict):
     finish_reason: str | None  # stop / length / abort / ignored / error, once FINISHED
     # the request it answers, only where that is not its own seq_id (sample i > 0 of n): read it with request_of
     request_id: NotRequired[int]
+    parent_id: NotRequired[int]  # the beam it was forked from, only for a forked beam: read it with parent_of
+    beam_width: NotRequired[int]  # its beam search's, only for a beam: read it with beam_width_of
 
 
 class SeqRow(EngineRow):
@@ -144,6 +147,9 @@ class StepLine(TypedDict):
     seqs: Sequence[SeqRow]  # every request seen so far, by seq_id (a version-4 line: keyframes.py)
     new_requests: NotRequired[list[dict[str, Any]]]  # requests first seen in this step (header entries)
     events: list[EventLine]
+    # copy-on-write (source, copy) blocks whose K/V the runner copied before the forward, only when
+    # there are any: read it with blocks_to_copy_of
+    blocks_to_copy: NotRequired[Sequence[Sequence[int]]]
     inputs: InputsLine
     queues: NotRequired[QueuesLine]  # absent in version-1 traces: read it with queues_of
     pool: PoolLine  # a version-4 change line holds a PoolChange instead
@@ -157,10 +163,15 @@ PER_BLOCK_FIELDS = ("ref_counts", "hashes", "owners", "filled")  # the pool's li
 # ---- writing --------------------------------------------------------------------------------------
 def engine_row(s: "SeqStep") -> EngineRow:
     """The engine's fields of a row, read off nanoengine's SeqStep; request_id only where it is not the
-    seq_id (n = 1 rows are what they were before n existed)."""
+    seq_id, parent_id only for a forked beam, beam_width only for a beam (a row of a plain request is
+    what it was before n and beam search existed)."""
     row = {name: getattr(s, name) for name in ENGINE_FIELDS}
     if row["request_id"] == row["seq_id"]:
         del row["request_id"]
+    if row["parent_id"] < 0:
+        del row["parent_id"]
+    if row["beam_width"] <= 0:
+        del row["beam_width"]
     return row  # type: ignore[return-value]
 
 
@@ -255,7 +266,7 @@ def step_line(
     inputs = inputs_line(record.inputs)
     inputs["input_texts"] = input_texts
     pool = pool_line(record.pool)
-    return {
+    line: StepLine = {
         "type": "step",
         "step": record.step,
         "wall_time": round(record.wall_time, 6),
@@ -263,25 +274,38 @@ def step_line(
         "seqs": seqs,
         "new_requests": new_requests,
         "events": [event_line(e) for e in record.events],
+        "blocks_to_copy": copies_of(record),
         "inputs": inputs,
         "queues": queues_line(record.queues),
         "pool": {**pool, **pool_layout(seqs, pool, fill)},
         "violations": [],
     }
+    if not line["blocks_to_copy"]:  # a step of plain requests is what it was before beam search existed
+        del line["blocks_to_copy"]
+    return line
 
 
 def bare_line(record: "StepRecord") -> dict[str, Any]:
     """A StepRecord as the checker reads a step, without what only a recorder adds (token texts,
     the pool layout, new requests): what check_record checks."""
-    return {
+    line = {
         "type": "step",
         "step": record.step,
         "seqs": [engine_row(s) for s in record.seqs],
         "events": [event_line(e) for e in record.events],
+        "blocks_to_copy": copies_of(record),
         "inputs": inputs_line(record.inputs),
         "queues": queues_line(record.queues),
         "pool": pool_line(record.pool),
     }
+    if not line["blocks_to_copy"]:
+        del line["blocks_to_copy"]
+    return line
+
+
+def copies_of(record: "StepRecord") -> list[list[int]]:
+    """The step's copy-on-write copies as a line holds them: [source, copy] each."""
+    return [[source, copy] for source, copy in record.blocks_to_copy]
 
 
 # ---- reading --------------------------------------------------------------------------------------
@@ -293,6 +317,21 @@ def seq_rows(step: Mapping[str, Any]) -> dict[int, SeqRow]:
 def request_of(row: Mapping[str, Any]) -> int:
     """The request a row's sequence answers: its own seq_id unless it is sample i > 0 of an n > 1 request."""
     return row.get("request_id", row["seq_id"])
+
+
+def parent_of(row: Mapping[str, Any]) -> int:
+    """The beam a row's sequence was forked from (sharing its blocks); -1 if it was not forked."""
+    return row.get("parent_id", -1)
+
+
+def beam_width_of(row: Mapping[str, Any]) -> int:
+    """The beam width of the beam search a row's sequence is a beam of; 0 if it is not a beam."""
+    return row.get("beam_width", 0)
+
+
+def blocks_to_copy_of(step: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """The step's copy-on-write copies, (source, copy) each, in the order the runner made them."""
+    return [(source, copy) for source, copy in step.get("blocks_to_copy", ())]
 
 
 def queues_of(step: Mapping[str, Any]) -> QueuesLine | None:
@@ -318,9 +357,12 @@ def own_status_after(row: Mapping[str, Any]) -> str:
 
 
 def block_id_lists(step: Mapping[str, Any]) -> Iterator[tuple[str, Sequence[int]]]:
-    """(where, ids) for every list of block ids in the step: the free list, the batch's block
-    tables, each row's table before and after."""
+    """(where, ids) for every list of block ids in the step: the free list, the copy-on-write
+    copies (sources and copies, when there are any), the batch's block tables, each row's table
+    before and after."""
     yield "pool/free_block_ids", step["pool"]["free_block_ids"]
+    if copies := blocks_to_copy_of(step):
+        yield "blocks_to_copy", [block for pair in copies for block in pair]
     for table in step["inputs"]["block_tables"]:
         yield "inputs/block_tables", table
     for i, row in enumerate(step["seqs"]):

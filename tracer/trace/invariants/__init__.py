@@ -19,8 +19,8 @@ check what must carry over from one step to the next; without config or requests
 rules that need them are skipped.
 
 One file per concern: rule.py (how a rule is written and registered), counters.py,
-flat_batch.py, kv_slots.py, blocks.py, tokens.py, lifecycle.py (correctness), samples.py (the n
-samples of one request), policy.py (nanoengine's choices), decisions.py (the numbers its decisions record), vllm.py (vLLM's
+flat_batch.py, kv_slots.py, blocks.py, tokens.py, lifecycle.py (correctness), beams.py (a beam
+search's forks and copies), samples.py (the n samples of one request), policy.py (nanoengine's choices), decisions.py (the numbers its decisions record), vllm.py (vLLM's
 variants and rules), profiles.py (which rules run, in order), checker.py (the driver).
 """
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tracer.trace.invariants.profiles import DEFAULT_PROFILE, profile_for, rules_of
-from tracer.trace.invariants.reading import preempted
+from tracer.trace.invariants.reading import forked, preempted
 from tracer.trace.invariants.rule import Context, Violation
 from tracer.trace.kv_shadow import KvShadow
 from tracer.trace.step_line import bare_line
@@ -71,9 +71,28 @@ class InvariantChecker:
     def remember(self, ctx: Context) -> None:
         self.prev = ctx.seqs
         self.preempted = [sid for sid in preempted(ctx.step) if ctx.seqs.get(sid, {}).get("status_after") == "WAITING"]
+        children = forked(ctx.step)
         for sid, s in ctx.seqs.items():
-            if sid in self.tokens and s.get("new_token_ids"):
-                self.tokens[sid].extend(s["new_token_ids"])
+            if sid in self.tokens and sid not in children:
+                self.tokens[sid].extend(s.get("new_token_ids") or ())
+                self.cut_back(sid, s["num_tokens_after"])
+        for child, parent in children.items():
+            self.take_parents_tokens(ctx, child, parent)
+
+    def cut_back(self, sid: int, num_tokens: int) -> None:
+        """A beam search restarted from its prompt (a preemption): its first beam's tokens (and the KV
+        they chain) are cut back; the search computes them again."""
+        if len(self.tokens[sid]) > num_tokens >= 0:
+            del self.tokens[sid][num_tokens:]
+            self.kv.cut(sid, num_tokens)
+
+    def take_parents_tokens(self, ctx: Context, child: int, parent: int) -> None:
+        """A forked beam's tokens: its parent's before the step, then its own new token."""
+        row = ctx.seqs.get(child)
+        self.tokens.pop(child, None)  # its request entry knows only the prompt
+        if row is None or parent not in self.tokens:
+            return  # its parent's tokens are unknown: nothing to compare with
+        self.tokens[child] = self.tokens[parent][: row["num_tokens"]] + list(row.get("new_token_ids") or ())
 
 
 def check_steps(

@@ -13,7 +13,7 @@ from nanoengine.sequence import EventKind
 from tracer.i18n import N_
 from tracer.trace.invariants.reading import events_of, starts
 from tracer.trace.invariants.rule import Context, Findings, invariant
-from tracer.trace.step_line import queues_of
+from tracer.trace.step_line import beam_width_of, queues_of, request_of
 
 
 def number(detail: object, key: str) -> int | None:
@@ -124,9 +124,30 @@ def preemption_need(ctx: Context) -> Findings:
         row = ctx.seqs.get(by)
         if row is None or by not in ctx.batch or ctx.block_size <= 0 or not isinstance(row["num_cached_tokens"], int):
             continue  # not scheduled: it gave up its own place and took nothing
-        took = len(row["block_table"]) - blocks_needed(row["num_cached_tokens"], ctx.block_size)
+        took = sum(blocks_taken(ctx, unit_row) for unit_row in unit_rows(ctx, row))
         if free >= took:
             yield sid, preemption_need_message(ctx, sid, by, free, took)
+
+
+def unit_rows(ctx: Context, row: dict) -> list[dict]:
+    """The batched rows scheduled as a whole with row: its beam search's beams, else row alone."""
+    if not beam_width_of(row):
+        return [row]
+    return [
+        r for sid, r in ctx.seqs.items() if sid in ctx.batch and beam_width_of(r) and request_of(r) == request_of(row)
+    ]
+
+
+def blocks_taken(ctx: Context, row: dict) -> int:
+    """The free blocks make_room counted for a scheduled sequence: its table's new blocks, and one for
+    the shared block it writes next. That is its copy, or, for the last beam writing a block its
+    siblings copied away from in this step, a block it did not need after all: the engine counts
+    every beam's next shared block before any copy is made (vLLM v0 asked for a free block per beam)."""
+    cows = list(events_of(ctx.step, EventKind.COPY_ON_WRITE))
+    copies = sum(1 for e in cows if e["seq_id"] == row["seq_id"])
+    i, table = row["num_cached_tokens"] // ctx.block_size, row["block_table"]
+    kept = not copies and i < len(table) and table[i] in {(e.get("detail") or {}).get("source") for e in cows}
+    return len(table) - blocks_needed(row["num_cached_tokens"], ctx.block_size) + copies + kept
 
 
 def preemption_need_message(ctx: Context, sid: int, by: int, free: int, took: int) -> str:

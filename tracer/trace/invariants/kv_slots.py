@@ -7,8 +7,9 @@ from collections import Counter
 
 from nanoengine.sequence import EventKind
 from tracer.i18n import N_
-from tracer.trace.invariants.reading import batch_tokens, events_of, short, starts
+from tracer.trace.invariants.reading import batch_tokens, events_of, short, starts, took_part
 from tracer.trace.invariants.rule import Context, Findings, invariant
+from tracer.trace.step_line import blocks_to_copy_of
 
 
 @invariant(
@@ -60,6 +61,8 @@ def kv_content(ctx: Context) -> Findings:
     inp, bs, kv = ctx.step["inputs"], ctx.block_size, ctx.kv
     if not kv.blocks:
         kv.start(len(ctx.step["pool"]["ref_counts"]), bs, fresh_engine=ctx.step["step"] == 0)
+    for source, copy in blocks_to_copy_of(ctx.step):  # copy-on-write: the runner copies before the forward
+        kv.copy(source, copy)
     chains = {}
     # Writes first: attention reads the K/V the step itself just wrote (a prefill reads its own chunk).
     for sid, start in starts(ctx).items():
@@ -82,9 +85,11 @@ def kv_content(ctx: Context) -> Findings:
 
 @invariant(
     N_(
-        "KV is written only into blocks no other sequence holds (shared prefix blocks are read-only), "
-        "except a block others hit in this same step, written by its computing sequence at its own positions"
-    )
+        "KV is written only into blocks no other sequence holds (shared blocks are read-only: a beam writes into "
+        "its own copy, copy-on-write), except a block others hit in this same step, written by its computing "
+        "sequence at its own positions"
+    ),
+    checks=("BlockManager.copy_on_write", "Scheduler.schedule_unit"),
 )
 def shared_block_write(ctx: Context) -> Findings:
     bs, inp = ctx.block_size, ctx.step["inputs"]
@@ -99,7 +104,7 @@ def shared_block_write(ctx: Context) -> Findings:
     if not writers:
         return
     holders: dict[int, list[int]] = {}
-    for sid, s in ctx.seqs.items():
+    for sid, s in took_part(ctx).items():  # a beam forked after the forward did not hold its blocks then
         for block in s["block_table"]:
             if block in writers:
                 holders.setdefault(block, []).append(sid)
@@ -114,5 +119,5 @@ def shared_block_write(ctx: Context) -> Findings:
             yield (
                 writers[block],
                 f"seq {writers[block]} writes KV into block {block}, which seqs {sids} all hold: "
-                f"a shared block is read-only",
+                f"a shared block is read-only (a sequence about to write into one gets its own copy first)",
             )

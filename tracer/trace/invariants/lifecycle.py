@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nanoengine.sequence import EventKind, FinishReason
 from tracer.i18n import N_
-from tracer.trace.invariants.reading import preempted, short
+from tracer.trace.invariants.reading import forked, preempted, restarts, short
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 LIVE = ("WAITING", "RUNNING")
@@ -15,7 +15,8 @@ FINISH_FROM_WAITING = (FinishReason.ABORT, FinishReason.IGNORED)
 @invariant(
     N_(
         "status changes only along legal edges (WAITING->RUNNING admitted, RUNNING->WAITING "
-        "preempted, RUNNING->FINISHED, WAITING->FINISHED when aborted or ignored)"
+        "preempted, RUNNING->FINISHED, WAITING->FINISHED when aborted or ignored, or pruned right after "
+        "its beam search's preemption)"
     ),
     field="status_after",
 )
@@ -26,14 +27,14 @@ def status_edges(ctx: Context) -> Findings:
     for sid in events.keys() - ctx.seqs.keys():
         yield sid, f"an event names seq {sid}, which is not in the step"
     for sid, s in ctx.seqs.items():
-        status = s["status_before"]
+        status, last = s["status_before"], None
         for e in events.get(sid, []):
-            new = next_status(status, e)
+            new = next_status(status, e, last)
             if new is None:
                 reason = f" ({e['detail']['reason']})" if e["kind"] == EventKind.FINISHED else ""
                 yield sid, f"seq {sid} cannot be {e['kind']}{reason} while {status}"
                 break
-            status = new
+            status, last = new, e["kind"]
         else:
             if status != s["status_after"]:
                 yield (
@@ -42,8 +43,9 @@ def status_edges(ctx: Context) -> Findings:
                 )
 
 
-def next_status(status: str, event: dict) -> str | None:
-    """The status after an event, or None if the event is illegal in this status."""
+def next_status(status: str, event: dict, last: str | None = None) -> str | None:
+    """The status after an event (last: the sequence's event before it in the step), or None if the
+    event is illegal in this status."""
     kind = event["kind"]
     if kind == EventKind.ADMITTED:
         return "RUNNING" if status == "WAITING" else None
@@ -53,7 +55,8 @@ def next_status(status: str, event: dict) -> str | None:
         return status if status == "WAITING" else None
     if kind == EventKind.FINISHED:
         reason = event["detail"].get("reason")
-        if status == "RUNNING" or (status == "WAITING" and reason in FINISH_FROM_WAITING):
+        restart = reason == FinishReason.PRUNED and last == EventKind.PREEMPTED  # its search starts again
+        if status == "RUNNING" or (status == "WAITING" and (reason in FINISH_FROM_WAITING or restart)):
             return "FINISHED"
         return None
     return status if status != "FINISHED" else None  # prefill_chunk / prefill_done / prefix_hit
@@ -68,22 +71,31 @@ def finish_reason(ctx: Context) -> Findings:
             yield sid, f"seq {sid} is {s['status_after']} with finish_reason {s['finish_reason']!r}"
 
 
-@invariant(N_("each step starts where the previous one ended (status, num_tokens, num_prompt_tokens)"))
+@invariant(
+    N_(
+        "each step starts where the previous one ended (status, num_tokens, num_prompt_tokens); a new sequence "
+        "starts WAITING, or RUNNING if it is a beam forked in the step"
+    )
+)
 def continuity(ctx: Context) -> Findings:
     if ctx.prev is None:
         return
+    children, restarted = forked(ctx.step), restarts(ctx)
     for sid, s in ctx.seqs.items():
         p = ctx.prev.get(sid)
         if p is None:
-            if s["status_before"] != "WAITING":
-                yield sid, f"seq {sid} first appears {s['status_before']}, not WAITING"
+            want = "RUNNING" if sid in children else "WAITING"
+            if s["status_before"] != want:
+                yield sid, f"seq {sid} first appears {s['status_before']}, not {want}"
             continue
+        if sid in children:
+            yield sid, f"seq {sid} was listed before the step that forked it"
         for now, before in (
             ("status_before", "status_after"),
             ("num_tokens", "num_tokens_after"),
             ("num_prompt_tokens", "num_prompt_tokens"),
         ):
-            if s[now] != p[before]:
+            if s[now] != p[before] and not (now == "num_tokens" and sid in restarted):
                 yield (
                     sid,
                     f"seq {sid} starts the step with {now} = {s[now]!r} but ended the previous step with {p[before]!r}",

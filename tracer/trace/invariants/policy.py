@@ -8,11 +8,14 @@ from nanoengine.sequence import EventKind, FinishReason
 from tracer.i18n import N_
 from tracer.trace.invariants.reading import events_of, finished_with, preempted, short
 from tracer.trace.invariants.rule import Context, Findings, invariant
-from tracer.trace.step_line import queues_of
+from tracer.trace.step_line import beam_width_of, queues_of, request_of
 
 
 @invariant(
-    N_("preemption takes the newest running sequence first (the end of the running list)"),
+    N_(
+        "preemption takes the newest running sequence first (the end of the running list), with the other "
+        "live beams of its beam search"
+    ),
     checks=("choose_victim", "Scheduler.make_room"),
 )
 def victim_policy(ctx: Context) -> Findings:
@@ -22,13 +25,35 @@ def victim_policy(ctx: Context) -> Findings:
         return
     aborted = {e["seq_id"] for e in finished_with(ctx.step, FinishReason.ABORT)}
     running = [sid for sid in queues["running"] if sid not in aborted]  # aborts take effect before scheduling
-    want = running[::-1][: len(victims)]
-    if victims != want:
+    units = victim_units(ctx, running, len(victims))
+    want = [sid for unit in units for sid in unit]
+    starts = [sum(map(len, units[:i])) for i in range(len(units))]
+    taken = [set(victims[start : start + len(unit)]) for start, unit in zip(starts, units)]
+    if len(victims) != len(want) or taken != [set(unit) for unit in units]:  # a unit's beams in any order
         yield (
             victims[0],
             f"the step preempted seqs {victims} from running list {list(queues['running'])}; the newest "
             f"first would be {want}",
         )
+
+
+def victim_units(ctx: Context, running: list[int], num_victims: int) -> list[list[int]]:
+    """What the victim policy preempts, newest first, until num_victims are taken: each time the newest
+    running sequence, with the other beams of its beam search (a unit goes as a whole), newest first."""
+    units: list[list[int]] = []
+    left = list(running)
+    while left and sum(map(len, units)) < num_victims:
+        newest = ctx.seqs.get(left[-1])
+        unit = [left[-1]]
+        if newest is not None and beam_width_of(newest):
+            unit += [sid for sid in left[-2::-1] if sid in ctx.seqs and beam_of(ctx.seqs[sid], request_of(newest))]
+        units.append(unit)
+        left = [sid for sid in left if sid not in unit]
+    return units
+
+
+def beam_of(row: dict, request_id: int) -> bool:
+    return beam_width_of(row) > 0 and request_of(row) == request_id
 
 
 @invariant(

@@ -1,12 +1,13 @@
 """Which invariants run, in which order: the profiles `nanoengine check --profile` chooses from.
 
     nanoengine   every rule: correctness, nanoengine's own policy (policy.py) and the numbers its
-                 decisions record (decisions.py); 46 rules
+                 decisions record (decisions.py); 49 rules
     correctness  what any paged-KV engine that preempts by recompute must keep: the counters,
                  the flat batch, the KV slots and what they hold, the blocks, the tokens and each
-                 request's life, the n samples of a request (samples.py), without the policy; 36 rules
+                 request's life, a beam search's beams (beams.py), the n samples of a request
+                 (samples.py), without the policy; 39 rules
     vllm         for traces of vLLM v1's scheduler: every rule, vLLM's variant where the engines
-                 differ on purpose, and vLLM's own two (vllm.py); 48 rules (the decisions' rules
+                 differ on purpose, and vLLM's own two (vllm.py); 51 rules (the decisions' rules
                  skip events without their numbers, as vLLM's are)
 
 A trace is checked with the profile of the engine that wrote it (its header's `engine`), unless
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracer.trace.invariants import (
+    beams,
     blocks,
     counters,
     decisions,
@@ -40,6 +42,7 @@ CORRECTNESS: tuple[Rule, ...] = (
     *rules_in(blocks),
     *rules_in(tokens),
     *rules_in(lifecycle),
+    *rules_in(beams),
     *rules_in(samples)[:1],  # sample_params: the n samples are one request
 )
 # nanoengine's choices, and that a sample admitted after a sibling shares its prompt blocks (vLLM v1 too)

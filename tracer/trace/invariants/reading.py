@@ -7,6 +7,7 @@ from typing import Any
 
 from nanoengine.sequence import EventKind, FinishReason
 from tracer.trace.invariants.rule import Context
+from tracer.trace.step_line import beam_width_of
 
 
 def starts(ctx: Context) -> dict[int, int]:
@@ -41,3 +42,25 @@ def finished_with(step: Mapping[str, Any], reason: FinishReason) -> list[dict]:
 def preempted(step: Mapping[str, Any]) -> list[int]:
     """The sequences the step preempted, in order."""
     return [e["seq_id"] for e in events_of(step, EventKind.PREEMPTED)]
+
+
+def forked(step: Mapping[str, Any]) -> dict[int, int]:
+    """The beams the step forked, each with the beam it was forked from. A fork happens after the
+    step's forward: its row's counters before the step are its parent's, it took no part in the step."""
+    return {e["seq_id"]: e["detail"].get("parent", -1) for e in events_of(step, EventKind.FORKED)}
+
+
+def took_part(ctx: Context) -> dict[int, dict]:
+    """The rows of the sequences that existed while the step ran (every one but the beams it forked)."""
+    children = forked(ctx.step)
+    return {sid: s for sid, s in ctx.seqs.items() if sid not in children} if children else ctx.seqs
+
+
+def restarts(ctx: Context) -> set[int]:
+    """The beams whose beam search the step restarted from its prompt: preempted and WAITING again (a
+    beam unscheduled, its row's counters are its state after the step: back to its prompt)."""
+    return {
+        sid
+        for sid in preempted(ctx.step)
+        if sid in ctx.seqs and beam_width_of(ctx.seqs[sid]) and ctx.seqs[sid]["status_after"] == "WAITING"
+    }

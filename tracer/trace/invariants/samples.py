@@ -20,14 +20,16 @@ from nanoengine.sequence import EventKind
 from tracer.i18n import N_
 from tracer.trace.invariants.reading import events_of
 from tracer.trace.invariants.rule import Context, Findings, invariant
-from tracer.trace.step_line import request_of
+from tracer.trace.step_line import beam_width_of, request_of
 
 
 def groups(ctx: Context) -> dict[int, list[int]]:
-    """request id -> its samples' seq_ids, in order (sample i is the i-th), from the step's rows."""
+    """request id -> its samples' seq_ids, in order (sample i is the i-th), from the step's rows. A beam
+    search's beams are no samples (tracer/trace/invariants/beams.py checks them)."""
     found: dict[int, list[int]] = {}
     for sid in sorted(ctx.seqs):
-        found.setdefault(request_of(ctx.seqs[sid]), []).append(sid)
+        if not beam_width_of(ctx.seqs[sid]):
+            found.setdefault(request_of(ctx.seqs[sid]), []).append(sid)
     return found
 
 
@@ -113,11 +115,11 @@ def sample_prefix_share(ctx: Context) -> Findings:
         return
     holders: dict[int, list[dict]] = {}  # request id -> its samples holding blocks when the next is admitted
     for row in ctx.seqs.values():
-        if row["status_before"] == "RUNNING":  # scheduled before any admission of the step
+        if row["status_before"] == "RUNNING" and not beam_width_of(row):  # scheduled before any admission
             holders.setdefault(request_of(row), []).append(row)
     for event in events_of(ctx.step, EventKind.ADMITTED):
         admitted = ctx.seqs.get(event["seq_id"])
-        if admitted is None:
+        if admitted is None or beam_width_of(admitted):
             continue
         before = holders.setdefault(request_of(admitted), [])
         fresh = admitted["num_tokens"] == admitted["num_prompt_tokens"]  # not a preempted sample coming back

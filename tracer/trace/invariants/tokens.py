@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from nanoengine.sequence import FinishReason
 from tracer.i18n import N_
+from tracer.trace.invariants.reading import forked, restarts
 from tracer.trace.invariants.rule import Context, Findings, invariant
 
 
@@ -22,18 +23,24 @@ def mid_prefill_discard(ctx: Context) -> Findings:
 
 
 @invariant(
-    N_("a mid-prefill, unscheduled or failed sequence gains no token; a finished prefill or decode gains exactly one")
+    N_(
+        "a mid-prefill, unscheduled or failed sequence gains no token; a finished prefill or decode gains exactly "
+        "one, and so does a beam forked in the step (its own last token)"
+    )
 )
 def token_gain(ctx: Context) -> Findings:
+    children = forked(ctx.step)
     for sid, s in ctx.seqs.items():
         gained = len(s["new_token_ids"])
         scheduled = s["num_scheduled_tokens"]
         failed = s["finish_reason"] == FinishReason.ERROR  # its step failed: nothing was sampled
         complete = scheduled > 0 and s["num_cached_tokens"] + scheduled >= s["num_tokens"] and not failed
-        if gained != (1 if complete else 0):
+        if gained != (1 if complete or sid in children else 0):
             why = (
                 "finished its prefill or decoded"
                 if complete
+                else "was forked in this step: it starts with its own last token"
+                if sid in children
                 else "its step failed"
                 if failed
                 else "is mid-prefill: its logits must be discarded"
@@ -43,11 +50,25 @@ def token_gain(ctx: Context) -> Findings:
             yield sid, f"seq {sid} gained {gained} tokens but {why}"
 
 
-@invariant(N_("num_tokens_after == num_tokens + the new tokens"), field="num_tokens")
+@invariant(
+    N_(
+        "num_tokens_after == num_tokens + the new tokens (a beam search restarted by a preemption: its first beam "
+        "goes back to its prompt)"
+    ),
+    field="num_tokens",
+)
 def token_growth(ctx: Context) -> Findings:
+    restarted = restarts(ctx)
     for sid, s in ctx.seqs.items():
         gained = len(s["new_token_ids"])
-        if s["num_tokens_after"] != s["num_tokens"] + gained:
+        if sid in restarted:
+            if s["num_tokens_after"] != s["num_prompt_tokens"] or gained:
+                yield (
+                    sid,
+                    f"seq {sid}, a beam search's first beam, was preempted: its search restarts from the "
+                    f"{s['num_prompt_tokens']} prompt tokens, but it ends the step with {s['num_tokens_after']}",
+                )
+        elif s["num_tokens_after"] != s["num_tokens"] + gained:
             yield sid, f"seq {sid} went from {s['num_tokens']} to {s['num_tokens_after']} tokens but gained {gained}"
         if "new_token_texts" in s and len(s["new_token_texts"]) != gained:
             yield sid, f"seq {sid} has {gained} new tokens but {len(s['new_token_texts'])} new token texts"
