@@ -1,20 +1,27 @@
-"""Checks for lesson 6: schedule."""
+"""Checks for lesson 6: schedule and schedule_unit."""
 
 from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import SequenceStatus
 from tracer.i18n import _
 from tracer.teach.kit import (
+    add_request,
     add_sequences,
     batch_of,
     event_kinds,
     expect,
     expect_engine_matches,
+    fork_beams,
     lesson_scenario,
+    make_beam_search,
     make_scheduler,
     make_sequence,
+    names,
 )
 
-TARGETS = {"schedule": "Scheduler.schedule"}
+TARGETS = {
+    "schedule": "Scheduler.schedule",
+    "schedule_unit": "Scheduler.schedule_unit",
+}
 
 
 def make(
@@ -204,8 +211,9 @@ def check_uses_make_room(fns):
         "preempted" in event_kinds(out),
         _(
             "the pool is full and A needs a block, but nothing was "
-            "preempted: call self.make_room(seq, num_new, out) "
-            "before allocating; expected [('A', 1)], got {got}"
+            "preempted: in schedule_unit, call self.make_room(unit, "
+            "num_new, out) before allocating; expected [('A', 1)], "
+            "got {got}"
         ).format(got=got),
     )
     expect(
@@ -254,6 +262,127 @@ def check_admits_nobody_in_a_step_that_preempted(fns):
     )
 
 
+def beams_after_prefill(fns, budget: int = 16) -> tuple[Scheduler, list]:
+    """A (5 tokens) and the beam search B (6 tokens, 3 beams) prefilled by your
+    schedule, then B forked as the engine does: B, B1, B2 share blocks [2, 3]
+    and each writes position 6 next, in block 3."""
+    sched = make(budget=budget)
+    add_sequences(sched, 5, names="A")
+    sched.add(make_beam_search(6, 3, name="B"))
+    out, got = batch_now(fns, sched)
+    expect(
+        got == [("A", 5), ("B", 6)],
+        _(
+            "a 5-token request A and a 6-token beam search B, budget 16: "
+            "expected both prefilled, [('A', 5), ('B', 6)], got {got}"
+        ).format(got=got),
+    )
+    sched.postprocess(out, [50] * len(out.seqs))
+    return sched, fork_beams(sched, sched.running[1])
+
+
+def check_a_beam_search_is_one_unit(fns):
+    """A beam search's beams are scheduled together, each once (unit_of)."""
+    sched, beams = beams_after_prefill(fns)
+    out, got = batch_now(fns, sched)
+    twice = sorted({n for n in names(out.seqs) if names(out.seqs).count(n) > 1})
+    expect(
+        not twice,
+        _(
+            "{twice} went into the batch more than once: {got}. "
+            "schedule_unit(unit_of(B)) schedules all of B's beams; when the "
+            "loop reaches B1, it already has num_scheduled_tokens: skip it"
+        ).format(twice=", ".join(twice), got=got),
+    )
+    expect(
+        got == [("A", 1), ("B", 1), ("B1", 1), ("B2", 1)],
+        _(
+            "A and the three beams B, B1, B2 decode: expected [('A', 1), "
+            "('B', 1), ('B1', 1), ('B2', 1)], got {got}"
+        ).format(got=got),
+    )
+
+
+def check_a_unit_fits_whole_or_waits(fns):
+    """A unit gets all its tokens in this step or none (a beam search's beams are ranked together)."""
+    sched, beams = beams_after_prefill(fns)
+    sched.max_num_batched_tokens = 3
+    out, got = batch_now(fns, sched)
+    expect(
+        got == [("A", 1)],
+        _(
+            "budget 3: A takes 1, and B's three beams need 3 with 2 left. "
+            "A beam search runs all its beams or none (they are ranked "
+            "together after the step): schedule_unit returns 0 when "
+            "sum(num_new) > budget. Expected [('A', 1)], got {got}"
+        ).format(got=got),
+    )
+
+
+def check_copies_a_shared_block_before_it_is_written(fns):
+    """A beam about to write into a block other beams hold gets its own copy first (copy-on-write)."""
+    sched, beams = beams_after_prefill(fns)
+    out, got = batch_now(fns, sched)
+    copies = [
+        (names(s for s in beams if s.seq_id == e.seq_id), e.detail)
+        for e in out.events
+        if e.kind == "copy_on_write"
+    ]
+    tables = [s.block_table for s in beams]
+    expect(
+        out.blocks_to_copy == [(3, 4), (3, 5)]
+        or tables != [[2, 4], [2, 5], [2, 3]],
+        _(
+            "the beams got their copies (block tables {tables}), but "
+            "out.blocks_to_copy is {copied}: append each (source, copy) that "
+            "copy_on_write returns, or the runner never copies the K/V into "
+            "4 and 5 and B and B1 attend to whatever those blocks held"
+        ).format(tables=tables, copied=out.blocks_to_copy),
+    )
+    expect(
+        out.blocks_to_copy == [(3, 4), (3, 5)],
+        _(
+            "B, B1 and B2 share block 3 and each writes into it now: before "
+            "allocate, self.block_manager.copy_on_write(seq) gives a beam "
+            "its own copy while others still hold the block (B gets 4, B1 "
+            "gets 5, B2 is then its last holder). Expected "
+            "out.blocks_to_copy [(3, 4), (3, 5)] (the runner copies the K/V "
+            "before the forward), got {copied}; the block tables are {tables}"
+        ).format(copied=out.blocks_to_copy, tables=tables),
+    )
+    expect(
+        copies
+        == [
+            (["B"], {"source": 3, "copy": 4}),
+            (["B1"], {"source": 3, "copy": 5}),
+        ],
+        _(
+            "record each copy: out.add_event(EventKind.COPY_ON_WRITE, seq, "
+            "source=copied[0], copy=copied[1]); expected B 3 -> 4 and B1 "
+            "3 -> 5, got {copies}"
+        ).format(copies=copies),
+    )
+
+
+def check_a_beam_search_takes_a_slot_per_beam(fns):
+    """A beam search is admitted only when each of its beams has a seat (has_seq_slots)."""
+    sched = make(max_num_seqs=3)
+    add_sequences(sched, 5, names="A")
+    step(fns, sched)
+    sched.add(make_beam_search(6, 3, name="B"))
+    out, got = batch_now(fns, sched)
+    expect(
+        got == [("A", 1)],
+        _(
+            "max_num_seqs=3 and A is running: the beam search B will be 3 "
+            "sequences after its prefill and only 2 seats are free, so it "
+            "waits. Admit while self.has_seq_slots(self.waiting[0]), not "
+            "len(self.running) < self.max_num_seqs; expected [('A', 1)], "
+            "got {got}"
+        ).format(got=got),
+    )
+
+
 def engine_lesson_scenario(fns):
     """The engine, running the lesson's scenario with your schedule, matches the engine's own."""
     expect_engine_matches(lesson_scenario(__file__))
@@ -275,4 +404,21 @@ def engine_tight_memory(fns):
     expect(
         run.event_counts["preempted"] >= 1,
         _("this run should preempt a request; none was preempted"),
+    )
+
+
+def engine_with_a_beam_search(fns):
+    """With a beam search among the scenario's requests (units, copy-on-write) it still matches."""
+    scenario = add_request(
+        lesson_scenario(__file__),
+        "Beams!",
+        arrive=1,
+        beam_width=3,
+        max_tokens=5,
+        ignore_eos=True,
+    )
+    run = expect_engine_matches(scenario)
+    expect(
+        run.event_counts["copy_on_write"] >= 1,
+        _("this run should copy a shared block; nothing was copied"),
     )

@@ -1,14 +1,17 @@
-"""Checks for lesson 8: choose_victim, preempt, make_room."""
+"""Checks for lesson 8: choose_victim, make_room, preempt, recompute_later."""
 
-from nanoengine.scheduler import SchedulerOutput
-from nanoengine.sequence import SequenceStatus
+from nanoengine.scheduler import Scheduler, SchedulerOutput
+from nanoengine.sequence import Sequence, SequenceStatus
 from tracer.i18n import _
 from tracer.teach.kit import (
+    add_request,
     add_sequences,
     engine_step,
     expect,
     expect_engine_matches,
+    fork_beams,
     lesson_scenario,
+    make_beam_search,
     make_scheduler,
     make_sequence,
     names,
@@ -17,9 +20,30 @@ from tracer.teach.kit import (
 
 TARGETS = {
     "choose_victim": "choose_victim",
-    "preempt": "Scheduler.preempt",
     "make_room": "Scheduler.make_room",
+    "preempt": "Scheduler.preempt",
+    "recompute_later": "Scheduler.recompute_later",
 }
+
+
+def beams(
+    num_kv_blocks: int = 16, later: int = 0
+) -> tuple[Scheduler, Sequence, list[Sequence]]:
+    """A (7 tokens, blocks [0, 1]) and the beam search B (6 tokens, 3 beams)
+    prefilled by the engine's own code, then forked as the engine does: B, B1
+    and B2 share blocks [2, 3], and each writes into block 3 next. later: a
+    request C of that many tokens, admitted after the fork (the newest)."""
+    sched = make_scheduler(num_kv_blocks)
+    (a,) = add_sequences(sched, 7, names="A")
+    first = make_beam_search(6, 3, name="B")
+    sched.add(first)
+    late = add_sequences(sched, later, names="C") if later else []
+    engine_step(sched)  # admissions only: none of your functions runs here
+    unit = fork_beams(sched, first)
+    for c in late:  # C came in after the fork: last in admission order
+        sched.running.remove(c)
+        sched.running.append(c)
+    return sched, a, unit
 
 
 def check_choose_victim(fns):
@@ -40,8 +64,9 @@ def check_choose_victim(fns):
     )
 
 
-def check_preempt_resets_the_sequence(fns):
-    """preempt frees the blocks, forgets the KV and puts the sequence back to WAITING."""
+# ---- recompute_later: what happens to each preempted sequence ---------------
+def check_recompute_later_resets_the_sequence(fns):
+    """recompute_later frees the blocks, forgets the KV and puts the sequence back to WAITING."""
     sched = make_scheduler(16, budget=8)
     a, b = add_sequences(sched, 4, 12)
     engine_step(
@@ -49,12 +74,12 @@ def check_preempt_resets_the_sequence(fns):
     )  # a budget of 8: A's 4 tokens and the first 4 of B's 12, so B is mid-prefill
     assert b.is_prefilling, "the kit's situation: B is inside its prefill"
     tokens_before = list(b.token_ids)
-    out = SchedulerOutput()
-    fns.preempt(sched, b, out, a)
+    sched.running.remove(b)  # as preempt does first
+    fns.recompute_later(sched, b, SchedulerOutput())
     expect(
         b.block_table == [] and sched.block_manager.num_free_blocks == 16 - 1,
         _(
-            "after preempt B must hold no blocks (free them with "
+            "after recompute_later B must hold no blocks (free them with "
             "self.block_manager.free(seq)); it holds {table}, {free} of 16 "
             "blocks are free (A holds 1)"
         ).format(table=b.block_table, free=sched.block_manager.num_free_blocks),
@@ -69,9 +94,9 @@ def check_preempt_resets_the_sequence(fns):
         not b.is_prefilling,
         _(
             "B was preempted in the middle of its prefill (4 of its 12 prompt "
-            "tokens computed): is_prefilling must be False after preempt (set "
-            "it with the other counters); it is still True, so a waiting B "
-            "would claim a prefill in progress"
+            "tokens computed): is_prefilling must be False after "
+            "recompute_later (set it with the other counters); it is still "
+            "True, so a waiting B would claim a prefill in progress"
         ),
     )
     expect(
@@ -81,14 +106,92 @@ def check_preempt_resets_the_sequence(fns):
     expect(
         b.token_ids == tokens_before,
         _(
-            "preempt must keep token_ids (prompt and generated tokens): they "
-            "are recomputed later"
+            "recompute_later must keep token_ids (prompt and generated "
+            "tokens): they are recomputed later"
         ),
     )
 
 
-def check_preempt_queues_at_head(fns):
-    """The preempted sequence leaves running and goes to the head of waiting."""
+def check_recompute_later_queues_at_head(fns):
+    """The sequence goes back to the head of waiting, before those already waiting."""
+    sched = make_scheduler(16)
+    a, b = prefilled(sched, 9, 10)
+    later = make_sequence(2, name="C")
+    sched.add(later)
+    sched.running.remove(b)  # as preempt does first
+    fns.recompute_later(sched, b, SchedulerOutput())
+    expect(
+        list(sched.waiting) == [b, later],
+        _(
+            "B must go to the HEAD of self.waiting (appendleft), before the "
+            "request that was already waiting; waiting is {got}"
+        ).format(got=names(sched.waiting)),
+    )
+
+
+def check_recompute_later_restarts_a_beam_search(fns):
+    """A preempted beam search restarts: its first beam waits, cut back to its prompt; the others are pruned."""
+    sched, a, (b, b1, b2) = beams()
+    out = SchedulerOutput()
+    for seq in (b2, b1, b):  # what preempt does, newest first
+        sched.running.remove(seq)
+        fns.recompute_later(sched, seq, out)
+    waiting = names(sched.waiting)
+    expect(
+        waiting == ["B"],
+        _(
+            "the beam search B (beams B, B1, B2) was preempted; it starts "
+            "again from its prompt with its first beam only, so only B may "
+            "wait, got waiting {waiting}. seq.group.restart() cuts the first "
+            "beam back and returns it; any other beam finishes as pruned"
+        ).format(waiting=waiting),
+    )
+    expect(
+        b.num_tokens == b.num_prompt_tokens and not b.logprobs,
+        _(
+            "B starts again from its prompt: its tokens must be its 6 prompt "
+            "tokens (seq.group.restart() cuts them back), got {n}"
+        ).format(n=b.num_tokens),
+    )
+    pruned = [
+        (name, s.status.value, s.finish_reason)
+        for name, s in zip(("B1", "B2"), (b1, b2))
+    ]
+    expect(
+        all(s.is_finished and s.finish_reason == "pruned" for s in (b1, b2)),
+        _(
+            "B1 and B2 must finish with reason 'pruned' "
+            "(seq.finish(FinishReason.PRUNED)); got {pruned}"
+        ).format(pruned=pruned),
+    )
+    finished = [
+        (names([s for s in (b1, b2) if s.seq_id == e.seq_id]), e.detail)
+        for e in out.events
+        if e.kind == "finished"
+    ]
+    expect(
+        finished
+        == [(["B2"], {"reason": "pruned"}), (["B1"], {"reason": "pruned"})],
+        _(
+            "record each pruned beam: out.add_event(EventKind.FINISHED, seq, "
+            "reason=FinishReason.PRUNED.value); got {finished}"
+        ).format(finished=finished),
+    )
+    expect(
+        sched.block_manager.num_free_blocks == 16 - 2,
+        _(
+            "every beam's blocks go back to the pool (A holds 2 of 16): "
+            "{free} are free; the beams still hold {tables}"
+        ).format(
+            free=sched.block_manager.num_free_blocks,
+            tables=[s.block_table for s in (b, b1, b2)],
+        ),
+    )
+
+
+# ---- preempt: a victim's whole unit ------------------------------------------
+def check_preempt_takes_it_out_of_running(fns):
+    """The preempted sequence leaves running, is listed and recorded, and goes to the head of waiting."""
     sched = make_scheduler(16)
     a, b = prefilled(sched, 9, 10)
     later = make_sequence(2, name="C")
@@ -97,10 +200,10 @@ def check_preempt_queues_at_head(fns):
     fns.preempt(sched, b, out, a)
     expect(sched.running == [a], _("B must be removed from self.running"))
     expect(
-        list(sched.waiting) == [b, later],
+        b in sched.waiting,
         _(
-            "B must go to the HEAD of self.waiting (appendleft), before the "
-            "request that was already waiting"
+            "B left running but is not waiting: hand each preempted sequence "
+            "to self.recompute_later(seq, out)"
         ),
     )
     expect(
@@ -154,7 +257,7 @@ def check_preempt_records_the_free_blocks_before(fns):
                 "free= must be the free blocks BEFORE B's were given back: 10 "
                 "(A and B hold 3 each of 16); you recorded {free}, the count "
                 "after B's 3 blocks came back: read num_free_blocks before "
-                "bm.free(seq). The decision itself is right; only the recorded "
+                "recompute_later frees them. The decision itself is right; only the recorded "
                 "number is wrong"
             )
             if free == 13
@@ -166,12 +269,50 @@ def check_preempt_records_the_free_blocks_before(fns):
     )
 
 
+def check_preempt_takes_the_whole_unit(fns):
+    """Preempting one beam preempts its beam search's every beam (unit_of)."""
+    sched, a, (b, b1, b2) = beams()
+    out = SchedulerOutput()
+    fns.preempt(sched, b2, out, a)
+    running = names(sched.running)
+    expect(
+        running == ["A"],
+        _(
+            "B2 is one of the beam search's beams B, B1, B2: they run together "
+            "or not at all, so preempt takes the victim's whole unit, "
+            "unit_of(victim), out of running; still running: {running}"
+        ).format(running=running),
+    )
+    recorded = sorted(
+        names(s for s in (b, b1, b2) if s.seq_id == e.seq_id)[0]
+        for e in out.events
+        if e.kind == "preempted"
+    )
+    expect(
+        sorted(names(out.preempted)) == ["B", "B1", "B2"]
+        and recorded == ["B", "B1", "B2"],
+        _(
+            "each beam of the unit is preempted: list it in out.preempted and "
+            "record a 'preempted' event for it; out.preempted is {listed}, "
+            "the events name {recorded}"
+        ).format(listed=names(out.preempted), recorded=recorded),
+    )
+    expect(
+        names(sched.waiting) == ["B"] and b1.is_finished and b2.is_finished,
+        _(
+            "each preempted beam goes through recompute_later: B waits, B1 "
+            "and B2 are pruned; waiting is {waiting}"
+        ).format(waiting=names(sched.waiting)),
+    )
+
+
+# ---- make_room ---------------------------------------------------------------
 def check_make_room_when_it_fits(fns):
     """If the blocks are free, make_room preempts nobody and returns True."""
     sched = make_scheduler(16)
     a, b = prefilled(sched, 8, 8)
     out = SchedulerOutput()
-    ok = fns.make_room(sched, a, 1, out)
+    ok = fns.make_room(sched, [a], [1], out)
     expect(
         ok is True,
         _(
@@ -190,7 +331,7 @@ def check_make_room_preempts_newest(fns):
     sched = make_scheduler(6)
     a, b, c = prefilled(sched, 8, 8, 8)  # 2 blocks each: the pool is full
     out = SchedulerOutput()
-    ok = fns.make_room(sched, a, 1, out)  # A's 9th token needs a 3rd block
+    ok = fns.make_room(sched, [a], [1], out)  # A's 9th token needs a 3rd block
     expect(
         ok is True,
         _(
@@ -210,7 +351,7 @@ def check_make_room_preempts_until_it_fits(fns):
     a, b, c = prefilled(sched, 8, 8, 8)
     out = SchedulerOutput()
     ok = fns.make_room(
-        sched, a, 12, out
+        sched, [a], [12], out
     )  # 20 tokens: 5 blocks, 3 more than A has
     expect(
         ok is True and sched.running == [a],
@@ -233,7 +374,7 @@ def check_make_room_self_preemption(fns):
     sched = make_scheduler(4)
     a, b = prefilled(sched, 8, 8)
     out = SchedulerOutput()
-    ok = fns.make_room(sched, b, 1, out)
+    ok = fns.make_room(sched, [b], [1], out)
     expect(
         ok is False,
         _(
@@ -247,6 +388,56 @@ def check_make_room_self_preemption(fns):
     )
 
 
+def check_make_room_counts_the_whole_unit(fns):
+    """A unit needs the blocks of all its sequences at once."""
+    sched, a, unit = beams(num_kv_blocks=8, later=7)  # C: blocks [4, 5]
+    c = sched.running[-1]
+    out = SchedulerOutput()
+    ok = fns.make_room(sched, unit, [1, 1, 1], out)
+    expect(
+        c.status == SequenceStatus.WAITING,
+        _(
+            "B, B1 and B2 each write into their shared block 3 now, so each "
+            "needs a block of its own (a copy): 3 for the unit, and 2 are "
+            "free. make_room must count every sequence of the unit, "
+            "bm.blocks_to_schedule(s, n) for each s and its n, and preempt C; "
+            "C is still {status}"
+        ).format(status=c.status.value),
+    )
+    expect(
+        ok is True and names(sched.running) == ["A", "B", "B1", "B2"],
+        _(
+            "with C preempted the unit's 3 blocks fit: make_room must return "
+            "True and keep A, B, B1, B2 running; got {ok!r}, running {running}"
+        ).format(ok=ok, running=names(sched.running)),
+    )
+
+
+def check_make_room_when_the_unit_itself_goes(fns):
+    """If the victim is any beam of the unit that needs room, make_room returns False."""
+    sched, a, unit = beams(num_kv_blocks=4)  # the pool is full
+    out = SchedulerOutput()
+    ok = fns.make_room(sched, unit, [1, 1, 1], out)
+    expect(
+        ok is False,
+        _(
+            "the pool is full and the victim, B2 (the newest), is one of the "
+            "beams B, B1, B2 that need the room: their whole unit was "
+            "preempted, so make_room must return False at once (victim in "
+            "unit, not victim is unit[0]); got {ok!r}, running {running}"
+        ).format(ok=ok, running=names(sched.running)),
+    )
+    expect(
+        names(sched.running) == ["A"],
+        _(
+            "the victim B2 is a beam of the unit that needs the room: its "
+            "whole unit is preempted, and A alone runs on; running is "
+            "{running}"
+        ).format(running=names(sched.running)),
+    )
+
+
+# ---- the engine with your preemption ------------------------------------------
 def engine_lesson_scenario(fns):
     """The engine, running the lesson's scenario with your preemption, matches the engine's own."""
     run = expect_engine_matches(lesson_scenario(__file__))
@@ -271,4 +462,25 @@ def engine_heavy_pressure(fns):
     expect(
         run.event_counts["preempted"] >= 2,
         _("this run should preempt at least twice"),
+    )
+
+
+def engine_a_beam_search_restarts(fns):
+    """A beam search that is preempted restarts from its prompt, and the run still matches."""
+    scenario = lesson_scenario(
+        __file__, engine={"block_size": 4, "num_kv_blocks": 12}, requests=[]
+    )
+    add_request(scenario, "Once upon a time", max_tokens=10, ignore_eos=True)
+    add_request(
+        scenario,
+        "Beams!",
+        arrive=1,
+        beam_width=3,
+        max_tokens=6,
+        ignore_eos=True,
+    )
+    run = expect_engine_matches(scenario)
+    expect(
+        run.event_counts["preempted"] >= 3,
+        _("this run should preempt the beam search's three beams"),
     )

@@ -4,14 +4,16 @@ All on the tiny model."""
 
 from __future__ import annotations
 
+import ast
 import functools
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from conftest import run_async
 
-from nanoengine import LLMEngine, SamplingParams
+from nanoengine import BeamSearchParams, LLMEngine, SamplingParams
 from tracer.cli.lesson import lesson_main
 from tracer.replay.colors import seq_letter
 from tracer.replay.glossary import GLOSSARY
@@ -23,8 +25,10 @@ from tracer.teach.lessons import (
     lessons_root,
     reference_solution,
     run_lesson_checks,
+    split_tiers,
     student_functions,
 )
+from tracer.teach.plant import engine_source
 from tracer.teach.scenarios import load_scenario, run_scenario
 from tracer.teach.swap import SWAPPABLE, original, plugged, slots_for
 from tracer.trace.invariants import check_trace
@@ -64,6 +68,8 @@ def test_every_target_is_swappable_in_the_live_engine():
                 shared + [50 + i] * 3,
                 SamplingParams(max_tokens=10, ignore_eos=True, temperature=0.8 if i % 2 else 0, seed=1),
             )
+        # a beam search: fork, copy_on_write (and, in this tight pool, a restart by recompute_later)
+        engine.add_request([7, 8, 9], BeamSearchParams(beam_width=2, max_tokens=6, ignore_eos=True))
         while engine.has_unfinished():
             engine.step()
     assert set(SWAPPABLE) - set(counts) == set()
@@ -78,9 +84,9 @@ def test_by_value_imports_are_patched_and_restored():
         raise AssertionError("not called")
 
     holders = {slot.owner.__name__ for slot in slots_for("blocks_needed")}
-    assert {"nanoengine.block_manager", "nanoengine.scheduler", "nanoengine.engine"} <= holders
+    assert {"nanoengine.block_manager", "nanoengine.scheduler"} <= holders
     with plugged({"blocks_needed": fake, "prepare_inputs": fake, "sample": fake}):
-        assert scheduler_module.blocks_needed is fake and engine_module.blocks_needed is fake
+        assert scheduler_module.blocks_needed is fake
         assert engine_module.prepare_inputs is fake and runner_module.sample is fake
     assert scheduler_module.blocks_needed is original("blocks_needed")
     assert engine_module.prepare_inputs is original("prepare_inputs")
@@ -147,8 +153,8 @@ MISTAKES = {
         "(16 - 1) // 4 = 3",
     ),
     "06_scheduler": (
-        "        if seq.status != SequenceStatus.RUNNING:  # preempted earlier in this loop\n            continue\n",
-        "",
+        "seq.status != SequenceStatus.RUNNING or seq.num_scheduled_tokens",
+        "seq.num_scheduled_tokens",
         "check_uses_make_room",
         "no longer RUNNING",
     ),
@@ -161,7 +167,7 @@ MISTAKES = {
     "08_preemption": (
         "self.waiting.appendleft(seq)",
         "self.waiting.append(seq)",
-        "check_preempt_queues_at_head",
+        "check_recompute_later_queues_at_head",
         "HEAD of self.waiting",
     ),
     "09_flat_batch": (
@@ -209,13 +215,14 @@ PREEMPT_MISTAKES = {
     "no_is_prefilling_reset": (
         "    seq.is_prefilling = False\n",
         "",
-        "check_preempt_resets_the_sequence",
+        "check_recompute_later_resets_the_sequence",
         "in the middle of its prefill",
     ),
     "free_counted_after_freeing": (
-        "    num_free = self.block_manager.num_free_blocks  # too few for needed_by's new blocks\n"
-        "    self.block_manager.free(seq)\n",
-        "    self.block_manager.free(seq)\n    num_free = self.block_manager.num_free_blocks\n",
+        "        out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id, free=num_free)\n"
+        "        self.recompute_later(seq, out)\n",
+        "        self.recompute_later(seq, out)\n"
+        "        out.add_event(EventKind.PREEMPTED, seq, by=needed_by.seq_id, free=self.block_manager.num_free_blocks)\n",
         "check_preempt_records_the_free_blocks_before",
         "only the recorded number is wrong",
     ),
@@ -233,6 +240,125 @@ def test_lesson_8_catches_a_missed_reset_and_a_late_free_count(mistake, tmp_path
     results = [r for r in run_lesson_checks(lesson, student_functions(lesson, path), path) if not r.passed]
     assert results and results[0].name == failing_check, results
     assert words in results[0].message and "seq " not in results[0].message, results[0].message
+
+
+# Units (a beam search's beams go together): lessons 6 and 8 each catch the mistakes a plain request
+# cannot show, with the check whose message names the mistake.
+UNIT_MISTAKES = {
+    "beams_scheduled_twice": (
+        "6",
+        " or seq.num_scheduled_tokens:",
+        ":",
+        "check_a_beam_search_is_one_unit",
+        "already has num_scheduled_tokens",
+    ),
+    "part_of_a_unit": (
+        "6",
+        "sum(num_new) > budget or ",
+        "",
+        "check_a_unit_fits_whole_or_waits",
+        "all its beams or none",
+    ),
+    "no_copy_on_write": (
+        "6",
+        "copied = self.block_manager.copy_on_write(seq)",
+        "copied = None",
+        "check_copies_a_shared_block_before_it_is_written",
+        "before allocate, self.block_manager.copy_on_write(seq)",
+    ),
+    "copies_not_listed": (
+        "6",
+        "out.blocks_to_copy.append(copied)",
+        "pass",
+        "check_copies_a_shared_block_before_it_is_written",
+        "the runner never copies the K/V",
+    ),
+    "copies_not_recorded": (
+        "6",
+        "            out.add_event(EventKind.COPY_ON_WRITE, seq, source=copied[0], copy=copied[1])\n",
+        "",
+        "check_copies_a_shared_block_before_it_is_written",
+        "record each copy",
+    ),
+    "a_seat_per_request": (
+        "6",
+        "self.has_seq_slots(self.waiting[0])",
+        "len(self.running) < self.max_num_seqs",
+        "check_a_beam_search_takes_a_slot_per_beam",
+        "self.has_seq_slots",
+    ),
+    "one_beam_preempted": (
+        "8",
+        "reversed(unit_of(victim))",
+        "[victim]",
+        "check_preempt_takes_the_whole_unit",
+        "whole unit",
+    ),
+    "beams_not_restarted": (
+        "8",
+        "if seq.group and seq is not seq.group.restart():",
+        "if False:",
+        "check_recompute_later_restarts_a_beam_search",
+        "only B may wait",
+    ),
+    "prune_not_recorded": (
+        "8",
+        "        out.add_event(EventKind.FINISHED, seq, reason=FinishReason.PRUNED.value)\n",
+        "",
+        "check_recompute_later_restarts_a_beam_search",
+        "record each pruned beam",
+    ),
+    "victim_is_the_first_beam": (
+        "8",
+        "if victim in unit:",
+        "if victim is unit[0]:",
+        "check_make_room_when_the_unit_itself_goes",
+        "victim in unit",
+    ),
+    "first_beam_counted": (
+        "8",
+        "sum(map(bm.blocks_to_schedule, unit, num_new))",
+        "bm.blocks_to_schedule(unit[0], num_new[0])",
+        "check_make_room_counts_the_whole_unit",
+        "count every sequence of the unit",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(UNIT_MISTAKES))
+def test_a_mistake_with_units_is_caught_and_named(mistake, tmp_path):
+    key, right, wrong, failing_check, words = UNIT_MISTAKES[mistake]
+    lesson = find_lesson(key)
+    solution = reference_solution(lesson)
+    assert solution.count(right) == 1, f"{lesson.name}: the engine's code changed; update UNIT_MISTAKES"
+    path = tmp_path / "exercise.py"
+    path.write_text(solution.replace(right, wrong), encoding="utf-8")
+    results = [r for r in run_lesson_checks(lesson, student_functions(lesson, path), path) if not r.passed]
+    assert results and results[0].name == failing_check, results
+    assert words in results[0].message and "seq " not in results[0].message, results[0].message
+
+
+def without_docstring(fn: ast.FunctionDef) -> str:
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        fn.body = body[1:]
+    return ast.dump(fn)
+
+
+@pytest.mark.parametrize("hint", ["hint.md", "hint.zh.md"])
+@pytest.mark.parametrize("name", ["06_scheduler", "08_preemption"])
+def test_the_code_in_the_last_hint_is_the_engines_own(name, hint):
+    """The reference solution a stuck student reads is the engine's functions, laid out for 78
+    columns (docstrings and comments left out): a change in the engine shows up here."""
+    lesson = find_lesson(name)
+    code = re.search(r"```python\n(.*?)```", split_tiers((lesson.path / hint).read_text(encoding="utf-8"))[-1], re.S)
+    assert code, f"{lesson.name}/{hint}: the last tier shows no code"
+    shown = {n.name: n for n in ast.parse(code.group(1)).body if isinstance(n, ast.FunctionDef)}
+    assert sorted(shown) == sorted(lesson.targets)
+    for name, target in lesson.targets.items():
+        (engine,) = ast.parse(engine_source(target)).body
+        assert isinstance(engine, ast.FunctionDef)
+        assert without_docstring(shown[name]) == without_docstring(engine), f"{lesson.name}/{hint}: {name}"
 
 
 def test_a_free_count_taken_after_freeing_is_named_as_a_wrong_number_not_a_wrong_decision():
@@ -270,7 +396,8 @@ def test_an_endless_loop_is_stopped_and_named(tmp_path):
     lesson = find_lesson("08_preemption")
     path = tmp_path / "exercise.py"
     path.write_text(
-        reference_solution(lesson).replace("        self.preempt(victim, out, needed_by=seq)\n", ""), encoding="utf-8"
+        reference_solution(lesson).replace("        self.preempt(victim, out, needed_by=unit[0])\n", ""),
+        encoding="utf-8",
     )
     # a limit that the honest checks before it meet even on a busy machine
     results = run_lesson_checks(lesson, student_functions(lesson, path), path, time_limit=4)

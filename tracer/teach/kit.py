@@ -9,6 +9,8 @@ every lesson:
     add_sequences(sched, 10, 10, 10)        three waiting requests A, B, C (no shared prefix)
     add_sequences(sched, 5, names="D")      one more, named D
     prefilled(sched, 8, 8)                  ... admitted and prefilled by the engine's own code
+    make_beam_search(6, 3, name="B")        a beam search of 3 beams, its first beam (waiting)
+    fork_beams(sched, first)                ... after its prefill: its live beams, sharing blocks
     expect(ok, "message for the student")   fail a check
     frames_of(e)                            the frames an exception from the student's code passed
     expect_same_list(got, want, "slots")    fail with the first differing index and both values
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nanoengine.beam_search import BeamGroup, BeamSearchParams
 from nanoengine.block_manager import BlockManager
 from nanoengine.sampling_params import SamplingParams
 from nanoengine.scheduler import Scheduler, SchedulerOutput
@@ -119,6 +122,32 @@ def prefilled(sched: Scheduler, *sizes: int) -> list[Sequence]:
     seqs = add_sequences(sched, *sizes)
     engine_step(sched)
     return seqs
+
+
+def make_beam_search(tokens: int, width: int, *, name: str = "B", max_tokens: int = 50) -> Sequence:
+    """A beam search of `width` beams as the engine adds one: a single sequence (its first beam)
+    in a BeamGroup; `tokens` distinct prompt ids, as make_sequence."""
+    params = BeamSearchParams(beam_width=width, max_tokens=max_tokens, ignore_eos=True)
+    first = make_sequence(tokens, name=name)
+    first.params = params.sampling_params()  # what each beam runs with
+    first.group = BeamGroup(params, [first])
+    return first
+
+
+def fork_beams(sched: Scheduler, first: Sequence) -> list[Sequence]:
+    """After its prefill, fork the first beam into its group's beam_width live beams, as the
+    engine's advance_beams does: each child shares every block (ref count + 1), is RUNNING at
+    the end of sched.running and ends in a token of its own. Children are named B1, B2, ..."""
+    group = first.group
+    assert group is not None and first.num_completion_tokens == 1, "fork a beam search after its prefill"
+    for i in range(1, group.params.beam_width):
+        child = first.fork()
+        sched.block_manager.fork(first, child)
+        child.token_ids[-1] += i
+        child.prompt = f"{first.prompt}{i}"
+        sched.running.append(child)
+        group.live.append(child)
+    return list(group.live)
 
 
 def engine_step(sched: Scheduler, token_id: int = 5) -> SchedulerOutput:

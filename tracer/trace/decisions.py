@@ -46,8 +46,9 @@ DECISIONS: dict[str, Decision] = {
     "Scheduler.preempt": Decision(SCHEDULER, Role.CARRIES_OUT),
     "Scheduler.try_admit": Decision(SCHEDULER, Role.DECIDES),
     # a beam search's beams go as one unit: how many tokens each, and the copies of shared blocks
-    "Scheduler.schedule_unit": Decision(SCHEDULER, Role.DECIDES, swappable=False),
-    "Scheduler.recompute_later": Decision(SCHEDULER, Role.DECIDES, swappable=False),  # a restart prunes beams
+    "Scheduler.schedule_unit": Decision(SCHEDULER, Role.DECIDES),
+    # what preempt does to each sequence: drop its KV, back to the waiting queue's head (a restart prunes beams)
+    "Scheduler.recompute_later": Decision(SCHEDULER, Role.DECIDES),
     "Scheduler.schedule_tokens": Decision(SCHEDULER, Role.CARRIES_OUT, swappable=False),
     "Scheduler.postprocess": Decision(SCHEDULER, Role.PHASE),
     "Scheduler.check_stop": Decision(SCHEDULER, Role.DECIDES),
@@ -60,8 +61,8 @@ DECISIONS: dict[str, Decision] = {
     "BlockManager.take_free_block": Decision(BLOCKS, Role.DECIDES),
     "BlockManager.free": Decision(BLOCKS, Role.CARRIES_OUT),
     "BlockManager.must_copy": Decision(BLOCKS, Role.DECIDES, swappable=False),
-    "BlockManager.copy_on_write": Decision(BLOCKS, Role.CARRIES_OUT, swappable=False),
-    "BlockManager.fork": Decision(BLOCKS, Role.CARRIES_OUT, swappable=False),
+    "BlockManager.copy_on_write": Decision(BLOCKS, Role.CARRIES_OUT),
+    "BlockManager.fork": Decision(BLOCKS, Role.CARRIES_OUT),
     "BlockManager.register_full_blocks": Decision(BLOCKS, Role.DECIDES),
     "blocks_needed": Decision(BLOCKS, Role.DECIDES),
     "compute_block_hash": Decision(BLOCKS, Role.DECIDES),
