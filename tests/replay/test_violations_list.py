@@ -1,4 +1,4 @@
-"""Violations in full (bug hunt 12, the exercise's planted bug in Scheduler.preempt): the bar names
+"""Violations in full (bug hunt 12, the exercise's planted bug in Scheduler.recompute_later): the bar names
 how many and shows the clearest whole; `v` lists every one with its invariant's rule, its cell and
 the function it checks; Enter shows that function (the student's) in the code panel; the
 offending cells of the sequences table are marked ✗."""
@@ -21,8 +21,8 @@ from tracer.trace.trace_file import load_trace
 @pytest.fixture(scope="module")
 def bug_hunt(tmp_path_factory):
     lesson = find_lesson("12")
-    buggy = load_module(lesson.exercise, "bughunt_12_as_shipped").preempt
-    with plugged({"Scheduler.preempt": buggy}):
+    buggy = load_module(lesson.exercise, "bughunt_12_as_shipped").recompute_later
+    with plugged({"Scheduler.recompute_later": buggy}):
         run = run_scenario(load_scenario(lesson.scenario_file), tmp_path_factory.mktemp("l12") / "t.jsonl", "tiny")
     trace = load_trace(run.trace_path)
     first = next(i for i, step in enumerate(trace.steps) if step["violations"])
@@ -51,11 +51,12 @@ async def test_v_lists_every_violation_and_enter_shows_the_students_function(bug
         entries = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
         for v, entry in zip(app.screen.violations, entries):
             assert f"rule: {rule_named(v['invariant']).text}" in entry and v["message"] in entry
-        assert "code: Scheduler.preempt" in entries[0] and "your code" in entries[0]
+        assert "code: Scheduler.recompute_later" in entries[0] and "your code" in entries[0]
         await pilot.press("enter")
         await pilot.pause()
         assert not isinstance(app.screen, ViolationsScreen) and app.code.display
         (section,) = app.code.code.sections
-        assert section.name == "Scheduler.preempt" and not section.engine
+        assert section.name == "Scheduler.recompute_later" and not section.engine
         assert section.file == "12_bughunt_stale_cached_count/exercise.py"
-        assert "add_event(EventKind.PREEMPTED" in section.lines[section.deciding - section.first_line]
+        # recompute_later emits no event for the sequence it keeps: no line is marked as the deciding one
+        assert any("self.block_manager.free(seq)" in line for line in section.lines)

@@ -36,8 +36,8 @@ SLOT_OFF_BY_ONE_BLOCK = Patch(
     ),
 )
 
-PREEMPT_TO_THE_TAIL = Patch(
-    "Scheduler.preempt",
+PREEMPT_TO_THE_TAIL = Patch(  # preempt puts each sequence back in the queue through recompute_later
+    "Scheduler.recompute_later",
     (
         Edit(
             "self.waiting.appendleft(seq)",
@@ -151,8 +151,8 @@ make_room_for_a_spare_block = Patch(
     "Scheduler.make_room",
     (
         Edit(
-            "while not bm.can_allocate(bm.blocks_to_schedule(seq, num_new)):",
-            "while not bm.can_allocate(bm.blocks_to_schedule(seq, num_new) + 1):  # BUG: keeps a block spare",
+            "while not bm.can_allocate(sum(map(bm.blocks_to_schedule, unit, num_new))):",
+            "while not bm.can_allocate(sum(map(bm.blocks_to_schedule, unit, num_new)) + 1):  # BUG: keeps a block spare",
         ),
     ),
 )

@@ -27,8 +27,9 @@ PROMPT = [5, 6, 7, 8, 9]
 BEAMS = BeamSearchParams(beam_width=3, max_tokens=8, ignore_eos=True)
 OPTIONS = dict(block_size=4, num_kv_blocks=64, max_num_batched_tokens=64, max_num_seqs=8, num_threads=1)
 PLAIN = SamplingParams(max_tokens=10, ignore_eos=True)
-# a pool too small for all three: the beams are preempted together and the search restarts
-CROWD = [(PROMPT, BEAMS), ([11, 12, 13, 14, 15, 16], PLAIN), ([11, 12, 13, 14, 15, 17], PLAIN)]
+# a pool too small for all three: the beam search, admitted last, is the newest running (its forks
+# stay beside their parent), so its beams are preempted together and the search restarts
+CROWD = [([11, 12, 13, 14, 15, 16], PLAIN), ([11, 12, 13, 14, 15, 17], PLAIN), (PROMPT, BEAMS)]
 MAX_STEPS = 40  # a broken engine may never finish: the checker names the bug within a few steps
 
 
@@ -80,10 +81,13 @@ def plug(monkeypatch, patch: Patch) -> None:
     monkeypatch.setattr(owner, broken.__name__, broken)
 
 
-def run_until_named(path: Path, **options) -> list[Violation]:
-    """One beam search, stepped until the live checker names something (or it finishes)."""
+def run_until_named(path: Path, ahead: list, **options) -> list[Violation]:
+    """One beam search, behind the requests ahead, stepped until the live checker names something
+    (or it finishes)."""
     engine = LLMEngine("tiny", **{**OPTIONS, **options})
     with TraceRecorder(engine, path) as recorder:
+        for prompt, params in ahead:
+            engine.add_request(prompt, params)
         engine.add_request(PROMPT, BEAMS)
         for _ in range(MAX_STEPS):
             if not engine.has_unfinished() or recorder.violations:
@@ -92,23 +96,29 @@ def run_until_named(path: Path, **options) -> list[Violation]:
     return recorder.violations
 
 
+# A budget of 3 (a beam search needs one token per beam) with an older plain request decoding first:
+# 2 tokens are left for the 3 beams.
+SHORT_BUDGET = ({"max_num_batched_tokens": 3}, [([11, 12, 13, 14, 15, 16], PLAIN)])
+
+
 @pytest.mark.parametrize(
-    ("patch", "options", "named", "said"),
+    ("patch", "workload", "named", "said"),
     [
-        (NO_COPY, {}, "shared_block_write", "which seqs"),
-        (COPY_NOT_MADE, {}, "cow_copy", "the runner never copied the K/V"),
-        (COPY_NOT_MADE, {}, "cow_copy", "not its source's KV"),
-        (ONE_BEAM_AT_A_TIME, {"max_num_batched_tokens": 2}, "beams_together", "were scheduled but"),
-        (FORK_WITHOUT_A_HOLDER, {}, "ref_counts", "but 3 sequences hold it"),
-        (FORK_WITHOUT_A_HOLDER, {}, "fork_shares_parent", "each fork adds one"),
-        (FORK_SHORT_OF_A_BLOCK, {}, "fork_shares_parent", "a fork shares every block"),
+        (NO_COPY, ({}, []), "shared_block_write", "which seqs"),
+        (COPY_NOT_MADE, ({}, []), "cow_copy", "the runner never copied the K/V"),
+        (COPY_NOT_MADE, ({}, []), "cow_copy", "not its source's KV"),
+        (ONE_BEAM_AT_A_TIME, SHORT_BUDGET, "beams_together", "were scheduled but"),
+        (FORK_WITHOUT_A_HOLDER, ({}, []), "ref_counts", "but 3 sequences hold it"),
+        (FORK_WITHOUT_A_HOLDER, ({}, []), "fork_shares_parent", "each fork adds one"),
+        (FORK_SHORT_OF_A_BLOCK, ({}, []), "fork_shares_parent", "a fork shares every block"),
     ],
     ids=["no-copy", "copy-not-made", "copy-holds-nothing", "one-beam", "fork-refs", "fork-refs-shared", "fork-table"],
 )
-def test_a_planted_engine_bug_is_named(tmp_path, monkeypatch, patch, options, named, said):
-    assert run_until_named(tmp_path / "clean.jsonl", **options) == []  # the engine's own code: silent
+def test_a_planted_engine_bug_is_named(tmp_path, monkeypatch, patch, workload, named, said):
+    options, ahead = workload
+    assert run_until_named(tmp_path / "clean.jsonl", ahead, **options) == []  # the engine's own code: silent
     plug(monkeypatch, patch)
-    found = [v for v in run_until_named(tmp_path / "broken.jsonl", **options) if v.invariant == named]
+    found = [v for v in run_until_named(tmp_path / "broken.jsonl", ahead, **options) if v.invariant == named]
     assert any(said in v.message for v in found), found
 
 

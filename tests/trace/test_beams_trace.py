@@ -29,11 +29,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 PROMPT = [5, 6, 7, 8, 9]
 BEAMS = BeamSearchParams(beam_width=3, max_tokens=8, ignore_eos=True)
 OPTIONS = dict(block_size=4, num_kv_blocks=64, max_num_batched_tokens=64, max_num_seqs=8, num_threads=1)
-# A pool too small for the beam search and two plain requests: the beams are preempted, the search
-# restarts from its prompt (recompute), the other beams are pruned.
+# A pool too small for two plain requests and the beam search: the search, admitted last, is the
+# newest running (its forks stay beside their parent), so its beams are preempted, the search restarts
+# from its prompt (recompute), the other beams are pruned.
 TIGHT = dict(OPTIONS, num_kv_blocks=12)
 PLAIN = SamplingParams(max_tokens=10, ignore_eos=True)
-CROWD = [(PROMPT, BEAMS), ([11, 12, 13, 14, 15, 16], PLAIN), ([11, 12, 13, 14, 15, 17], PLAIN)]
+CROWD = [([11, 12, 13, 14, 15, 16], PLAIN), ([11, 12, 13, 14, 15, 17], PLAIN), (PROMPT, BEAMS)]
 
 
 def record(path: Path, requests: list, **options) -> tuple[TraceRecorder, LLMEngine]:

@@ -121,9 +121,9 @@ class Bites:
         return {bug.target: watched}
 
     def preempt_to_tail(self, engine, broken, monkeypatch, bug: Bug) -> dict:
-        def watched(sched: Scheduler, seq, out, needed_by):
+        def watched(sched: Scheduler, seq, out):
             self.count += bool(sched.waiting)  # with nobody waiting, the tail is the head
-            broken(sched, seq, out, needed_by)
+            broken(sched, seq, out)
 
         return {bug.target: watched}
 

@@ -86,12 +86,12 @@ GLOSSARY: tuple[Term, ...] = (
         N_("inside BlockManager.can_allocate / allocate"),
     ),
     Term(
-        "Scheduler.schedule, try_admit (nanoengine/scheduler.py)",
+        "Scheduler.schedule, schedule_unit, try_admit (nanoengine/scheduler.py)",
         N_("Scheduler.schedule (vllm/v1/core/sched/scheduler.py): running loop, then waiting loop"),
         N_("Scheduler.schedule (nanovllm/engine/scheduler.py): prefill pass or decode pass"),
     ),
     Term(
-        "choose_victim, Scheduler.make_room, preempt",
+        "choose_victim, Scheduler.make_room, preempt, recompute_later",
         N_(
             "in Scheduler.schedule: KVCacheManager.allocate_slots fails → self.running.pop() → Scheduler._preempt_request"
         ),

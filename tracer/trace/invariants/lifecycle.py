@@ -139,7 +139,7 @@ def token_budget(ctx: Context) -> Findings:
 
 @invariant(
     N_("a preempted sequence ends the step WAITING with no blocks and num_cached_tokens 0"),
-    checks=("Scheduler.preempt",),
+    checks=("Scheduler.recompute_later", "Scheduler.preempt"),  # preempt resets each sequence in recompute_later
     field="num_cached_tokens",
 )
 def preempt_resets(ctx: Context) -> Findings:

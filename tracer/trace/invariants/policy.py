@@ -58,7 +58,7 @@ def beam_of(row: dict, request_id: int) -> bool:
 
 @invariant(
     N_("preempted sequences wait at the head of the waiting queue, the last preempted first"),
-    checks=("Scheduler.preempt",),
+    checks=("Scheduler.recompute_later", "Scheduler.preempt"),
 )
 def preempted_to_head(ctx: Context) -> Findings:
     queues = queues_of(ctx.step)
