@@ -3,7 +3,6 @@
 
     add_beam_args(p)                          --beam-width, --length-penalty
     request_params(args)                      SamplingParams, or BeamSearchParams with --beam-width
-    beam_score_of(out, c, eos, penalty)       the engine's beam score of one of a request's outputs
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from tracer.i18n import _
 
 if TYPE_CHECKING:
     from nanoengine.beam_search import BeamSearchParams
-    from nanoengine.outputs import CompletionOutput, RequestOutput
     from nanoengine.sampling_params import SamplingParams
 
 
@@ -90,14 +88,3 @@ def request_params(args: argparse.Namespace) -> SamplingParams | BeamSearchParam
         temperature=args.temperature,
         length_penalty=args.length_penalty,
     )
-
-
-def beam_score_of(out: RequestOutput, c: CompletionOutput, eos_token_ids: frozenset[int], penalty: float) -> float:
-    """The engine's beam score (nanoengine.beam_search.beam_score) of one of a beam search's outputs."""
-    from nanoengine.beam_search import beam_score
-    from nanoengine.sampling_params import SamplingParams
-    from nanoengine.sequence import Sequence
-
-    hypothesis = Sequence(out.prompt_token_ids + c.token_ids, SamplingParams())
-    hypothesis.cumulative_logprob = c.cumulative_logprob or 0.0
-    return beam_score(hypothesis, eos_token_ids, penalty)

@@ -8,7 +8,7 @@ import importlib
 import sys
 import time
 
-from tracer.cli.beams import add_beam_args, beam_score_of, request_params
+from tracer.cli.beams import add_beam_args, request_params
 from tracer.cli.defaults import add_field_arg, add_lang_arg
 from tracer.cli.help_format import HelpFormatter
 from tracer.i18n import LANGUAGES, N_, _, error_line, set_language
@@ -216,6 +216,8 @@ def print_beams(engine, ids: list[int], prompts: list[str], params) -> int:
                 error_line(_("prompt {i} failed inside the engine: {error}").format(i=i, error=printable(out.error)))
             )
         for rank, c in enumerate(out.outputs):
+            from tracer.teach.demos import beam_score_of
+
             score = beam_score_of(out, c, engine.eos_token_ids, params.length_penalty)
             beam = _("(beam {rank}, score {score:.4f}, {reason})").format(
                 rank=rank, score=score, reason=c.finish_reason

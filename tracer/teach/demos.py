@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,6 +28,9 @@ from tracer.teach.look_for import look_for
 from tracer.teach.scenarios import Request, Scenario, ScenarioRun, run_scenario, set_header_fields
 from tracer.teach.swap import original, plugged
 from tracer.trace.readable import printable
+
+if TYPE_CHECKING:
+    from nanoengine.outputs import CompletionOutput, RequestOutput
 
 DEFAULT_SIZE = (160, 48)
 
@@ -245,8 +248,18 @@ def report_batching(console: Console, runs: list[ScenarioRun]) -> None:
     )
 
 
+def beam_score_of(out: RequestOutput, c: CompletionOutput, eos_token_ids: frozenset[int], penalty: float) -> float:
+    """The engine's beam score (nanoengine.beam_search.beam_score) of one of a beam search's outputs."""
+    from nanoengine.beam_search import beam_score
+    from nanoengine.sampling_params import SamplingParams
+    from nanoengine.sequence import Sequence
+
+    hypothesis = Sequence(out.prompt_token_ids + c.token_ids, SamplingParams())
+    hypothesis.cumulative_logprob = c.cumulative_logprob or 0.0
+    return beam_score(hypothesis, eos_token_ids, penalty)
+
+
 def report_beam_search(console: Console, runs: list[ScenarioRun]) -> None:
-    from tracer.cli.beams import beam_score_of
     from tracer.trace.trace_file import load_trace
 
     run = runs[0]
