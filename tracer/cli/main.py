@@ -179,20 +179,14 @@ def generate_main(argv: list[str]) -> int:
     failed = []
     for i, seq_id in enumerate(ids):
         out = engine.collect(seq_id)
-        if out.finish_reason == "error":
-            failed.append(
-                error_line(_("prompt {i} failed inside the engine: {error}").format(i=i, error=printable(out.error)))
-            )
+        failed += failure_lines(i, out)
         if many:
             for c in out.outputs:  # n > 1: each sample under its own header
                 sample = f" (sample {c.index})" if params.n > 1 else ""
                 print(f"--- [{i}]{sample} {printable(args.prompts[i])}\n{c.text}")
         elif len(out.text) > len(printed):
             sys.stdout.write(out.text[len(printed) :])
-    rate = _("[{n} tokens in {seconds:.2f} s, {rate:.1f} tok/s]").format(
-        n=num_generated, seconds=elapsed, rate=num_generated / elapsed
-    )
-    print(f"\n{rate}", file=sys.stderr)
+    print(f"\n{rate_line(num_generated, elapsed)}", file=sys.stderr)
     if args.stats:
         from tracer.bench.single import stats_line
 
@@ -211,10 +205,7 @@ def print_beams(engine, ids: list[int], prompts: list[str], params) -> int:
     failed = []
     for i, seq_id in enumerate(ids):
         out = engine.collect(seq_id)
-        if out.finish_reason == "error":
-            failed.append(
-                error_line(_("prompt {i} failed inside the engine: {error}").format(i=i, error=printable(out.error)))
-            )
+        failed += failure_lines(i, out)
         for rank, c in enumerate(out.outputs):
             from tracer.teach.demos import beam_score_of
 
@@ -223,12 +214,22 @@ def print_beams(engine, ids: list[int], prompts: list[str], params) -> int:
                 rank=rank, score=score, reason=c.finish_reason
             )
             print(f"--- [{i}] {beam} {printable(prompts[i])}\n{c.text}")
-    rate = _("[{n} tokens in {seconds:.2f} s, {rate:.1f} tok/s]").format(
-        n=num_generated, seconds=elapsed, rate=num_generated / elapsed
-    )
-    print(rate, file=sys.stderr)
+    print(rate_line(num_generated, elapsed), file=sys.stderr)
     print(*failed, sep="\n", file=sys.stderr, end="\n" if failed else "")
     return 1 if failed else 0
+
+
+def failure_lines(i: int, out) -> list[str]:
+    """The line saying prompt i failed inside the engine, if it did."""
+    if out.finish_reason != "error":
+        return []
+    return [error_line(_("prompt {i} failed inside the engine: {error}").format(i=i, error=printable(out.error)))]
+
+
+def rate_line(num_generated: int, elapsed: float) -> str:
+    return _("[{n} tokens in {seconds:.2f} s, {rate:.1f} tok/s]").format(
+        n=num_generated, seconds=elapsed, rate=num_generated / elapsed
+    )
 
 
 COMMAND_HELP = {
