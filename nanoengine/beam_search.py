@@ -71,6 +71,8 @@ class BeamGroup:
         just appended its sampled token, with the logprobs of its 2 * beam_width likeliest."""
         found = []
         for beam in self.live:
+            if beam.finish_reason == FinishReason.ERROR:  # its step failed: it leaves the search
+                continue
             entry = beam.logprobs[-1]
             before = beam.cumulative_logprob - entry[beam.token_ids[-1]].logprob
             for token, logprob in entry.items():

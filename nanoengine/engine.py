@@ -181,7 +181,8 @@ class LLMEngine:
         """Rank the beams' candidates (beam_search.py): the best live on, a beam chosen again is
         forked (its blocks shared), one never chosen is pruned (its blocks freed)."""
         chosen = group.candidates(self.eos_token_ids)
-        if group.live[0].is_finished:  # max_tokens: the chosen are final, they need no KV
+        if any(b.finish_reason == FinishReason.LENGTH for b in group.live):  # max_tokens: the
+            # chosen are final, they need no KV
             length = FinishReason.LENGTH
             group.completed += [hypothesis(beam, token, cum, length) for cum, beam, token in chosen]
             group.live.clear()
@@ -193,7 +194,7 @@ class LLMEngine:
             seq.cumulative_logprob = cum
             live.append(seq)
         for beam in group.live:
-            if beam not in live:
+            if beam not in live and not beam.is_finished:  # (one whose step failed is finished)
                 self.scheduler.finish(beam, FinishReason.PRUNED, out)
         group.live[:] = live
 
@@ -303,7 +304,8 @@ class LLMEngine:
         for seq in seqs:
             del self.sequences[seq.seq_id]
         group = seqs[0].group
-        return output_of(group.best(self.eos_token_ids) if group else seqs, self.tokenizer)
+        # a beam search's best hypotheses; its sequences if it has none (every beam failed)
+        return output_of((group.best(self.eos_token_ids) if group else []) or seqs, self.tokenizer)
 
 
 def child_params(params: SamplingParams, i: int) -> SamplingParams:

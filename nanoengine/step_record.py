@@ -61,10 +61,8 @@ class InputsRecord:
     logits_indices: tuple[int, ...]  # one per sequence: its last scheduled token
     discard: tuple[bool, ...]  # True where the sequence is mid-prefill
 
-    @classmethod
-    def empty(cls) -> InputsRecord:
-        """A step that ran no model: no sequence batched."""
-        return cls((), (), (), (0,), (), (), (), (), ())
+
+NO_INPUTS = InputsRecord((), (), (), (0,), (), (), (), (), ())  # a step that ran no model
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +216,7 @@ def record_inputs(
     seqs: list[Sequence], inputs: StepInputs | None, scheduled: dict[int, Scheduled]
 ) -> InputsRecord:
     if inputs is None:
-        return InputsRecord.empty()
+        return NO_INPUTS
     return InputsRecord(
         seq_ids=tuple(s.seq_id for s in seqs),
         input_ids=tuple(inputs.input_ids.tolist()),

@@ -238,3 +238,34 @@ def test_beam_searches_hold_a_slot_per_beam_from_admission(tiny):
         engine.step()
         most = max(most, len(engine.scheduler.running))
     assert most == 8
+
+
+def test_a_beam_whose_step_fails_leaves_the_search_and_the_others_go_on(tiny):
+    """Fault isolation: the failed beam finishes with its error; the search goes on with the others
+    (it never schedules the failed one again), and nothing leaks."""
+    _, folder = tiny
+    engine = LLMEngine(str(folder), block_size=4, num_kv_blocks=64)
+    request = engine.add_request(prompts(1)[0], BeamSearchParams(beam_width=3, max_tokens=MAX_TOKENS, ignore_eos=True))
+    for _ in range(3):
+        engine.step()
+    group = engine.sequences[request].group
+    failing = group.live[1]
+    failing.token_ids[-1] = 10**6  # its next step fails in the embedding
+    while engine.has_unfinished():
+        engine.step()
+    assert failing.finish_reason.value == "error" and failing not in group.live
+    out = engine.collect(request)
+    assert len(out.outputs) == 3 and all(c.finish_reason == "length" for c in out.outputs)
+    assert all(len(c.token_ids) == MAX_TOKENS for c in out.outputs)
+    assert engine.block_manager.num_free_blocks == 64 and not any(engine.block_manager.ref_counts)
+
+
+def test_a_beam_search_whose_every_beam_failed_answers_with_the_error(tiny):
+    _, folder = tiny
+    engine = LLMEngine(str(folder), block_size=4, num_kv_blocks=64)
+    request = engine.add_request(prompts(1)[0], BeamSearchParams(beam_width=2, max_tokens=MAX_TOKENS, ignore_eos=True))
+    engine.sequences[request].token_ids[0] = 10**6  # the prompt's prefill fails
+    while engine.has_unfinished():
+        engine.step()
+    out = engine.collect(request)
+    assert out.finish_reason == "error" and out.error.startswith("IndexError")
