@@ -235,3 +235,19 @@ def test_a_failed_step_says_every_running_request_ended_with_it(loop):
     loop.add("hello", PARAMS, doomed)
     _, last = doomed.until_finished()
     assert "not affected" not in last.error and "every running request" in last.error
+
+
+def test_a_beam_search_gets_one_update_with_its_best_beam_when_the_whole_search_ends(loop):
+    """Its first sequence may be pruned while other beams run, and a beam's last token may be rewritten:
+    the loop waits for every beam, then delivers the best hypothesis once (as LLM.beam_search ranks it)."""
+    from nanoengine.beam_search import BeamSearchParams
+
+    params = BeamSearchParams(beam_width=3, max_tokens=8, ignore_eos=True)
+    inbox = Inbox()
+    loop.add("abc", params, inbox)
+    tokens, last = inbox.until_finished()
+    assert inbox.updates.empty()  # that was the only update
+    (want,) = LLM("tiny", **TINY_OPTIONS).beam_search(["abc"], params)
+    best = want.sequences[0]
+    assert last.finish_reason == "length" and tokens == best.tokens[-8:] and last.text == best.text
+    assert loop.call(lambda engine: engine.sequences).result(WAIT) == {}

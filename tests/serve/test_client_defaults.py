@@ -170,7 +170,7 @@ OK = {"model": "tiny", "prompt": "hello", "max_tokens": 3}
         ({"top_logprobs": 2}, "top_logprobs"),  # completions' k is logprobs
         ({"best_of": 3}, "best_of"),
         ({"suffix": "the end"}, "suffix"),
-        ({"use_beam_search": True}, "use_beam_search"),
+        ({"include_stop_str_in_output": True}, "include_stop_str_in_output"),  # use_beam_search is served now
         ({"stream_options": {"continuous_usage_stats": True}}, "stream_options.continuous_usage_stats"),
     ],
 )

@@ -237,6 +237,9 @@ class EngineLoop:
     def deliver(self) -> None:
         """Each live request's new tokens; its last update (and collect) once it finished."""
         for seq_id, request in list(self.live.items()):
+            if isinstance(request.params, BeamSearchParams):
+                self.deliver_beam_search(seq_id, request)
+                continue
             seq = self.engine.sequences[seq_id]
             start = seq.num_prompt_tokens + request.num_delivered
             new = seq.token_ids[start:]
@@ -252,6 +255,17 @@ class EngineLoop:
                 notify(request, RequestUpdate(request, new, out.finish_reason, error, out.text, logprobs, prompt))
             elif not notify(request, RequestUpdate(request, new, logprobs=logprobs, prompt_logprobs=prompt)):
                 self.abort_now(request)
+
+    def deliver_beam_search(self, request_id: int, request: LoopRequest) -> None:
+        """A beam search's tokens may be rewritten (and its first sequence pruned) until the whole
+        search ends: one update then, with the best hypothesis (collect gives every beam)."""
+        if not all(s.is_finished for s in self.engine.requests[request_id]):
+            return
+        del self.live[request_id]
+        out = self.engine.collect(request_id)
+        best = out.outputs[0]
+        update = RequestUpdate(request, best.token_ids, best.finish_reason, best.error, best.text)
+        notify(request, update)
 
     def fail_all(self, error: str) -> None:
         for seq_id, request in list(self.live.items()):

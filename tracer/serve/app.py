@@ -8,6 +8,8 @@ a size limit (413 past it), parsed, and its prompt tokenized and checked (LLMEng
 in a worker thread, so a huge or bad request is a 4xx for its client alone and never stalls the
 other streams. The loop is handed the checked token ids.
 
+A beam search (vLLM's use_beam_search) is answered whole at its end (beams.py), as vLLM answers it.
+
 Each request gets an asyncio queue; the loop thread's update callback counts it in the metrics and
 hands it over with call_soon_threadsafe (reply.py builds the response from it). A client that goes away (mid-stream, or while waiting for a whole body) has
 its request aborted: its blocks are freed in the next step and the trace shows the abort.
@@ -32,7 +34,8 @@ from starlette.exceptions import HTTPException
 
 from nanoengine.engine import child_params
 from nanoengine.loading.validation import first_line
-from tracer.loop.engine_loop import EngineLoop, RequestUpdate
+from tracer.loop.engine_loop import EngineLoop, LoopRequest, RequestUpdate
+from tracer.serve.beams import BeamSearches
 from tracer.serve.chat import render_chat
 from tracer.serve.metrics import CONTENT_TYPE, ServerMetrics
 from tracer.serve.protocol import (
@@ -50,6 +53,7 @@ from tracer.serve.structured import GrammarMask, StructuredOutput
 from tracer.serve.tools import detokenize, tokenize, tokenizer_info, version
 
 if TYPE_CHECKING:
+    from nanoengine.beam_search import BeamSearchParams
     from nanoengine.engine import LLMEngine
     from nanoengine.sampling_params import SamplingParams
 
@@ -85,6 +89,7 @@ def build_app(
         metrics = ServerMetrics(served.name)
         loop.call(metrics.watch)
     structured = StructuredOutput(served.tokenizer, loop.engine.vocab_size, loop.engine.eos_token_ids)
+    beams = BeamSearches(loop, metrics)
     app = FastAPI(title="nanoengine", docs_url=None, redoc_url=None, openapi_url=None)
     add_error_handlers(app)
     if api_key:
@@ -145,8 +150,10 @@ def build_app(
         """make_prompts() -> the prompts, n choices each; it runs in a worker thread with the check
         (a chat template may be slow)."""
         reply = Reply(kind, f"{prefix}-{uuid.uuid4().hex}", served.name, body, served.tokenizer, echo_only)
-        params = body.sampling_params(max_tokens)
         param = "messages" if kind.startswith("chat") else "prompt"
+        if body.use_beam_search:
+            return await answer_beams(request, body, make_prompts, max_tokens, reply, param)
+        params = body.sampling_params(max_tokens)
         grammar = body.grammar()
         checked = await asyncio.to_thread(checked_prompts, loop.engine, make_prompts, params, param)
         compiled = await asyncio.to_thread(structured.compile, grammar) if grammar is not None else None
@@ -176,6 +183,34 @@ def build_app(
             return Response(status_code=CLIENT_CLOSED)
         if done:  # the choices that failed
             raise RequestError(reply.failure(done[0]), code="engine_error", status=500)
+        return JSONResponse(reply.whole())
+
+    async def answer_beams(
+        request: Request, body: Sampling, make_prompts: Any, max_tokens: int, reply: Reply, param: str
+    ) -> Any:
+        """A beam search per prompt, n beams each; its hypotheses are the choices, best first."""
+        if reply.echo_only:
+            raise RequestError("a beam search makes at least one token: send max_tokens >= 1", "max_tokens")
+        params = body.beam_search_params(max_tokens)
+        checked = await asyncio.to_thread(checked_prompts, loop.engine, make_prompts, params, param)
+        several = len(checked) > 1
+        handles = [
+            LoopRequest(prompt, params, ignore, reply.notes(1) | ({"prompt": i} if several else {}), token_ids)
+            for i, (prompt, token_ids) in enumerate(checked)
+        ]
+        try:
+            results = await unless_disconnected(request, beams.run(handles), lambda: beams.abort(handles))
+        except ValueError as e:  # the engine refused one: none of them runs
+            raise RequestError(str(e), param_named_in(str(e)) or param) from None
+        if results is None:
+            return Response(status_code=CLIENT_CLOSED)
+        failed = next((r.error for r in results if r.error), "")
+        if failed:
+            raise RequestError(f"the engine failed on this request: {failed}", code="engine_error", status=500)
+        for result in results:
+            reply.add_hypotheses(result)
+        if body.stream:  # vLLM streams a beam search too: all of it at its end
+            return StreamingResponse(reply.stream_whole(), media_type="text/event-stream")
         return JSONResponse(reply.whole())
 
     @app.post("/tokenize")
@@ -243,7 +278,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def checked_prompts(
-    engine: LLMEngine, make_prompts: Any, params: SamplingParams, param: str
+    engine: LLMEngine, make_prompts: Any, params: SamplingParams | BeamSearchParams, param: str
 ) -> list[tuple[str | list[int], list[int]]]:
     """In a worker thread: each prompt and its token ids, checked as add_request checks them; a
     RequestError (400) saying why not. A list of ids is measured before each id is checked."""
@@ -263,6 +298,10 @@ def checked_prompts(
         except Exception as e:  # e.g. a tokenizer's TypeError on text it cannot read: this request only
             raise RequestError(f"{which}the prompt could not be tokenized ({first_line(e)})", param) from None
     return checked
+
+
+def ignore(update: RequestUpdate) -> None:
+    """A beam request's updates: it is answered from its result (beams.py), not token by token."""
 
 
 def with_mask(params: SamplingParams, mask: GrammarMask) -> SamplingParams:

@@ -7,7 +7,7 @@ Every field a client may send is in one of three places:
 - declared on the models below: implemented (the sampler's fields carry vLLM's names and ranges);
 - KNOWN_FIELDS: known to OpenAI or vLLM but not implemented. Bookkeeping fields (`user`, `store`,
   ...) change no output and are accepted as they are; the others are accepted at their neutral
-  value only (`suffix: ""`, `best_of` equal to `n`, `use_beam_search: false`, ...) and refused by name
+  value only (`suffix: ""`, `best_of` equal to `n`, ...) and refused by name
   otherwise, never silently ignored;
 - nowhere: unknown, refused by name.
 """
@@ -21,7 +21,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nanoengine.loading.validation import MAX_LOGPROBS, MAX_SEED
+from nanoengine.beam_search import BeamSearchParams
+from nanoengine.loading.validation import MAX_BEAM_WIDTH, MAX_LOGPROBS, MAX_SEED
 from nanoengine.sampling_params import SamplingParams
 
 
@@ -76,8 +77,6 @@ KNOWN_FIELDS: dict[str, KnownField] = {
     "parallel_tool_calls": KnownField(CHAT, ANY),  # without tools it changes nothing
     "stream_options.include_obfuscation": KnownField(BOTH, ANY),  # padding a client ignores
     # vLLM's extras: neutral values only
-    "use_beam_search": KnownField(BOTH, (False,)),
-    "length_penalty": KnownField(BOTH, (1.0,)),
     "include_stop_str_in_output": KnownField(BOTH, (False,)),
     "skip_special_tokens": KnownField(BOTH, (True,)),  # nanoengine always skips them
     "spaces_between_special_tokens": KnownField(BOTH, (True,)),
@@ -181,8 +180,16 @@ class Sampling(BaseModel):
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     structured_outputs: StructuredOutputs | None = None
+    # vLLM's beam search: n beams, scored cum_logprob / length ** length_penalty
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
+        if self.length_penalty != 1.0:
+            raise RequestError(
+                "length_penalty scores the beams of a beam search: send use_beam_search: true too, or leave it out",
+                "length_penalty",
+            )
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         try:
             return SamplingParams(
@@ -206,6 +213,22 @@ class Sampling(BaseModel):
             )
         except ValueError as e:
             raise RequestError(str(e), param=param_named_in(str(e))) from None
+
+    def beam_search_params(self, max_tokens: int) -> BeamSearchParams:
+        """vLLM's to_beam_search_params: n beams; a field a beam search would ignore is refused by name."""
+        if not 1 <= self.n <= MAX_BEAM_WIDTH:
+            raise RequestError(f"n is a beam search's width: send 1 to {MAX_BEAM_WIDTH}, got {self.n}", "n")
+        check_beam_fields(self)
+        try:
+            return BeamSearchParams(
+                beam_width=self.n,
+                max_tokens=max_tokens,
+                ignore_eos=self.ignore_eos,
+                temperature=self.temperature,
+                length_penalty=self.length_penalty,
+            )
+        except ValueError as e:
+            raise RequestError(str(e), param_named_in(str(e))) from None
 
     def sampled_logprobs(self) -> int | None:
         """k for SamplingParams.logprobs: how many likeliest tokens each output token comes with."""
@@ -246,6 +269,45 @@ class Sampling(BaseModel):
             Grammar("grammar", so.grammar, "structured_outputs.grammar") if so.grammar is not None else None,
             Grammar("json", None, "structured_outputs.json_object") if so.json_object else None,
         ]
+
+
+# What a beam search does not do (nanoengine's, as vLLM's, takes n, max_tokens, ignore_eos,
+# temperature and length_penalty): these fields are accepted with it at these values only.
+NOT_IN_BEAM_SEARCH: dict[str, tuple[Any, ...]] = {
+    "top_p": (1.0,),
+    "top_k": (0, -1),
+    "min_p": (0.0,),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "repetition_penalty": (1.0,),
+    "logit_bias": ({},),
+    "min_tokens": (0,),
+    "stop": (None, "", []),
+    "stop_token_ids": ([],),
+    "prompt_logprobs": (None,),
+}
+
+
+def check_beam_fields(body: Sampling) -> None:
+    """A RequestError naming the first field a beam search would not honour."""
+    for name, neutral in NOT_IN_BEAM_SEARCH.items():
+        if getattr(body, name) not in neutral:
+            raise RequestError(f"{name!r} does not apply to a beam search (use_beam_search): leave it out", name)
+    if body.seed is not None and body.temperature > 0:
+        raise RequestError("a beam search cannot be seeded: leave 'seed' out, or send temperature 0", "seed")
+    grammar = body.grammar()
+    if grammar is not None:
+        raise RequestError(
+            f"a beam search cannot follow structured output ({grammar.param!r}): leave it out", grammar.param
+        )
+    k, limit = body.sampled_logprobs(), 2 * body.n
+    if k is not None and k > limit:  # each beam keeps its 2 * n likeliest tokens
+        name = "top_logprobs" if body.ENDPOINT == "chat" else "logprobs"
+        raise RequestError(
+            f"a beam search of n {body.n} keeps each token's {limit} likeliest: ask {name} <= {limit}", name
+        )
+    if body.prompt_logprobs_asked() is not None:  # completions' echo with logprobs
+        raise RequestError("a beam search gives no prompt logprobs: send echo or logprobs, not both", "echo")
 
 
 def json_grammar(schema: str | dict[str, Any] | None, param: str) -> Grammar | None:

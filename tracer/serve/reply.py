@@ -7,6 +7,9 @@ choice i * n + j); sample j is seeded seed + j, vLLM v1's rule, its front end fa
 way. All their updates come through one asyncio queue (update.request says whose), so a stream
 interleaves the choices in the order the engine produced their tokens.
 
+A beam search (beams.py) is one engine request per prompt whose hypotheses, best first, are that
+prompt's n choices; they come whole at its end, and a stream sends each in one chunk (as vLLM does).
+
 Logprobs ride on the updates (logprobs.py writes them in OpenAI's shapes). With echo (completions)
 a choice's text and logprobs start with its prompt's; max_tokens 0 with echo runs one token, as the
 engine makes at least one, and returns the prompt alone (what lm-eval's loglikelihood may send).
@@ -23,6 +26,7 @@ from typing import Any
 
 from nanoengine.sequence import FinishReason, TopLogprobs
 from tracer.loop.engine_loop import REJECTED, EngineLoop, LoopRequest, RequestUpdate
+from tracer.serve.beams import BeamResult
 from tracer.serve.detokenize import IncrementalDetokenizer
 from tracer.serve.logprobs import TokenTexts, chat_logprobs, legacy_logprobs, prompt_logprobs_entries
 from tracer.serve.protocol import Sampling
@@ -101,6 +105,18 @@ class Reply:
     def add_choice(self, handle: LoopRequest, first_of_prompt: bool = True) -> None:
         detokenizer = IncrementalDetokenizer(self.tokenizer, self.stop)
         self.choices.append(Choice(len(self.choices), handle, detokenizer, first_of_prompt))
+
+    def add_hypotheses(self, result: BeamResult) -> None:
+        """A beam search's hypotheses as choices, best first; its prompt is counted once, by the first.
+        Each token keeps the k likeliest the request asked for (a beam has the 2 * n likeliest)."""
+        for j, hypothesis in enumerate(result.hypotheses):
+            self.add_choice(result.request, first_of_prompt=j == 0)
+            choice = self.choices[-1]
+            choice.token_ids, choice.text = list(hypothesis.token_ids), hypothesis.text
+            choice.finish_reason, choice.heard = hypothesis.finish_reason, True
+            if self.k is not None:
+                pairs = zip(hypothesis.token_ids, hypothesis.logprobs)
+                choice.logprobs = [likeliest(entry, token, self.k) for token, entry in pairs]
 
     def choice_of(self, update: RequestUpdate) -> Choice:
         return next(c for c in self.choices if c.handle is update.request)
@@ -216,6 +232,10 @@ class Reply:
             body["token_ids"] = ids
         return sse(self.envelope([body], chunk=True))
 
+    def role_chunk(self, choice: Choice) -> str:
+        role = {"index": choice.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
+        return sse(self.envelope([role | {"finish_reason": None}], chunk=True))
+
     def echo_chunk(self, choice: Choice) -> str:
         """A completions stream's first chunk of a choice with echo: its prompt (and its logprobs)."""
         ids = choice.handle.prompt_token_ids
@@ -231,8 +251,7 @@ class Reply:
         try:
             if self.chat:  # the role goes in each choice's first chunk only
                 for choice in self.choices:
-                    role = {"index": choice.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
-                    yield sse(self.envelope([role | {"finish_reason": None}], chunk=True))
+                    yield self.role_chunk(choice)
             failed: Choice | None = None
             while self.unfinished():
                 update = await self.next_update(updates)
@@ -261,3 +280,23 @@ class Reply:
         finally:
             if not finished:  # the client went away (the stream was cancelled): free the blocks
                 self.abort(loop)
+
+    async def stream_whole(self) -> AsyncIterator[str]:
+        """Finished choices (a beam search's) as a stream: each in one chunk, then its finish."""
+        for choice in self.choices:
+            if self.chat:
+                yield self.role_chunk(choice)
+            if self.echo:
+                yield self.echo_chunk(choice)
+            ids = choice.token_ids if self.body.return_token_ids else None
+            logprobs = self.streamed_logprobs(choice, choice.token_ids, list(choice.logprobs))
+            yield self.chunk(choice, choice.text, ids=ids, logprobs=logprobs)
+            yield self.chunk(choice, "", choice.finish_reason)
+        if self.body.include_usage:
+            yield sse(self.envelope([], chunk=True) | {"usage": self.usage()})
+        yield DONE
+
+
+def likeliest(entry: TopLogprobs, token_id: int, k: int) -> TopLogprobs:
+    """The entry's token and its k likeliest."""
+    return {t: lp for t, lp in entry.items() if t == token_id or lp.rank <= k}
