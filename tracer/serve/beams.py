@@ -5,10 +5,11 @@ token may be rewritten, beams are forked and pruned. So, as vLLM's OpenAIServing
 one output at the end, a beam request is answered once, when every beam has finished: its
 best `beam_width` hypotheses, best first.
 
-The loop's own delivery follows one sequence per request, token by token (the first beam, which a
-search may prune while the others run on), so a beam request goes to the engine through the loop's
-public hooks instead: `loop.call` adds it between two steps, a step callback collects it once all
-its beams are finished. Both run in the loop thread, the only one that touches the engine.
+The loop's own delivery answers a beam search once, at its end, but with its best hypothesis only
+(EngineLoop.deliver_beam_search); a server answers with n of them, so a beam request goes to the
+engine through the loop's public hooks instead: `loop.call` adds it between two steps, a step
+callback collects it once all its beams are finished. Both run in the loop thread, the only one
+that touches the engine.
 """
 
 from __future__ import annotations
