@@ -198,6 +198,8 @@ def generate_main(argv: list[str]) -> int:
 def print_beams(engine, ids: list[int], prompts: list[str], params) -> int:
     """Run each prompt's beam search to the end, then print every beam, best first, under its own
     header with its score (a beam changes until its search ends: nothing is streamed)."""
+    from tracer.teach.demos import beam_score_of
+
     start, num_generated = time.perf_counter(), 0
     while engine.has_unfinished():
         num_generated += len(engine.step())
@@ -207,8 +209,6 @@ def print_beams(engine, ids: list[int], prompts: list[str], params) -> int:
         out = engine.collect(seq_id)
         failed += failure_lines(i, out)
         for rank, c in enumerate(out.outputs):
-            from tracer.teach.demos import beam_score_of
-
             score = beam_score_of(out, c, engine.eos_token_ids, params.length_penalty)
             beam = _("(beam {rank}, score {score:.4f}, {reason})").format(
                 rank=rank, score=score, reason=c.finish_reason
