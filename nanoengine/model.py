@@ -30,20 +30,14 @@ ONEDNN = X86 and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 class Linear(nn.Linear):
-    """nn.Linear whose float32 CPU matmul runs on oneDNN (x86 builds of torch have it).
+    """nn.Linear whose CPU matmul runs on oneDNN once loading/build.py: pack_for_onednn has laid
+    its weight out in oneDNN's blocked layout (x86 builds of torch have oneDNN).
 
-    torch's default BLAS, MKL, does the same sums but takes a slow path on AMD CPUs
-    (docs/benchmarks.md). A single row (a lone sequence's decode step) is the exception: it
-    multiplies weight_t, the weight as [in, out], which MKL reads at memory speed and oneDNN's
-    blocked layout does not (30 % less time a token, docs/benchmarks.md)."""
-
-    weight_t: Tensor | None = None  # [in, out], set by loading/build.py: pack_for_onednn
+    torch's default BLAS, MKL, does the same sums but takes a slow path on AMD CPUs, and reads a
+    single row's weights at half the speed (docs/benchmarks.md)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.weight_t is not None and x.shape[0] == 1:
-            out = x @ self.weight_t
-            return out if self.bias is None else out + self.bias
-        if ONEDNN and x.is_cpu and x.dtype == torch.float32:
+        if self.weight.is_mkldnn:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 

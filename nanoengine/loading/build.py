@@ -33,12 +33,12 @@ def build_model(
 
 def pack_for_onednn(model: nn.Module) -> None:
     """Linear weights in oneDNN's blocked layout, once after loading rather than at every call
-    (as vLLM's CPU backend does), and a plain [in, out] copy for single rows (Linear): 538 MB
-    more for SmolLM2-135M."""
+    (as vLLM's CPU backend does): float32 always, bfloat16 where oneDNN has bf16 kernels."""
+    bf16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    dtypes = (torch.float32, torch.bfloat16) if bf16 else (torch.float32,)
 
     def pack(m: Linear) -> None:  # laid out for batches of about 32 rows: a decode step's size
-        if ONEDNN and m.weight.is_cpu and m.weight.dtype == torch.float32:
-            m.weight_t = m.weight.detach().t().contiguous()  # a second copy, for single rows
+        if ONEDNN and m.weight.is_cpu and m.weight.dtype in dtypes:
             packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 32)
             m.weight = nn.Parameter(packed, requires_grad=False)
 

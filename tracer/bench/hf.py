@@ -169,7 +169,6 @@ def onednn_linears(hf_model) -> Iterator[bool]:
     finally:
         for m, weight in swapped.items():
             m.__class__, m.weight = torch.nn.Linear, weight
-            m.__dict__.pop("weight_t", None)  # pack_for_onednn's single-row copy
 
 
 def warm_up_generate(hf_model, requests: list[BenchRequest]) -> None:
