@@ -77,11 +77,10 @@ class RotaryEmbedding(nn.Module):
         return cos, sin
 
 
-def apply_rope(q: Tensor, k: Tensor, rope: Rope) -> tuple[Tensor, Tensor]:
-    # Rotates each pair (x[i], x[i + half]) by its position's angle.
+def apply_rope(x: Tensor, rope: Rope) -> Tensor:
+    """Rotates each pair (x[i], x[i + half]) of every head by its position's angle."""
     cos, sin = rope
-    half = q.shape[-1] // 2
-    return q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
 
 def rope_inv_freq(config: ModelConfig) -> Tensor:
@@ -111,7 +110,7 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         bias = getattr(config, "attention_bias", config.model_type == "qwen2")
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.sizes = [q_size, kv_size, kv_size]
+        self.heads = [self.num_heads, self.num_kv_heads]
         # HF's q_proj, k_proj and v_proj, stacked
         self.qkv_proj = Linear(config.hidden_size, q_size + 2 * kv_size, bias=bias)
         self.o_proj = Linear(q_size, config.hidden_size, bias=False)
@@ -122,11 +121,12 @@ class Attention(nn.Module):
     def forward(
         self, x: Tensor, rope: Rope, kv: KVCache, meta: AttentionMetadata, attend: AttentionBackend
     ) -> Tensor:
-        qkv = self.qkv_proj(x).split(self.sizes, -1)
-        q, k, v = (t.unflatten(-1, (-1, self.head_dim)) for t in qkv)  # [T, heads, head_dim]
+        qkv = self.qkv_proj(x).unflatten(-1, (-1, self.head_dim))  # [T, all heads, head_dim]
+        qk, v = qkv.split([self.num_heads + self.num_kv_heads, self.num_kv_heads], 1)
         if hasattr(self, "q_norm"):
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, k, rope)
+            q, k = qk.split(self.heads, 1)
+            qk = torch.cat((self.q_norm(q), self.k_norm(k)), 1)
+        q, k = torch.split(apply_rope(qk, rope), self.heads, 1)  # rotated together: half the ops
         attend.write_kv(kv, k, v, meta.slot_mapping)
         o = attend(q, kv, meta, self.scale)
         return self.o_proj(o.flatten(1))

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import HANG_S
 
+from nanoengine.loading.engine_parts import cpu_has_bf16
 from nanoengine.model import ONEDNN
 from tracer.bench.metrics import latencies, percentile
+from tracer.bench.report import decode_reach, decode_reach_caption, evaluate_targets, reach_share
+from tracer.bench.run import BF16_LEFT_OUT, BF16_RUN, NO_BF16_CPU, BenchSettings, bf16_skip_reason
 from tracer.bench.workload import QUICK, STANDARD, WorkloadSpec, build_workload
 from tracer.cli.bench import bench_main
 
@@ -48,7 +51,8 @@ def report(tmp_path_factory) -> dict:
 def test_report_has_every_run_and_measure(report):
     # on an x86 CPU in float32 the static baseline runs a second time with nanoengine's GEMM library
     onednn = {"hf_generate_onednn"} if ONEDNN else set()
-    assert set(report["runs"]) == {"nanoengine", "hf_generate", "hf_generate_batch"} | onednn
+    bf16 = {BF16_RUN} if cpu_has_bf16() else set()
+    assert set(report["runs"]) == {"nanoengine", "hf_generate", "hf_generate_batch"} | onednn | bf16
     for run in report["runs"].values():
         assert RUN_KEYS <= set(run)
         assert set(run["ttft_ms"]) == {"p50", "p90", "p99"}
@@ -66,20 +70,27 @@ def test_report_has_every_run_and_measure(report):
     assert {"total_s", "import_s", "build_s", "first_token_s"} <= set(startup)
     # the median of three fresh processes, each listed
     assert len(startup["runs_total_s"]) == 3 and startup["total_s"] == sorted(startup["runs_total_s"])[1]
-    names = [t["name"] for t in report["targets"]]
-    assert names == [
+    targets = {t["name"]: t for t in report["targets"]}
+    decode = ["decode at batch >= 16: share of its reach (float32)"]
+    decode += ["decode at batch >= 16: share of its reach (bfloat16)"] if bf16 else []
+    decode += ["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]
+    measured = [
         "throughput vs HF generate",
         "throughput vs HF generate_batch",
         "total / model-only time",
         "tracer overhead",
         "start-up to first token",
-        "decode at batch >= 16: share of its roofline bound",
+    ]
+    single = [
         "single stream vs HF generate (batch 1, float32)",
         "single stream: share of the batch-1 bandwidth bound",
         "single stream: bfloat16 over float32",
     ]
-    assert all(isinstance(t["met"], bool) for t in report["targets"][:5] + report["targets"][6:])
-    assert report["targets"][5]["met"] is None  # the quick workload never runs 16 requests at once
+    assert list(targets) == measured + decode + single
+    assert all(isinstance(targets[name]["met"], bool) for name in measured + single)
+    # the quick workload never runs 16 requests at once: no such phase, no reach
+    assert all(targets[name]["met"] is None for name in decode)
+    assert targets["throughput vs HF generate"]["limit"] == 2.5
 
 
 def test_efficiency_is_reported_per_system_and_phase(report):
@@ -128,7 +139,8 @@ def test_baselines_compute_the_same_greedy_tokens(report):
     # The HF baselines run the tiny model with nanoengine's exact weights: greedy outputs must agree
     # for nearly every request (a float near-tie may flip one).
     n = report["workload"]["num_requests"]
-    for key in set(report["runs"]) - {"nanoengine"}:
+    # bfloat16 rounds differently: its count is reported, never held to this
+    for key in set(report["runs"]) - {"nanoengine", BF16_RUN}:
         assert report["runs"][key]["matching_requests"] >= n - 1
 
 
@@ -238,8 +250,6 @@ def test_onednn_linears_swap_the_hf_layers_only_inside_the_block():
 
 
 def test_decode_reach_is_the_bound_over_the_ceiling_time():
-    from tracer.bench.report import decode_reach, decode_reach_caption
-
     phase = {"gflop": 1200.0, "bound_s": 6.0, "seconds": 25.0}
     report = {
         "gemm_peak": {"model_linears_gflop_s": {"16": 80.0, "32": 120.0}},
@@ -251,3 +261,173 @@ def test_decode_reach_is_the_bound_over_the_ceiling_time():
     phase["gflop"] = 300.0  # the linears fit in the bound: the roofline itself is the limit
     assert decode_reach(report)[0] == 1.0  # type: ignore[index]
     assert decode_reach({"gemm_peak": {}, "efficiency": {}}) is None
+
+
+# ---- the bfloat16 row (issue 39) -------------------------------------------------------------------
+# Enough requests and tokens for a "decode at batch >= 16" phase whose roofline bound the report's
+# rounding keeps above zero; nanoengine only, so each run takes seconds.
+LONG_DECODE = ["--model", "tiny", "--num-requests", "24", "--input-len", "8", "32", "--output-len", "48", "96"]
+NANOENGINE_ONLY = ["--threads", "1", "--kv-cache-memory-gb", "0.05", "--skip-hf", "--skip-tracer", "--skip-startup"]
+NANOENGINE_ONLY += ["--skip-single", "--skip-model-only", "--json"]
+
+
+def bench_report(tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / "bench.json"
+    assert bench_main([*LONG_DECODE, *NANOENGINE_ONLY, "--out", str(out), *extra]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def bf16_report(tmp_path_factory) -> dict:
+    if not cpu_has_bf16():
+        pytest.skip("this CPU has neither AVX512_BF16 nor AMX: the bench runs no bfloat16 row here")
+    return bench_report(tmp_path_factory.mktemp("bench-bf16"))
+
+
+def test_the_bf16_row_runs_the_same_workload(bf16_report):
+    runs, n = bf16_report["runs"], bf16_report["workload"]["num_requests"]
+    assert list(runs) == ["nanoengine", BF16_RUN] and bf16_report["dtype"] == "float32"
+    row, fp32 = runs[BF16_RUN], runs["nanoengine"]
+    assert row["dtype"] == "bfloat16" and row["num_output_tokens"] == fp32["num_output_tokens"]
+    assert row["over_float32"] == pytest.approx(row["output_tok_s"] / fp32["output_tok_s"], rel=1e-2)
+    assert 0 <= row["matching_requests"] <= n and bf16_report["bf16_skipped"] is None
+
+
+def test_the_bf16_row_has_its_own_peak_bytes_and_reach(bf16_report):
+    bf16, fp32 = bf16_report["bf16"], bf16_report["gemm_peak"]
+    assert bf16["gemm_peak"]["gflop_s"] == max(bf16["gemm_peak"]["measured_gflop_s"]) > 0
+    assert set(bf16["gemm_peak"]["model_linears_gflop_s"]) == {"16", "32"}
+    if torch_has_onednn_bf16():
+        assert "oneDNN" in bf16["gemm_peak"]["by_library"]
+    # 2-byte weights and K/V: half of float32's bytes
+    mem = bf16_report["memory_bandwidth"]
+    assert bf16["weight_mb_per_step"] == pytest.approx(mem["weight_mb_per_step"] / 2, abs=0.1)
+    assert bf16["kv_kb_per_key"] == pytest.approx(mem["kv_kb_per_key"] / 2, abs=0.01)
+    phases, fp32_phases = bf16_report["efficiency"][BF16_RUN], bf16_report["efficiency"]["nanoengine"]
+    assert list(phases) == list(fp32_phases)
+    whole = phases["whole run"]
+    assert whole["efficiency"] == pytest.approx(whole["gflop_s"] / bf16["gemm_peak"]["gflop_s"], rel=0.02)
+    # the whole run reads the weights as many times in either dtype: its bytes halve
+    assert whole["gbytes"] == pytest.approx(fp32_phases["whole run"]["gbytes"] / 2, abs=0.002)
+    assert fp32["gflop_s"] != bf16["gemm_peak"]["gflop_s"]  # its own measure, not float32's copied
+    share, seconds, _ = decode_reach(bf16_report, BF16_RUN)  # type: ignore[misc]
+    assert 0 < share <= 1 and seconds > 0
+    assert decode_reach(bf16_report, BF16_RUN) != decode_reach(bf16_report)
+
+
+def test_the_bf16_row_is_judged_by_its_reach_and_against_float32(bf16_report, capsys):
+    from tracer.bench.report import print_report
+
+    targets = {t["name"]: t for t in bf16_report["targets"]}
+    for key, dtype in (("nanoengine", "float32"), (BF16_RUN, "bfloat16")):
+        value = targets[f"decode at batch >= 16: share of its reach ({dtype})"]["value"]
+        assert value == reach_share(bf16_report, key) and value is not None and value > 0
+    over = targets["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]
+    decode = {k: bf16_report["efficiency"][k]["decode at batch >= 16"]["seconds"] for k in ("nanoengine", BF16_RUN)}
+    assert over["value"] == pytest.approx(decode["nanoengine"] / decode[BF16_RUN])
+    print_report(bf16_report)
+    out = capsys.readouterr().out
+    assert "nanoengine (bfloat16)" in out and "bfloat16 GEMM peak" in out and "Decode ceiling in bfloat16" in out
+    assert "Reach in bfloat16" in out
+
+
+def test_skip_bf16_leaves_the_row_out_and_says_so(tmp_path, capsys):
+    report = bench_report(tmp_path, "--skip-bf16")
+    assert list(report["runs"]) == ["nanoengine"] and list(report["efficiency"]) == ["nanoengine"]
+    assert report["bf16"] is None and report["bf16_skipped"] == BF16_LEFT_OUT
+    targets = {t["name"]: t for t in report["targets"]}
+    assert "decode at batch >= 16: share of its reach (bfloat16)" not in targets
+    assert targets["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]["value"] is None
+    assert targets["decode at batch >= 16: share of its reach (float32)"]["value"] is not None
+    from tracer.bench.report import print_report
+
+    capsys.readouterr()
+    print_report(report)
+    assert BF16_LEFT_OUT in capsys.readouterr().out
+
+
+def test_a_cpu_without_bf16_instructions_gets_a_reason_not_a_row(monkeypatch):
+    import torch
+
+    import nanoengine.loading.engine_parts as engine_parts
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(engine_parts, "cpu_has_bf16", lambda: False)
+    assert bf16_skip_reason(BenchSettings(), cpu, "float32") == NO_BF16_CPU
+    monkeypatch.setattr(engine_parts, "cpu_has_bf16", lambda: True)
+    assert bf16_skip_reason(BenchSettings(), cpu, "float32") is None
+    assert bf16_skip_reason(BenchSettings(skip_bf16=True), cpu, "float32") == BF16_LEFT_OUT
+    # a bfloat16 (or CUDA) run is its own only row: nothing to explain
+    assert bf16_skip_reason(BenchSettings(), cpu, "bfloat16") is None
+    assert bf16_skip_reason(BenchSettings(), torch.device("cuda"), "float32") is None
+
+
+def torch_has_onednn_bf16() -> bool:
+    import torch
+
+    return ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def hand_built_report(fp32_decode: dict, bf16_decode: dict | None = None, dtype: str = "float32") -> dict:
+    """A report with only what the targets read: runs, engine and the decode phases with their ceilings."""
+    report: dict = {
+        "dtype": dtype,
+        "runs": {"nanoengine": {}, "hf_generate": {"nanoengine_speedup": 2.4}, "hf_generate_batch": {}},
+        "engine": {},
+        "gemm_peak": {"model_linears_gflop_s": {"16": 80.0, "32": 120.0}},
+        "efficiency": {"nanoengine": {"decode at batch >= 16": fp32_decode}},
+    }
+    if bf16_decode is not None:
+        report["runs"][BF16_RUN] = {}
+        report["bf16"] = {"gemm_peak": {"model_linears_gflop_s": {"16": 300.0, "32": 400.0}}}
+        report["efficiency"][BF16_RUN] = {"decode at batch >= 16": bf16_decode}
+    return report
+
+
+def targets_by_name(report: dict) -> dict[str, dict]:
+    return {t["name"]: t for t in evaluate_targets(report)}
+
+
+def test_decode_targets_are_shares_of_each_dtypes_reach():
+    # float32: 1200 GFLOP at 120 GFLOP/s = 10 s against a 6 s bound: reach 60 %; the phase took 12.5 s,
+    # 48 % of its bound, so 80 % of its reach. bfloat16: 1200 / 400 = 3 s under a 3 s bound: reach 100 %.
+    fp32 = {"gflop": 1200.0, "bound_s": 6.0, "seconds": 12.5, "of_roofline": 0.48}
+    bf16 = {"gflop": 1200.0, "bound_s": 3.0, "seconds": 5.0, "of_roofline": 0.6}
+    targets = targets_by_name(hand_built_report(fp32, bf16))
+    reach32 = targets["decode at batch >= 16: share of its reach (float32)"]
+    assert reach32["value"] == pytest.approx(0.8) and reach32["met"] is True
+    reach16 = targets["decode at batch >= 16: share of its reach (bfloat16)"]
+    assert reach16["value"] == pytest.approx(0.6) and reach16["met"] is False
+    over = targets["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]
+    assert over["value"] == pytest.approx(2.5) and over["met"] is True
+    throughput = targets["throughput vs HF generate"]
+    assert (throughput["value"], throughput["limit"], throughput["met"]) == (2.4, 2.5, False)
+    fp32["seconds"], fp32["of_roofline"] = 15.0, 0.4  # 2/3 of its reach; bfloat16 3x faster
+    targets = targets_by_name(hand_built_report(fp32, bf16))
+    assert targets["decode at batch >= 16: share of its reach (float32)"]["met"] is False
+    assert targets["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]["value"] == pytest.approx(3.0)
+
+
+def test_a_report_without_a_reach_shows_a_dash(capsys):
+    from tracer.bench.report import targets_table
+
+    # no ceiling measured, or a workload too short for the phase: not measured, never a crash
+    no_ceiling = hand_built_report({"gflop": 1.0, "bound_s": 1.0, "seconds": 2.0, "of_roofline": 0.5})
+    no_ceiling["gemm_peak"] = {}
+    short = hand_built_report({"gflop": 0.0, "bound_s": 0.0, "seconds": 0.0, "of_roofline": None})
+    bare = {"runs": {"nanoengine": {}}, "engine": {}}
+    for report in (no_ceiling, short, bare):
+        targets = evaluate_targets(report)
+        by_name = {t["name"]: t for t in targets}
+        share = by_name["decode at batch >= 16: share of its reach (float32)"]
+        assert share["value"] is None and share["met"] is None
+        assert by_name["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]["value"] is None
+        from rich.console import Console
+
+        Console(width=160).print(targets_table({"targets": targets}))
+        row = next(line for line in capsys.readouterr().out.splitlines() if "share of its reach" in line)
+        assert " - " in row and "not measured" in row
+    # a bfloat16 run is not compared with itself
+    bf16_run = hand_built_report({"gflop": 1.0, "bound_s": 1.0, "seconds": 2.0, "of_roofline": 0.5}, dtype="bfloat16")
+    assert "decode at batch >= 16: share of its reach (bfloat16)" in targets_by_name(bf16_run)
+    assert targets_by_name(bf16_run)["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]["value"] is None

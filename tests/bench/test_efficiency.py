@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nanoengine.model import ONEDNN
 from tracer.bench.efficiency import (
     FULL_BATCH,
     gemm_libraries,
@@ -95,7 +96,16 @@ def test_every_gemm_library_computes_x_times_w_transposed():
     assert "torch default" in libraries
     for gemm in libraries.values():
         torch.testing.assert_close(gemm(x, w), x @ w.T, rtol=1e-5, atol=1e-5)
-    assert list(gemm_libraries(torch.device("cpu"), torch.bfloat16)) == ["torch default"]
+    assert list(gemm_libraries(torch.device("cpu"), torch.float16)) == ["torch default"]
+
+
+def test_bf16_gemm_libraries_include_onednn_where_the_engine_packs_bf16():
+    onednn = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    libraries = gemm_libraries(torch.device("cpu"), torch.bfloat16)
+    assert list(libraries) == (["torch default", "oneDNN"] if onednn else ["torch default"])
+    x, w = torch.randn(5, 48, dtype=torch.bfloat16), torch.randn(40, 48, dtype=torch.bfloat16)
+    for gemm in libraries.values():
+        torch.testing.assert_close(gemm(x, w).float(), x.float() @ w.float().T, rtol=2e-2, atol=5e-2)
 
 
 def test_linear_ceiling_times_every_linear_of_the_model(tiny_model, monkeypatch):

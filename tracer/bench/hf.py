@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -70,8 +71,12 @@ def hf_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         if fused is None:
             weights[name] = tensor
             continue
-        owner = model.get_submodule(name.rsplit(".", 2)[0])  # the attention or the MLP
-        parts = tensor.split(owner.sizes) if fused == "qkv_proj" else tensor.chunk(2)
+        owner: Any = model.get_submodule(name.rsplit(".", 2)[0])  # the attention or the MLP
+        if fused == "qkv_proj":  # q, k, v: their heads' rows
+            heads = (owner.num_heads, owner.num_kv_heads, owner.num_kv_heads)
+            parts = tensor.split([n * owner.head_dim for n in heads])
+        else:
+            parts = tensor.chunk(2)
         weights.update({name.replace(fused, hf): part for hf, part in zip(STACKED[fused], parts)})
     return weights
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
-from tracer.bench.efficiency import FULL_BATCH
+from tracer.bench.efficiency import FULL_DECODE
 from tracer.bench.machine import cpu_line
+from tracer.bench.run import BF16_RUN
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -36,9 +37,8 @@ class Target:
 def evaluate_targets(report: dict) -> list[dict]:
     runs, engine = report["runs"], report["engine"]
     tracer, startup = report.get("tracer") or {}, report.get("startup") or {}
-    full_decode = report.get("efficiency", {}).get("nanoengine", {}).get(f"decode at batch >= {FULL_BATCH}", {})
     targets = [
-        Target("throughput vs HF generate", runs.get("hf_generate", {}).get("nanoengine_speedup"), 1.8, True, "x"),
+        Target("throughput vs HF generate", runs.get("hf_generate", {}).get("nanoengine_speedup"), 2.5, True, "x"),
         Target(
             "throughput vs HF generate_batch",
             runs.get("hf_generate_batch", {}).get("nanoengine_speedup"),
@@ -49,15 +49,38 @@ def evaluate_targets(report: dict) -> list[dict]:
         Target("total / model-only time", engine.get("total_over_model_only"), 1.15, False, "x"),
         Target("tracer overhead", tracer.get("recording_share"), 0.03, False, "%"),
         Target("start-up to first token", startup.get("total_s"), 3.0, False, "s"),
-        Target(
-            f"decode at batch >= {FULL_BATCH}: share of its roofline bound",
-            full_decode.get("of_roofline"),
-            0.7,
-            True,
-            "share",
-        ),
+        *decode_targets(report),
     ]
     return [t.to_dict() for t in targets + single_targets(report.get("single"))]
+
+
+def decode_targets(report: dict) -> list[Target]:
+    """Decode at batch >= FULL_BATCH judged by its reach (what the machine's linears allow), in the
+    run's dtype and in the bfloat16 row where it ran; and bfloat16's speed-up over float32 there."""
+    dtype = report.get("dtype", "float32")
+    targets = [Target(f"{FULL_DECODE}: share of its reach ({dtype})", reach_share(report), 0.8, True, "share")]
+    if BF16_RUN in report["runs"]:
+        targets.append(
+            Target(f"{FULL_DECODE}: share of its reach (bfloat16)", reach_share(report, BF16_RUN), 0.8, True, "share")
+        )
+    fp32, bf16 = decode_phase(report), decode_phase(report, BF16_RUN)
+    timed = dtype == "float32" and fp32.get("seconds") and bf16.get("seconds")
+    over_fp32 = fp32["seconds"] / bf16["seconds"] if timed else None
+    targets.append(Target(f"{FULL_DECODE}: bfloat16 over float32 (AMX hosts)", over_fp32, 2.0, True, "x"))
+    return targets
+
+
+def decode_phase(report: dict, key: str = "nanoengine") -> dict:
+    return report.get("efficiency", {}).get(key, {}).get(FULL_DECODE) or {}
+
+
+def reach_share(report: dict, key: str = "nanoengine") -> float | None:
+    """Decode at batch >= FULL_BATCH's share of its roofline bound, over the share it could reach:
+    1.0 would be running as fast as the model's linears alone allow. None without a reach."""
+    reach, of_roofline = decode_reach(report, key), decode_phase(report, key).get("of_roofline")
+    if reach is None or of_roofline is None:
+        return None
+    return round(of_roofline / reach[0], 4)
 
 
 def single_row(single: dict | None, system: str, dtype: str) -> dict:
@@ -81,6 +104,7 @@ def single_targets(single: dict | None) -> list[Target]:
 # ---- rendering ------------------------------------------------------------------------------------
 RUN_LABELS = {
     "nanoengine": "nanoengine",
+    BF16_RUN: "nanoengine (bfloat16)",
     "hf_generate": "HF generate",
     "hf_generate_onednn": "HF generate (oneDNN linears)",
     "hf_generate_batch": "HF generate_batch",
@@ -125,6 +149,12 @@ def throughput_table(report: dict):
     for name in ("time s", "output tok/s", "total tok/s", "nanoengine speed-up", "same tokens"):
         table.add_column(name, justify="right")
     n = w["num_requests"]
+    if bf16 := report["runs"].get(BF16_RUN):
+        table.caption = (
+            f"{RUN_LABELS[BF16_RUN]}: {bf16['over_float32']:.2f}x the float32 run's output tok/s; "
+            f"the float32 run's exact tokens in {bf16['matching_requests']}/{n} requests "
+            "(bfloat16 rounding may flip a near-tie)"
+        )
     for key, run in report["runs"].items():
         speedup, same = run.get("nanoengine_speedup"), run.get("matching_requests")
         table.add_row(
@@ -220,7 +250,14 @@ def efficiency_table(report: dict):
         + ", ".join(f"{name} {v:.1f}" for name, v in peak["at_batch_32"].items())
         + ")",
         caption="\n".join(
-            c for c in (ceiling_caption(peak), decode_reach_caption(report), roofline_caption(report)) if c
+            c
+            for c in (
+                ceiling_caption(peak),
+                decode_reach_caption(report),
+                roofline_caption(report),
+                bf16_caption(report),
+            )
+            if c
         ),
     )
     table.add_column("system")
@@ -245,7 +282,7 @@ def efficiency_cells(e: dict) -> list[str]:
     return [f"{e['seconds']:.2f}", f"{e['gflop']:.1f}", rate, share, *roof, *cpu]
 
 
-def ceiling_caption(peak: dict) -> str | None:
+def ceiling_caption(peak: dict, name: str = "Decode ceiling") -> str | None:
     """The most a decode step can reach: its linear layers alone, at its batch, weights from memory."""
     ceiling = peak.get("model_linears_gflop_s")
     if not ceiling:
@@ -254,31 +291,56 @@ def ceiling_caption(peak: dict) -> str | None:
         f"{rows} rows {rate:.1f} GFLOP/s ({rate / peak['gflop_s'] * 100:.0f} % of peak)"
         for rows, rate in ceiling.items()
     )
-    return f"Decode ceiling: the model's linear layers alone, weights read from memory as a decode step reads them: {rates}"
+    return f"{name}: the model's linear layers alone, weights read from memory as a decode step reads them: {rates}"
 
 
-def decode_reach(report: dict) -> tuple[float, float, dict] | None:
-    """The highest share of its roofline bound nanoengine's decode at batch >= FULL_BATCH could
-    reach on this machine: if its useful FLOPs all ran at the decode ceiling's best rate (the model's
+def peak_of(report: dict, key: str = "nanoengine") -> dict:
+    """The GEMM peak (and decode ceiling) a run's phases were measured against: the bfloat16 row
+    has its own, measured in bfloat16 in the same run."""
+    if key == BF16_RUN:
+        return (report.get("bf16") or {}).get("gemm_peak", {})
+    return report.get("gemm_peak", {})
+
+
+def decode_reach(report: dict, key: str = "nanoengine") -> tuple[float, float, dict] | None:
+    """The highest share of its roofline bound a run's decode at batch >= FULL_BATCH could reach on
+    this machine: if its useful FLOPs all ran at its dtype's decode ceiling's best rate (the model's
     linears alone) and nothing else took any time. Returns (share, those seconds, the phase)."""
-    ceiling = report.get("gemm_peak", {}).get("model_linears_gflop_s")
-    phase = report.get("efficiency", {}).get("nanoengine", {}).get(f"decode at batch >= {FULL_BATCH}")
-    if not ceiling or not phase or not phase.get("bound_s"):  # no such phase in a short workload
+    ceiling = peak_of(report, key).get("model_linears_gflop_s")
+    phase = decode_phase(report, key)
+    if not ceiling or not phase.get("bound_s") or not max(ceiling.values()):  # no such phase in a short workload
         return None
     seconds = phase["gflop"] / max(ceiling.values())
     return phase["bound_s"] / max(phase["bound_s"], seconds), seconds, phase
 
 
-def decode_reach_caption(report: dict) -> str | None:
-    reach = decode_reach(report)
+def decode_reach_caption(report: dict, key: str = "nanoengine") -> str | None:
+    reach = decode_reach(report, key)
     if reach is None:
         return None
     share, seconds, phase = reach
+    who = "Reach in bfloat16" if key == BF16_RUN else "Reach"
     return (
-        f"Reach: at the decode ceiling's best rate, decode at batch >= {FULL_BATCH}'s {phase['gflop']:.0f} useful "
+        f"{who}: at the decode ceiling's best rate, {FULL_DECODE}'s {phase['gflop']:.0f} useful "
         f"GFLOP alone take {seconds:.2f} s against its bound of {phase['bound_s']:.2f} s: no engine running these "
         f"linears can exceed {share * 100:.0f} % of the roofline bound here"
     )
+
+
+def bf16_caption(report: dict) -> str | None:
+    """What the bfloat16 row's phases are measured against: its own peak, ceiling and byte counts."""
+    bf16 = report.get("bf16")
+    if not bf16 or BF16_RUN not in report.get("efficiency", {}):
+        return None
+    peak = bf16["gemm_peak"]
+    lines = [
+        f"{RUN_LABELS[BF16_RUN]} rows: against the bfloat16 GEMM peak, {peak['gflop_s']:.1f} GFLOP/s "
+        f"({peak['library']}, {peak['shape']} at batch {peak['batch']}); a step moves "
+        f"{bf16['weight_mb_per_step']:.0f} MB of weights, each key {bf16['kv_kb_per_key']:.1f} kB of K/V",
+        ceiling_caption(peak, "Decode ceiling in bfloat16"),
+        decode_reach_caption(report, BF16_RUN),
+    ]
+    return "\n".join(line for line in lines if line)
 
 
 def roofline_caption(report: dict) -> str | None:
@@ -405,6 +467,8 @@ def print_report(report: dict) -> None:
     if cpu := cpu_line(report.get("cpu")):
         console.print(escape(cpu))
     console.print(throughput_table(report))
+    if report.get("bf16_skipped"):
+        console.print(escape(report["bf16_skipped"]))
     console.print(latency_table(report))
     console.print(overhead_table(report))
     console.print(efficiency_table(report))

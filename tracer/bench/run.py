@@ -10,10 +10,14 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracer.bench.machine import describe_cpu
 from tracer.bench.metrics import RunResult, count_matching
 from tracer.bench.workload import STANDARD, BenchRequest, WorkloadSpec, build_workload, workload_summary
+
+if TYPE_CHECKING:
+    from tracer.bench.engine import EngineRun
 
 SCHEMA = "nanoengine-bench/1"
 
@@ -36,6 +40,7 @@ class BenchSettings:
     skip_tracer: bool = False
     skip_startup: bool = False
     skip_single: bool = False  # the single-stream rows (tracer/bench/single.py)
+    skip_bf16: bool = False  # the bfloat16 nanoengine row beside a float32 CPU run
     profile: bool = False  # one more nanoengine run under torch.profiler: time per category and phase
     trace_out: Path | None = None
 
@@ -110,7 +115,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
         f"{torch.get_num_threads()} threads"
     )
 
-    engine_run = run_nanoengine(settings, options, requests, warmup)
+    engine_run = run_nanoengine(settings, options, requests, warmup, not settings.skip_model_only)
     main = engine_run.result
     runs = {"nanoengine": main.to_dict()}
     results = {"nanoengine": main}
@@ -119,6 +124,10 @@ def run_benchmark(settings: BenchSettings) -> dict:
     peaks = [measure_gemm_peak(engine_run.shape, device, getattr(torch, dtype))]
     log("memory bandwidth ...")
     bandwidths = [measure_memory_bandwidth(device)]
+    bf16_skipped = bf16_skip_reason(settings, device, dtype)
+    bf16 = None if bf16_skipped else run_bf16(settings, options, requests, warmup, device)
+    if bf16 is not None:
+        runs[BF16_RUN] = bf16.run_dict(main)
     if not settings.skip_hf:
         kv_tokens = engine_run.extra["num_kv_blocks"] * engine_run.extra["block_size"]
         for key, result in run_hf_baselines(settings, requests, warmup, device, dtype, kv_tokens).items():
@@ -131,6 +140,8 @@ def run_benchmark(settings: BenchSettings) -> dict:
         log("GEMM peak again ...")
         peaks.append(measure_gemm_peak(engine_run.shape, device, getattr(torch, dtype)))
         bandwidths.append(measure_memory_bandwidth(device))
+        if bf16 is not None:
+            bf16.peaks.append(measure_gemm_peak(engine_run.shape, device, torch.bfloat16))
     peak = max(peaks, key=lambda p: p["gflop_s"])
     bandwidth = max(bandwidths, key=lambda b: b["gb_s"])
     itemsize = getattr(torch, dtype).itemsize
@@ -148,6 +159,11 @@ def run_benchmark(settings: BenchSettings) -> dict:
         )
         for key, result in results.items()
     }
+    bf16_report = None
+    if bf16 is not None:
+        efficiency[BF16_RUN] = bf16.efficiency(requests, bandwidth["gb_s"] * 1e9, torch.get_num_threads())
+        efficiency = {key: efficiency[key] for key in runs}  # the throughput table's order
+        bf16_report = bf16.to_dict()
     single = None
     if not (settings.skip_single or device.type == "cuda"):
         single = measure_single(settings, options, vocab_size, engine_run.shape, bandwidth["gb_s"])
@@ -196,6 +212,8 @@ def run_benchmark(settings: BenchSettings) -> dict:
             "kv_kb_per_key": round(roofline.bytes.kv_bytes_per_key / 1e3, 2),
         },
         "efficiency": efficiency,
+        "bf16": bf16_report,
+        "bf16_skipped": bf16_skipped,
         "profile": profile,
         "single": single,
     }
@@ -236,18 +254,104 @@ def run_single_benchmark(settings: BenchSettings) -> dict:
     }
 
 
-def run_nanoengine(settings: BenchSettings, options: dict, requests, warmup):
+def run_nanoengine(settings: BenchSettings, options: dict, requests, warmup, model_only: bool) -> EngineRun:
     """The timed nanoengine run(s), each on a fresh engine; the fastest is kept."""
     from tracer.bench.engine import run_engine
 
     best = None
     for i in range(settings.repeat):
-        log(f"nanoengine run {i + 1}/{settings.repeat} ...")
-        run = run_engine(settings.model, options, requests, warmup, model_only=not settings.skip_model_only)
+        log(f"nanoengine ({options['dtype']}) run {i + 1}/{settings.repeat} ...")
+        run = run_engine(settings.model, options, requests, warmup, model_only=model_only)
         if best is None or run.result.elapsed < best.result.elapsed:
             best = run
         gc.collect()
+    assert best is not None, "repeat >= 1"
     return best
+
+
+# ---- the bfloat16 row -----------------------------------------------------------------------------
+BF16_RUN = "nanoengine_bf16"  # its key in the report's runs and efficiency
+BF16_ITEMSIZE = 2  # bytes per weight and per K/V element
+NO_BF16_CPU = (
+    "no bfloat16 row: this CPU has neither AVX512_BF16 nor AMX, so bfloat16 would be emulated (slower than float32)"
+)
+BF16_LEFT_OUT = "no bfloat16 row: left out with --skip-bf16"
+
+
+def bf16_skip_reason(settings: BenchSettings, device, dtype: str) -> str | None:
+    """Why a float32 CPU run gets no bfloat16 row beside it; None where it gets one, or where the
+    run is not float32 on CPU (its one row is then the only dtype asked for)."""
+    from nanoengine.loading.engine_parts import cpu_has_bf16
+
+    if device.type != "cpu" or dtype != "float32":
+        return None
+    if settings.skip_bf16:
+        return BF16_LEFT_OUT
+    return None if cpu_has_bf16() else NO_BF16_CPU
+
+
+@dataclass(slots=True)
+class Bf16Run:
+    """nanoengine in bfloat16 on the same workload, with its own GEMM peak and decode ceiling."""
+
+    engine: EngineRun
+    peaks: list[dict]
+
+    @property
+    def peak(self) -> dict:
+        return max(self.peaks, key=lambda p: p["gflop_s"])
+
+    def run_dict(self, float32: RunResult) -> dict:
+        """Its throughput row, with its ratio to the float32 run and how many requests got float32's
+        exact tokens (bfloat16 may flip a near-tie: reported, never an error)."""
+        result = self.engine.result
+        return {
+            **result.to_dict(),
+            "dtype": "bfloat16",
+            "over_float32": round(result.output_tok_s / float32.output_tok_s, 3),
+            "matching_requests": count_matching(result.outputs, float32.outputs),
+        }
+
+    def efficiency(self, requests, bandwidth: float, threads: int) -> dict:
+        """Its phases against the bfloat16 peak and a roofline of 2-byte weights and K/V."""
+        from tracer.bench.efficiency import Roofline, run_efficiency
+        from tracer.bench.roofline import ByteModel
+
+        shape, result = self.engine.shape, self.engine.result
+        assert shape is not None
+        roofline = Roofline(bandwidth, ByteModel.of(shape, BF16_ITEMSIZE))
+        peak = self.peak["gflop_s"] * 1e9
+        return run_efficiency(
+            shape, requests, result.token_times, result.elapsed, peak, result.cpu_time, threads, roofline
+        )
+
+    def to_dict(self) -> dict:
+        from tracer.bench.roofline import ByteModel
+
+        assert self.engine.shape is not None
+        nbytes = ByteModel.of(self.engine.shape, BF16_ITEMSIZE)
+        return {
+            "gemm_peak": {
+                **self.peak,
+                "measured_gflop_s": [p["gflop_s"] for p in self.peaks],
+                "model_linears_gflop_s": self.engine.linear_ceiling,
+            },
+            "weight_mb_per_step": round(nbytes.weight_bytes / 1e6, 1),
+            "kv_kb_per_key": round(nbytes.kv_bytes_per_key / 1e3, 2),
+            "engine": {"num_steps": self.engine.num_steps, "model_time_s": round(self.engine.model_time, 4)},
+        }
+
+
+def run_bf16(settings: BenchSettings, options: dict, requests, warmup, device) -> Bf16Run:
+    """A fresh engine with the same threads and options, in bfloat16; its GEMM peak right after."""
+    import torch
+
+    from tracer.bench.efficiency import measure_gemm_peak
+
+    engine = run_nanoengine(settings, {**options, "dtype": "bfloat16"}, requests, warmup, model_only=False)
+    assert engine.shape is not None
+    log("GEMM peak in bfloat16 ...")
+    return Bf16Run(engine, [measure_gemm_peak(engine.shape, device, torch.bfloat16)])
 
 
 def measure_single(settings: BenchSettings, options: dict, vocab_size: int, shape, bandwidth_gb_s: float) -> dict:

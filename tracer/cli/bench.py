@@ -64,6 +64,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--skip-startup", action="store_true")
     p.add_argument("--skip-single", action="store_true", help="no single-stream rows (one prompt, 64 tokens, batch 1)")
     p.add_argument(
+        "--skip-bf16",
+        action="store_true",
+        help="no bfloat16 nanoengine row beside a float32 CPU run (it runs where the CPU has AVX512_BF16 or AMX)",
+    )
+    p.add_argument(
         "--single-only",
         action="store_true",
         help="only the single-stream rows: nanoengine, HF generate and llama.cpp at batch 1, float32 and bfloat16",
@@ -131,6 +136,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         skip_tracer=args.skip_tracer,
         skip_startup=args.skip_startup,
         skip_single=args.skip_single,
+        skip_bf16=args.skip_bf16,
         trace_out=args.trace_out,
         profile=args.profile,
     )
