@@ -346,6 +346,12 @@ def test_skip_bf16_leaves_the_row_out_and_says_so(tmp_path, capsys):
     assert BF16_LEFT_OUT in capsys.readouterr().out
 
 
+def test_a_bfloat16_run_is_its_own_only_row(tmp_path):
+    report = bench_report(tmp_path, "--dtype", "bfloat16")
+    assert report["dtype"] == "bfloat16" and list(report["runs"]) == ["nanoengine"]
+    assert report["bf16"] is None and report["bf16_skipped"] is None
+
+
 def test_a_cpu_without_bf16_instructions_gets_a_reason_not_a_row(monkeypatch):
     import torch
 
