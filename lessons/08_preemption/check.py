@@ -4,8 +4,8 @@ from nanoengine.scheduler import Scheduler, SchedulerOutput
 from nanoengine.sequence import Sequence, SequenceStatus
 from tracer.i18n import _
 from tracer.teach.kit import (
-    add_request,
     add_sequences,
+    beam_search_under_pressure,
     engine_step,
     expect,
     expect_engine_matches,
@@ -467,19 +467,7 @@ def engine_heavy_pressure(fns):
 
 def engine_a_beam_search_restarts(fns):
     """A beam search that is preempted restarts from its prompt, and the run still matches."""
-    scenario = lesson_scenario(
-        __file__, engine={"block_size": 4, "num_kv_blocks": 12}, requests=[]
-    )
-    add_request(scenario, "Once upon a time", max_tokens=10, ignore_eos=True)
-    add_request(
-        scenario,
-        "Beams!",
-        arrive=1,
-        beam_width=3,
-        max_tokens=6,
-        ignore_eos=True,
-    )
-    run = expect_engine_matches(scenario)
+    run = expect_engine_matches(beam_search_under_pressure(__file__))
     expect(
         run.event_counts["preempted"] >= 3,
         _("this run should preempt the beam search's three beams"),

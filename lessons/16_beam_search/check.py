@@ -6,7 +6,7 @@ from nanoengine.step_record import StepRecord
 from tracer.i18n import _
 from tracer.teach.kit import (
     EngineRun,
-    add_request,
+    beam_search_under_pressure,
     expect,
     expect_engine_matches,
     lesson_scenario,
@@ -400,22 +400,9 @@ def engine_beam_search(fns):
 
 def engine_beam_search_restarts(fns):
     """With 12 blocks the beam search is preempted, restarts from its prompt and finds the same beams."""
-    scenario = lesson_scenario(
-        __file__,
-        engine={"block_size": 4, "num_kv_blocks": 12},
-        requests=[],
-        focus={},
+    run = expect_same_beam_search(
+        beam_search_under_pressure(__file__, focus={})
     )
-    add_request(scenario, "Once upon a time", max_tokens=10, ignore_eos=True)
-    add_request(
-        scenario,
-        "Beams!",
-        arrive=1,
-        beam_width=3,
-        max_tokens=6,
-        ignore_eos=True,
-    )
-    run = expect_same_beam_search(scenario)
     kinds = [e.kind for r in run.records for e in r.events]
     expect(
         EventKind.PREEMPTED in kinds,

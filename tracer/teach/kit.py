@@ -226,6 +226,15 @@ def add_request(scenario: Scenario, prompt: str | list[int], *, arrive: int = 0,
     return scenario
 
 
+def beam_search_under_pressure(check_file: str, **changes) -> Scenario:
+    """A plain request, then a 3-beam search one step later, in 12 blocks of 4 tokens: too few for
+    both, so the beam search is preempted and restarts from its prompt (lessons 8 and 16)."""
+    engine = {"block_size": 4, "num_kv_blocks": 12}
+    scenario = lesson_scenario(check_file, engine=engine, requests=[], **changes)
+    add_request(scenario, "Once upon a time", max_tokens=10, ignore_eos=True)
+    return add_request(scenario, "Beams!", arrive=1, beam_width=3, max_tokens=6, ignore_eos=True)
+
+
 REFERENCE_RUNS: dict[str, ScenarioRun] = {}
 
 
