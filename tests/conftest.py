@@ -137,6 +137,20 @@ def record_scenario(path: Path, **options) -> Path:
     return path
 
 
+def record_requests(path: Path, requests, **options):
+    """Record the tiny engine running (prompt, params) requests, all added at once, to the end;
+    returns the recorder and the engine."""
+    from tracer.trace.recorder import TraceRecorder
+
+    engine = LLMEngine("tiny", **options)
+    with TraceRecorder(engine, path) as recorder:
+        for prompt, params in requests:
+            engine.add_request(prompt, params)
+        while engine.has_unfinished():
+            engine.step()
+    return recorder, engine
+
+
 def drive(engine: LLMEngine, requests, max_steps: int) -> None:
     """Step engine until every (prompt, max_tokens, arrival step) request has arrived and finished."""
     step = 0

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S
+from conftest import HANG_S, record_requests
 
 from nanoengine import BeamSearchParams, SamplingParams
 from nanoengine.engine import LLMEngine
@@ -38,13 +38,7 @@ CROWD = [([11, 12, 13, 14, 15, 16], PLAIN), ([11, 12, 13, 14, 15, 17], PLAIN), (
 
 
 def record(path: Path, requests: list, **options) -> tuple[TraceRecorder, LLMEngine]:
-    engine = LLMEngine("tiny", **{**OPTIONS, **options})
-    with TraceRecorder(engine, path) as recorder:
-        for prompt, params in requests:
-            engine.add_request(prompt, params)
-        while engine.has_unfinished():
-            engine.step()
-    return recorder, engine
+    return record_requests(path, requests, **{**OPTIONS, **options})
 
 
 def events(trace: Trace, kind: EventKind) -> list[tuple[dict, dict]]:

@@ -8,16 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import record_requests
 from engine_bugs import SAMPLE_BUGS
 
 import nanoengine.engine
 from nanoengine import SamplingParams
 from nanoengine.block_manager import BlockManager
-from nanoengine.engine import LLMEngine
 from nanoengine.sequence import EventKind
 from tracer.teach.plant import planted
 from tracer.trace.invariants import check_trace
-from tracer.trace.recorder import TraceRecorder
 from tracer.trace.step_line import request_of
 from tracer.trace.trace_file import load_trace
 
@@ -29,12 +28,7 @@ OPTIONS = dict(block_size=4, max_num_batched_tokens=24, num_kv_blocks=64, num_th
 
 
 def record(path: Path, requests: list[tuple[str, SamplingParams]], **options) -> tuple[list, Path]:
-    engine = LLMEngine("tiny", **{**OPTIONS, **options})
-    with TraceRecorder(engine, path) as recorder:
-        for prompt, params in requests:
-            engine.add_request(prompt, params)
-        while engine.has_unfinished():
-            engine.step()
+    recorder, _ = record_requests(path, requests, **{**OPTIONS, **options})
     return recorder.violations, path
 
 
