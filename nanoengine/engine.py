@@ -181,8 +181,8 @@ class LLMEngine:
         """Rank the beams' candidates (beam_search.py): the best live on, a beam chosen again is
         forked (its blocks shared), one never chosen is pruned (its blocks freed)."""
         chosen = group.candidates(self.eos_token_ids)
-        if any(b.finish_reason == FinishReason.LENGTH for b in group.live):  # max_tokens: the
-            # chosen are final, they need no KV
+        # max_tokens reached: the chosen are final hypotheses, they need no KV
+        if any(b.finish_reason == FinishReason.LENGTH for b in group.live):
             length = FinishReason.LENGTH
             group.completed += [hypothesis(beam, token, cum, length) for cum, beam, token in chosen]
             group.live.clear()
