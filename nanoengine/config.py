@@ -38,6 +38,7 @@ class EngineConfig:
 
     def validate(self) -> None:
         least = dict(block_size=1, max_num_batched_tokens=1, max_num_seqs=1, num_kv_blocks=1)
+        least["num_threads"] = 1  # None: the idle cores
         for name, low in {**least, "max_model_len": 2}.items():
             value = getattr(self, name)
             if value is not None and int(value) < low:  # None: chosen when the engine starts

@@ -107,6 +107,7 @@ def test_a_prompt_that_cannot_run_is_refused_by_add_request(prompt, options, mes
     [
         (dict(block_size=0), "block_size must be >= 1"),
         (dict(num_kv_blocks=0), "num_kv_blocks must be >= 1"),
+        (dict(num_threads=-1), "num_threads must be >= 1, got -1"),
         (dict(bogus=1), "unknown engine option"),
         (dict(attention_backend="magic"), "attention_backend must be"),
         (dict(kv_cache_memory_gb=float("nan")), "kv_cache_memory_gb must be a number of GiB > 0, got nan"),
