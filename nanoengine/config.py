@@ -21,7 +21,7 @@ class EngineConfig:
     use_chat_template: bool = True  # wrap string prompts in the tokenizer's chat template
     device: str | None = None  # "cpu" / "cuda"; None = cuda when available
     dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA; auto: loading.choose_dtype
-    attention_backend: str = "auto"  # auto / torch / flash
+    attention_backend: Any = "auto"  # auto / torch / flash, or a backend object (attention.py)
     num_threads: int | None = None  # torch's (process-wide) thread count; None: the idle cores
 
     @classmethod
@@ -46,7 +46,8 @@ class EngineConfig:
         gb = self.kv_cache_memory_gb
         if not is_real(gb) or gb <= 0:
             raise ValueError(f"kv_cache_memory_gb must be a number of GiB > 0, got {gb!r}")
-        if self.attention_backend not in ("auto", "torch", "flash"):
+        backend = self.attention_backend  # a name, or an object like those in attention.py
+        if backend not in ("auto", "torch", "flash") and not hasattr(backend, "write_kv"):
             raise ValueError(
-                f"attention_backend must be auto, torch or flash, got {self.attention_backend!r}"
+                f"attention_backend must be auto, torch, flash or a backend: {backend!r}"
             )

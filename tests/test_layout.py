@@ -1,4 +1,4 @@
-"""The package layout's rules: imports point one way (engine <- i18n <- trace <- loop <- replay, serve <-
+"""The package layout's rules: imports point one way (engine <- i18n, kernels <- trace <- loop <- replay, serve <-
 teach/bench/export <- vllm <- cli), the engine is a library (no tracer, textual or argparse), and it stays within its
 size budget (the inference core 1,500 code lines, all of nanoengine/ 2,100, lines of at most 100 characters)."""
 
@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LEVELS = {
     "nanoengine": 0,
     "tracer.i18n": 0.5,  # the language a learner reads: every tracer package may translate
+    "tracer.kernels": 0.5,  # compiled kernels the tools plug into the engine (C, built at first use)
     "tracer.trace": 1,
     "tracer.loop": 2,  # the live engine loop: a thread, a command queue, per-request callbacks
     "tracer.replay": 3,

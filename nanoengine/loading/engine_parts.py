@@ -77,8 +77,11 @@ def idle_cores() -> int:
     return max(1, min(torch.get_num_threads(), round((os.cpu_count() or 1) - busy)))
 
 
-def pick_backend(name: str, device: torch.device, block_size: int) -> AttentionBackend:
-    """The backend asked for; auto: flash-attn where it runs, else pure torch."""
+def pick_backend(name: Any, device: torch.device, block_size: int) -> AttentionBackend:
+    """The backend asked for (a name, or the backend itself); auto: flash-attn where it runs, else
+    pure torch."""
+    if not isinstance(name, str):
+        return cast(AttentionBackend, name)
     if name == "torch" or (name == "auto" and device.type != "cuda"):
         return TorchAttention()
     problem = ""

@@ -31,6 +31,7 @@ from torch.autograd.profiler import record_function
 from nanoengine.engine import LLMEngine
 from tracer.bench.engine import greedy_params, warm_up
 from tracer.bench.workload import BenchRequest
+from tracer.kernels.choose import with_attention_kernel
 
 CATEGORIES = (
     "linear",
@@ -103,7 +104,7 @@ def profile_engine(model: str, options: dict, requests: list[BenchRequest], warm
     """Run the workload under torch.profiler; per phase, seconds and share of each category."""
     from torch.profiler import ProfilerActivity, profile
 
-    engine = LLMEngine(model, **options)
+    engine = LLMEngine(model, **with_attention_kernel(options))
     warm_up(engine, warmup)
     instrument(engine)
     try:

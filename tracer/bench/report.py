@@ -426,7 +426,7 @@ def print_single_report(report: dict) -> None:
     console = report_console()
     console.print(
         f"[bold]nanoengine bench --single-only[/]  model {escape(report['model'])}, {report['threads']} threads, "
-        f"torch {report['versions']['torch']}"
+        f"{escape(report.get('attention', 'attention torch'))}, torch {report['versions']['torch']}"
     )
     if cpu := cpu_line(report.get("cpu")):
         console.print(escape(cpu))
@@ -461,8 +461,8 @@ def print_report(report: dict) -> None:
     console = report_console()
     console.print(
         f"[bold]nanoengine bench[/]  model {escape(report['model'])}, {report['device']}, {report['dtype']}, "
-        f"{report['threads']} threads, torch {report['versions']['torch']}, "
-        f"transformers {report['versions']['transformers']}"
+        f"{report['threads']} threads, {escape(report.get('attention', 'attention torch'))}, "
+        f"torch {report['versions']['torch']}, transformers {report['versions']['transformers']}"
     )
     if cpu := cpu_line(report.get("cpu")):
         console.print(escape(cpu))

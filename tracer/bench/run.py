@@ -99,6 +99,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
     from tracer.bench.engine import measure_startup
     from tracer.bench.report import evaluate_targets
     from tracer.bench.roofline import ByteModel, measure_memory_bandwidth
+    from tracer.kernels.choose import attention_in_use
 
     # one thread count for every system measured (unset: what the engine would choose, once, up front)
     threads = settings.threads or idle_cores()
@@ -112,7 +113,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
     log(
         f"workload: {len(requests)} requests, {summary['num_prompt_tokens']} prompt + "
         f"{summary['num_output_tokens']} output tokens; model {settings.model}, {device.type}, {dtype}, "
-        f"{torch.get_num_threads()} threads"
+        f"{torch.get_num_threads()} threads, {attention_in_use(options)}"
     )
 
     engine_run = run_nanoengine(settings, options, requests, warmup, not settings.skip_model_only)
@@ -187,6 +188,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
         "device": device.type,
         "dtype": dtype,
         "threads": torch.get_num_threads(),
+        "attention": attention_in_use(options),
         "cpu": describe_cpu(),
         "versions": {
             "nanoengine": nanoengine.__version__,
@@ -231,6 +233,7 @@ def run_single_benchmark(settings: BenchSettings) -> dict:
     from nanoengine.loading.engine_parts import idle_cores
     from tracer.bench.model_shape import ModelShape
     from tracer.bench.roofline import measure_memory_bandwidth
+    from tracer.kernels.choose import attention_in_use
 
     torch.set_num_threads(settings.threads or idle_cores())
     device, _ = resolve_device(settings)
@@ -248,6 +251,7 @@ def run_single_benchmark(settings: BenchSettings) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": settings.model,
         "threads": torch.get_num_threads(),
+        "attention": attention_in_use(options),
         "cpu": describe_cpu(),
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
         "memory_bandwidth": bandwidth,

@@ -89,8 +89,9 @@ def time_runs(generate: Callable[[], tuple[list[float], list[int]]], runs: int =
 def nanoengine_single(model: str, options: dict, request: BenchRequest, dtype: str) -> SingleResult:
     from nanoengine.engine import LLMEngine
     from tracer.bench.engine import greedy_params
+    from tracer.kernels.choose import with_attention_kernel
 
-    engine = LLMEngine(model, **{**options, "dtype": dtype})
+    engine = LLMEngine(model, **with_attention_kernel({**options, "dtype": dtype}))
 
     def generate() -> tuple[list[float], list[int]]:
         times = [time.perf_counter()]
@@ -157,10 +158,11 @@ def run_batch(model: str, options: dict, vocab_size: int, log: Callable[[str], N
     from nanoengine.engine import LLMEngine
     from tracer.bench.engine import run_requests, warm_up
     from tracer.bench.llama_cpp import llama_cpp_batch
+    from tracer.kernels.choose import with_attention_kernel
 
     requests = build_workload(BATCHED, vocab_size)
     log(f"batch of {BATCH}: nanoengine, float32 ...")
-    engine = LLMEngine(model, **{**options, "dtype": "float32"})
+    engine = LLMEngine(model, **with_attention_kernel({**options, "dtype": "float32"}))
     warm_up(engine, requests[:2])
     ours = run_requests(engine, requests)
     del engine

@@ -14,6 +14,7 @@ from tracer.bench.run import BenchSettings, run_benchmark
 from tracer.bench.workload import QUICK, STANDARD
 from tracer.cli.defaults import SHOWN, add_lang_arg, default_of
 from tracer.cli.help_format import HelpFormatter
+from tracer.kernels import ATTENTION_BACKENDS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -43,7 +44,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--num-kv-blocks", type=int)
     p.add_argument("--kv-cache-memory-gb", type=float)
-    p.add_argument("--attention-backend", choices=("auto", "torch", "flash"))
+    p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS)
     p.add_argument("--hf-batch-size", type=int, help="static generate batch size (default: all requests)")
     p.add_argument(
         "--cb-num-blocks",

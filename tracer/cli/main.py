@@ -12,6 +12,7 @@ from tracer.cli.beams import add_beam_args, request_params
 from tracer.cli.defaults import add_field_arg, add_lang_arg
 from tracer.cli.help_format import HelpFormatter
 from tracer.i18n import LANGUAGES, N_, _, error_line, set_language
+from tracer.kernels import ATTENTION_BACKENDS
 from tracer.trace.readable import printable
 
 SUBCOMMANDS = {  # name -> (module, function taking argv)
@@ -67,6 +68,12 @@ def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     )
     p.add_argument("--no-prefix-caching", action="store_true", help=_("turn prefix caching off"))
     p.add_argument(
+        "--attention-backend",
+        choices=ATTENTION_BACKENDS,
+        default="auto",
+        help=_("auto: the compiled paged-decode kernel on the CPU where it builds; torch: the engine's own path"),
+    )
+    p.add_argument(
         "--threads", type=int, default=None, help=_("torch CPU threads (1 is much faster on a busy machine)")
     )
     add_lang_arg(p)
@@ -118,6 +125,7 @@ def engine_options(args: argparse.Namespace) -> dict:
         enable_prefix_caching=not args.no_prefix_caching,
         use_chat_template=not args.raw,
         num_threads=args.threads,
+        attention_backend=args.attention_backend,
     )
 
 
@@ -157,9 +165,10 @@ def generate_main(argv: list[str]) -> int:
     args.prompts = read_prompts(args.prompts)
     from nanoengine.beam_search import BeamSearchParams
     from nanoengine.engine import LLMEngine
+    from tracer.kernels.choose import with_attention_kernel
 
     params = request_params(args)
-    engine = LLMEngine(args.model, **engine_options(args))
+    engine = LLMEngine(args.model, **with_attention_kernel(engine_options(args)))
     ids = [engine.add_request(prompt, params) for prompt in args.prompts]
     if isinstance(params, BeamSearchParams):
         return print_beams(engine, ids, args.prompts, params)

@@ -117,10 +117,11 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 
 def serve(args: argparse.Namespace, sock) -> int:
     from nanoengine.engine import LLMEngine
+    from tracer.kernels.choose import with_attention_kernel
     from tracer.serve.server import Server
 
     print(_("Loading model {model} ...").format(model=printable(args.model)), file=sys.stderr, flush=True)
-    engine = LLMEngine(args.model, **engine_options(args))
+    engine = LLMEngine(args.model, **with_attention_kernel(engine_options(args)))
     recorder, partial = None, None
     if args.trace is not None or args.tui:
         from tracer.trace.recorder import TraceRecorder

@@ -1,0 +1,6 @@
+"""Compiled CPU kernels the tools plug into the engine: C sources built at first use with the
+machine's compiler (build.py), each wrapped as the engine object it speeds up. The engine itself
+stays pure Python and torch; every kernel here has a test holding it equal to the engine's path."""
+
+KERNEL = "cpu-kernel"  # the compiled paged-decode kernel, by name, for --attention-backend
+ATTENTION_BACKENDS = ("auto", "torch", "flash", KERNEL)  # the tools' choices (auto: the kernel on CPU)

@@ -1,0 +1,85 @@
+"""Build a C kernel at first use with the machine's C compiler, for this CPU, and load it.
+
+One shared library per (source, flags, compiler, CPU): a cache key, so an edited kernel or a home
+directory shared by machines with different CPUs gets its own build. Built into a temporary file
+and renamed into place, so processes that build at once never load a half-written library. Linked
+against libgomp, which resolves to the one torch has already loaded: the kernel's threads are
+torch's threads."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from nanoengine.loading.checkpoint import cache_dir
+
+# -O3 and this CPU's vector instructions. No -ffast-math: it would switch the whole process to
+# flush denormals, and reassociated sums would make a result depend on its buffers' alignment.
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC")
+BUILD_TIMEOUT_S = 120
+
+
+class KernelUnavailable(RuntimeError):
+    """This machine cannot build or load the kernel; the message says why, in one line."""
+
+
+def compiler() -> str:
+    found = shutil.which(os.environ.get("CC", "cc"))
+    if found is None:
+        raise KernelUnavailable(f"no C compiler ({os.environ.get('CC', 'cc')}): install gcc to use the compiled kernel")
+    return found
+
+
+def cpu_flags() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line for line in lines if line.startswith(("flags", "Features"))), "")
+
+
+def library_path(source: Path, cc: str) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    key = "\n".join([source.read_text(), " ".join(FLAGS), version, cpu_flags()])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_dir() / "kernels" / f"{source.stem}-{digest}.so"
+
+
+def build(source: Path) -> Path:
+    """The kernel's shared library, compiled now unless a build of this very source is cached."""
+    cc = compiler()
+    target = library_path(source, cc)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [cc, *FLAGS, str(source), "-o", partial, "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no output"])[0]
+            raise KernelUnavailable(f"{Path(cc).name} could not build {source.name}: {first}")
+        os.replace(partial, target)
+    except subprocess.TimeoutExpired:
+        raise KernelUnavailable(f"building {source.name} took over {BUILD_TIMEOUT_S} s") from None
+    finally:
+        Path(partial).unlink(missing_ok=True)
+    return target
+
+
+def load(source: Path) -> ctypes.CDLL:
+    path = build(source)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as error:
+        raise KernelUnavailable(f"could not load {path.name}: {error}") from None

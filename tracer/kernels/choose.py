@@ -1,0 +1,43 @@
+"""Which attention backend the tools hand the engine: on a CPU run, `auto` takes the compiled
+paged-decode kernel where this machine can build it, and the engine's own torch path where not."""
+
+from __future__ import annotations
+
+import torch
+
+from tracer.kernels import KERNEL
+from tracer.kernels.build import KernelUnavailable
+from tracer.kernels.paged_attention import PagedDecodeAttention
+
+
+def runs_on_cpu(options: dict) -> bool:
+    device = options.get("device")
+    return device == "cpu" or (device is None and not torch.cuda.is_available())
+
+
+def with_attention_kernel(options: dict) -> dict:
+    """Engine options with attention_backend settled: auto (or unset) on the CPU becomes the
+    compiled backend where it builds; cpu-kernel insists on it (one line saying why it cannot);
+    torch and flash go to the engine as they are."""
+    choice = options.get("attention_backend") or "auto"
+    if choice not in ("auto", KERNEL):
+        return options
+    if choice == KERNEL and not runs_on_cpu(options):
+        raise ValueError(f"attention_backend {KERNEL} runs on the CPU only; this run is on {options['device']}")
+    try:
+        backend = PagedDecodeAttention() if runs_on_cpu(options) else "auto"
+    except KernelUnavailable as error:
+        if choice == KERNEL:
+            raise ValueError(f"attention_backend {KERNEL}: {error}") from None
+        backend = "auto"
+    return {**options, "attention_backend": backend}
+
+
+def attention_in_use(options: dict) -> str:
+    """What the tools run for these options, in words, for a report's header."""
+    backend = with_attention_kernel(options).get("attention_backend") or "auto"
+    if isinstance(backend, PagedDecodeAttention):
+        return f"attention {KERNEL} (compiled paged decode)"
+    if backend == "auto":
+        return "attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)"
+    return f"attention {backend}"

@@ -1,0 +1,122 @@
+"""TorchAttention with decode done by a compiled kernel that reads the pages in place.
+
+The engine's torch backend gathers each decode group's pages into a padded copy, then reads that
+copy twice (scores, then values): three passes over the K/V a step attends to. paged_decode.c reads
+each sequence's blocks where they lie, once. Same cache layout, same prefill path (torch's SDPA):
+a drop-in `attention_backend` for LLMEngine on the CPU, in float32 and bfloat16."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from nanoengine.attention import AttentionMetadata, KVCache, TorchAttention
+from tracer.kernels.build import KernelUnavailable, load
+
+SOURCE = Path(__file__).with_name("paged_decode.c")
+DTYPES = (torch.float32, torch.bfloat16)
+I64, PTR = ctypes.c_int64, ctypes.c_void_p
+
+
+@functools.cache
+def paged_decode_library() -> ctypes.CDLL:
+    library = load(SOURCE)
+    library.paged_decode.restype = ctypes.c_int
+    library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
+    return library
+
+
+def paged_decode(q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor, scale: float) -> Tensor:
+    """q [num_seqs, heads, dim], one query token per sequence at its last position -> [num_seqs,
+    heads, dim]. kv: one layer's [2, kv_heads, num_blocks, block_size, dim] cache."""
+    if q.dtype not in DTYPES or kv.dtype != q.dtype or q.device.type != "cpu":
+        raise ValueError(f"paged_decode runs float32 or bfloat16 on the CPU, got {q.dtype} on {q.device}")
+    if not kv.is_contiguous():
+        raise ValueError("paged_decode needs a contiguous KV cache")
+    q, tables, lens = q.contiguous(), block_tables.to(torch.int32).contiguous(), seq_lens.to(torch.int32).contiguous()
+    out = torch.empty_like(q)
+    _, kv_heads, num_blocks, block_size, dim = kv.shape
+    status = paged_decode_library().paged_decode(
+        q.data_ptr(),
+        kv[0].data_ptr(),
+        kv[1].data_ptr(),
+        out.data_ptr(),
+        tables.data_ptr(),
+        lens.data_ptr(),
+        q.shape[0],
+        q.shape[1],
+        kv_heads,
+        dim,
+        num_blocks,
+        block_size,
+        tables.shape[1],
+        scale,
+        int(q.dtype == torch.bfloat16),
+        torch.get_num_threads(),
+    )
+    if status != 0:
+        raise MemoryError("paged_decode could not allocate its score buffers")
+    return out
+
+
+class PagedDecodeAttention(TorchAttention):
+    """Decode rows (one query token) through the compiled kernel; prefill chunks as TorchAttention."""
+
+    def __init__(self) -> None:
+        paged_decode_library()  # build (or load) now: a machine without a compiler fails here, once
+        self.step_meta: AttentionMetadata | None = None
+        self.decodes: tuple[Tensor, Tensor, Tensor] | None = None
+
+    def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
+        if not meta.decode_groups or q.dtype not in DTYPES:
+            return super().__call__(q, kv, meta, scale)
+        rows, tables, lens = self.decode_rows(meta)
+        if not meta.prefills:  # every row a decode: no torch pass at all
+            return paged_decode(q, kv, tables, lens, scale)
+        out = super().__call__(q, kv, without_decodes(meta), scale)
+        out[rows] = paged_decode(q[rows], kv, tables, lens, scale)
+        return out
+
+    def decode_rows(self, meta: AttentionMetadata) -> tuple[Tensor, Tensor, Tensor]:
+        """The decode sequences' rows, block tables and lengths: worked out once a step (the
+        metadata is built once a step and passed to every layer)."""
+        if meta is not self.step_meta or self.decodes is None:
+            q_lens = meta.query_start_loc[1:] - meta.query_start_loc[:-1]
+            seqs = (q_lens == 1).nonzero().flatten()
+            rows = meta.query_start_loc[seqs].long()
+            self.step_meta, self.decodes = meta, (rows, meta.block_tables[seqs], meta.seq_lens[seqs])
+        return self.decodes
+
+
+def without_decodes(meta: AttentionMetadata) -> AttentionMetadata:
+    return AttentionMetadata(
+        slot_mapping=meta.slot_mapping,
+        query_start_loc=meta.query_start_loc,
+        seq_lens=meta.seq_lens,
+        block_tables=meta.block_tables,
+        max_query_len=meta.max_query_len,
+        max_seq_len=meta.max_seq_len,
+        decode_groups=[],
+        prefills=meta.prefills,
+    )
+
+
+def compiled_backend() -> PagedDecodeAttention | None:
+    """The compiled backend, or None where this machine cannot build it (see `why_not`)."""
+    try:
+        return PagedDecodeAttention()
+    except KernelUnavailable:
+        return None
+
+
+def why_not() -> str | None:
+    """One line: why the compiled kernel is not used here (None where it is)."""
+    try:
+        paged_decode_library()
+    except KernelUnavailable as error:
+        return str(error)
+    return None

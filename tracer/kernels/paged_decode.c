@@ -1,0 +1,136 @@
+/* Paged attention for decode on the CPU: each sequence's single query token reads its keys and
+ * values where its pages lie in the KV cache, once. The torch path (nanoengine/attention.py)
+ * gathers the pages into a padded copy first and then reads that copy twice, in two matmuls.
+ *
+ * Layout, as TorchAttention owns it: k_cache and v_cache [kv_heads, num_blocks, block_size, dim];
+ * q and out [num_seqs, heads, dim]; block_tables [num_seqs, max_blocks] int32; seq_lens int32.
+ * Query head h reads KV head h / group (grouped-query attention). float32 or bfloat16; the sums,
+ * the softmax and the weighted values are float32 either way.
+ *
+ * Built at first use by tracer/kernels/build.py; threads come from torch's own OpenMP runtime. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float from_bf16(uint16_t x) {
+    uint32_t bits = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint16_t to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    bits += 0x7FFF + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+static void load_floats(const void *src, int64_t offset, int64_t n, int is_bf16, float *dst) {
+    if (!is_bf16) {
+        memcpy(dst, (const float *)src + offset, n * sizeof(float));
+        return;
+    }
+    const uint16_t *s = (const uint16_t *)src + offset;
+    for (int64_t i = 0; i < n; ++i) dst[i] = from_bf16(s[i]);
+}
+
+/* One block of a head's cache as floats: the block itself (float32) or a converted copy. */
+static const float *block_of(const void *head, int64_t block, int64_t block_elems, int is_bf16,
+                             float *scratch) {
+    if (!is_bf16) return (const float *)head + block * block_elems;
+    load_floats(head, block * block_elems, block_elems, 1, scratch);
+    return scratch;
+}
+
+/* a . b, summed in one fixed order whatever the pointers' alignment (so a request gets the same
+ * numbers in any batch): 16 running sums, one per vector lane, added up last. */
+static float dot(const float *a, const float *b, int64_t n) {
+    float lanes[16] = {0}, sum = 0.f;
+    int64_t d = 0;
+    for (; d + 16 <= n; d += 16)
+#pragma omp simd
+        for (int i = 0; i < 16; ++i) lanes[i] += a[d + i] * b[d + i];
+    for (; d < n; ++d) sum += a[d] * b[d];
+    for (int i = 0; i < 16; ++i) sum += lanes[i];
+    return sum;
+}
+
+/* Start reading the next block from memory while this one is computed on. */
+static void prefetch(const void *head, int64_t block, int64_t block_elems, int elem_size) {
+    const char *p = (const char *)head + block * block_elems * elem_size;
+    for (int64_t i = 0; i < block_elems * elem_size; i += 64) __builtin_prefetch(p + i);
+}
+
+/* One sequence's query heads that share one KV head: q [group, dim] floats (already scaled) ->
+ * out [group, dim] floats. scores: group * len floats; scratch: one block of floats. */
+static void attend(const float *q, const void *k_head, const void *v_head, const int32_t *table,
+                   int64_t len, int64_t group, int64_t dim, int64_t block_size, int is_bf16,
+                   float *scores, float *scratch, float *out) {
+    const int64_t block_elems = block_size * dim, num_blocks = (len + block_size - 1) / block_size;
+    const int elem_size = is_bf16 ? 2 : 4;
+    for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores: q . k for every cached token */
+        const float *k = block_of(k_head, table[j], block_elems, is_bf16, scratch);
+        if (j + 1 < num_blocks) prefetch(k_head, table[j + 1], block_elems, elem_size);
+        const int64_t first = j * block_size;
+        const int64_t n = len - first < block_size ? len - first : block_size;
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t g = 0; g < group; ++g)
+                scores[g * len + first + t] = dot(q + g * dim, k + t * dim, dim);
+    }
+    prefetch(v_head, table[0], block_elems, elem_size);
+    for (int64_t g = 0; g < group; ++g) { /* 2. softmax over each query head's scores */
+        float *s = scores + g * len, max = s[0], sum = 0.f;
+        for (int64_t t = 1; t < len; ++t) max = s[t] > max ? s[t] : max;
+        for (int64_t t = 0; t < len; ++t) sum += (s[t] = expf(s[t] - max));
+        for (int64_t t = 0; t < len; ++t) s[t] /= sum;
+    }
+    memset(out, 0, group * dim * sizeof(float));
+    for (int64_t j = 0; j < num_blocks; ++j) { /* 3. out = sum of probability x value */
+        const float *v = block_of(v_head, table[j], block_elems, is_bf16, scratch);
+        if (j + 1 < num_blocks) prefetch(v_head, table[j + 1], block_elems, elem_size);
+        const int64_t first = j * block_size;
+        const int64_t n = len - first < block_size ? len - first : block_size;
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t g = 0; g < group; ++g) {
+                const float p = scores[g * len + first + t];
+#pragma omp simd
+                for (int64_t d = 0; d < dim; ++d) out[g * dim + d] += p * v[t * dim + d];
+            }
+    }
+}
+
+/* Returns 0, or -1 where a buffer could not be allocated (out is then incomplete). */
+int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *out,
+                 const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
+                 int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
+                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
+                 int num_threads) {
+    const int64_t group = num_heads / num_kv_heads, head_elems = num_blocks * block_size * dim;
+    const int elem_size = is_bf16 ? 2 : 4;
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) reduction(| : failed)
+    for (int64_t task = 0; task < num_seqs * num_kv_heads; ++task) {
+        const int64_t b = task / num_kv_heads, h = task % num_kv_heads, len = seq_lens[b];
+        const int64_t first_head = b * num_heads + h * group; /* this group's first row of q */
+        float *buffer = malloc((2 * group * dim + group * len + block_size * dim) * sizeof(float));
+        if (buffer == NULL) {
+            failed = 1;
+            continue;
+        }
+        float *qf = buffer, *of = qf + group * dim, *scores = of + group * dim;
+        load_floats(q, first_head * dim, group * dim, is_bf16, qf);
+        for (int64_t i = 0; i < group * dim; ++i) qf[i] *= scale;
+        attend(qf, (const char *)k_cache + h * head_elems * elem_size,
+               (const char *)v_cache + h * head_elems * elem_size, block_tables + b * max_blocks,
+               len, group, dim, block_size, is_bf16, scores, scores + group * len, of);
+        if (is_bf16)
+            for (int64_t i = 0; i < group * dim; ++i)
+                ((uint16_t *)out)[first_head * dim + i] = to_bf16(of[i]);
+        else
+            memcpy((float *)out + first_head * dim, of, group * dim * sizeof(float));
+        free(buffer);
+    }
+    return failed ? -1 : 0;
+}
