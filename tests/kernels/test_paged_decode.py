@@ -207,6 +207,14 @@ def test_a_failed_build_is_one_line_and_leaves_nothing_behind(monkeypatch, tmp_p
     assert list((tmp_path / "cache" / "kernels").iterdir()) == []
 
 
+def test_a_cache_it_cannot_write_is_one_line(monkeypatch, tmp_path):
+    blocked = tmp_path / "a file, not a folder"
+    blocked.write_text("")
+    monkeypatch.setenv("NANOENGINE_CACHE", str(blocked))
+    with pytest.raises(KernelUnavailable, match="cannot write the kernel to .*a file, not a folder"):
+        build(SOURCE)
+
+
 def test_a_build_is_cached_per_source(monkeypatch, tmp_path):
     monkeypatch.setenv("NANOENGINE_CACHE", str(tmp_path))
     first = build(SOURCE)

@@ -56,8 +56,11 @@ def build(source: Path) -> Path:
     target = library_path(source, cc)
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    except OSError as error:
+        raise KernelUnavailable(f"cannot write the kernel to {target.parent}: {error.strerror}") from None
     os.close(fd)
     try:
         done = subprocess.run(
