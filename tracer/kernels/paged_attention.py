@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from nanoengine.attention import AttentionMetadata, KVCache, TorchAttention
-from tracer.kernels.build import KernelUnavailable, load
+from tracer.kernels.build import load
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
 DTYPES = (torch.float32, torch.bfloat16)
@@ -77,7 +78,7 @@ class PagedDecodeAttention(TorchAttention):
         rows, tables, lens = self.decode_rows(meta)
         if not meta.prefills:  # every row a decode: no torch pass at all
             return paged_decode(q, kv, tables, lens, scale)
-        out = super().__call__(q, kv, without_decodes(meta), scale)
+        out = super().__call__(q, kv, replace(meta, decode_groups=[]), scale)  # prefills only
         out[rows] = paged_decode(q[rows], kv, tables, lens, scale)
         return out
 
@@ -90,33 +91,3 @@ class PagedDecodeAttention(TorchAttention):
             rows = meta.query_start_loc[seqs].long()
             self.step_meta, self.decodes = meta, (rows, meta.block_tables[seqs], meta.seq_lens[seqs])
         return self.decodes
-
-
-def without_decodes(meta: AttentionMetadata) -> AttentionMetadata:
-    return AttentionMetadata(
-        slot_mapping=meta.slot_mapping,
-        query_start_loc=meta.query_start_loc,
-        seq_lens=meta.seq_lens,
-        block_tables=meta.block_tables,
-        max_query_len=meta.max_query_len,
-        max_seq_len=meta.max_seq_len,
-        decode_groups=[],
-        prefills=meta.prefills,
-    )
-
-
-def compiled_backend() -> PagedDecodeAttention | None:
-    """The compiled backend, or None where this machine cannot build it (see `why_not`)."""
-    try:
-        return PagedDecodeAttention()
-    except KernelUnavailable:
-        return None
-
-
-def why_not() -> str | None:
-    """One line: why the compiled kernel is not used here (None where it is)."""
-    try:
-        paged_decode_library()
-    except KernelUnavailable as error:
-        return str(error)
-    return None
