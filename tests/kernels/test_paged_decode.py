@@ -99,10 +99,30 @@ def test_a_sequence_gets_the_same_bits_wherever_its_buffers_lie(offset):
     assert torch.equal(paged_decode(moved_q, moved_kv, tables, lens, 0.125), paged_decode(q, kv, tables, lens, 0.125))
 
 
+@pytest.mark.parametrize("bad", ["outside the pool", "negative", "too short for the length", "empty"])
+def test_a_bad_block_table_is_refused_not_read_out_of_bounds(bad):
+    """The torch path raises on an index outside the pool; the kernel must too, not read past it."""
+    q, kv, tables, lens = decode_batch([5, 9], 4, 1, 2, 8, torch.float32, seed=3)
+    if bad == "outside the pool":
+        tables[1, 2] = kv.shape[2]
+    elif bad == "negative":
+        tables[0, 0] = -1
+    elif bad == "too short for the length":
+        lens[1] = tables.shape[1] * 4 + 1
+    else:
+        lens[0] = 0
+    with pytest.raises(IndexError, match="block table points outside the KV pool"):
+        paged_decode(q, kv, tables, lens, 1.0)
+
+
 def test_bad_inputs_are_refused_in_one_line():
     q, kv, tables, lens = decode_batch([3], 4, 1, 1, 8, torch.float32, seed=0)
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         paged_decode(q.half(), kv.half(), tables, lens, 1.0)
+    with pytest.raises(ValueError, match="do not fit"):
+        paged_decode(q[:, :, :4].contiguous(), kv, tables, lens, 1.0)
+    with pytest.raises(ValueError, match="do not fit"):
+        paged_decode(q, kv, tables, torch.cat([lens, lens]), 1.0)
     with pytest.raises(ValueError, match="contiguous"):
         paged_decode(q, kv.transpose(3, 4).contiguous().transpose(3, 4), tables, lens, 1.0)
 

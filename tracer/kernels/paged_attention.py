@@ -39,8 +39,14 @@ def paged_decode(q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor,
     if not kv.is_contiguous():
         raise ValueError("paged_decode needs a contiguous KV cache")
     q, tables, lens = q.contiguous(), block_tables.to(torch.int32).contiguous(), seq_lens.to(torch.int32).contiguous()
-    out = torch.empty_like(q)
     _, kv_heads, num_blocks, block_size, dim = kv.shape
+    num_seqs, heads, q_dim = q.shape
+    if q_dim != dim or heads % kv_heads or tables.shape[0] != num_seqs or lens.shape != (num_seqs,):
+        raise ValueError(
+            f"paged_decode: q {tuple(q.shape)}, cache {tuple(kv.shape)}, tables {tuple(tables.shape)} and "
+            f"seq_lens {tuple(lens.shape)} do not fit: one row and one length per sequence, same head dim"
+        )
+    out = torch.empty_like(q)
     status = paged_decode_library().paged_decode(
         q.data_ptr(),
         kv[0].data_ptr(),
@@ -59,7 +65,9 @@ def paged_decode(q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor,
         int(q.dtype == torch.bfloat16),
         torch.get_num_threads(),
     )
-    if status != 0:
+    if status & 2:
+        raise IndexError("paged_decode: a block table points outside the KV pool or is shorter than its sequence")
+    if status & 1:
         raise MemoryError("paged_decode could not allocate its score buffers")
     return out
 

@@ -101,7 +101,19 @@ static void attend(const float *q, const void *k_head, const void *v_head, const
     }
 }
 
-/* Returns 0, or -1 where a buffer could not be allocated (out is then incomplete). */
+/* Whether a sequence's table covers its length and points inside the pool: a bad table (a bug in
+ * a student's block manager, say) is refused instead of read out of bounds. */
+static int table_fits(const int32_t *table, int64_t len, int64_t block_size, int64_t max_blocks,
+                      int64_t num_blocks) {
+    const int64_t used = (len + block_size - 1) / block_size;
+    if (len < 1 || used > max_blocks) return 0;
+    for (int64_t j = 0; j < used; ++j)
+        if (table[j] < 0 || table[j] >= num_blocks) return 0;
+    return 1;
+}
+
+/* Returns 0; or 1 where a buffer could not be allocated, 2 where a block table does not fit (out is
+ * then incomplete). */
 int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *out,
                  const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
                  int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
@@ -114,9 +126,13 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
     for (int64_t task = 0; task < num_seqs * num_kv_heads; ++task) {
         const int64_t b = task / num_kv_heads, h = task % num_kv_heads, len = seq_lens[b];
         const int64_t first_head = b * num_heads + h * group; /* this group's first row of q */
+        if (!table_fits(block_tables + b * max_blocks, len, block_size, max_blocks, num_blocks)) {
+            failed |= 2;
+            continue;
+        }
         float *buffer = malloc((2 * group * dim + group * len + block_size * dim) * sizeof(float));
         if (buffer == NULL) {
-            failed = 1;
+            failed |= 1;
             continue;
         }
         float *qf = buffer, *of = qf + group * dim, *scores = of + group * dim;
@@ -132,5 +148,5 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
             memcpy((float *)out + first_head * dim, of, group * dim * sizeof(float));
         free(buffer);
     }
-    return failed ? -1 : 0;
+    return failed;
 }
