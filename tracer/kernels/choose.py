@@ -22,15 +22,14 @@ def with_attention_kernel(options: dict) -> dict:
     choice = options.get("attention_backend") or "auto"
     if choice not in ("auto", KERNEL):
         return options
-    if choice == KERNEL and not runs_on_cpu(options):
-        raise ValueError(f"attention_backend {KERNEL} runs on the CPU only; this run is on {options['device']}")
     try:
-        backend = PagedDecodeAttention() if runs_on_cpu(options) else "auto"
+        if not runs_on_cpu(options):
+            raise KernelUnavailable(f"it runs on the CPU only; this run is on {options['device']}")
+        return {**options, "attention_backend": PagedDecodeAttention()}
     except KernelUnavailable as error:
         if choice == KERNEL:
             raise ValueError(f"attention_backend {KERNEL}: {error}") from None
-        backend = "auto"
-    return {**options, "attention_backend": backend}
+        return {**options, "attention_backend": "auto"}
 
 
 def attention_in_use(options: dict) -> str:
