@@ -17,7 +17,7 @@ from tracer.bench.efficiency import ModelShape, measure_linear_ceiling
 from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.model_only import ForwardProbe, replay_forwards
 from tracer.bench.workload import BenchRequest
-from tracer.kernels.choose import with_attention_kernel
+from tracer.kernels.choose import build_engine
 
 
 @dataclass(slots=True)
@@ -73,7 +73,7 @@ def run_engine(
     model: str, options: dict, requests: list[BenchRequest], warmup: list[BenchRequest], model_only: bool = True
 ) -> EngineRun:
     """The main timed run on a fresh engine; then the model-only replay of its forward passes."""
-    engine = LLMEngine(model, **with_attention_kernel(options))
+    engine = build_engine(model, options)
     warm_up(engine, warmup)
     probe = ForwardProbe(engine)
     result = run_requests(engine, requests)
@@ -102,7 +102,7 @@ def run_traced(
     """The same workload on a fresh engine with the step recorder writing a JSONL trace."""
     from tracer.trace.recorder import TraceRecorder
 
-    engine = LLMEngine(model, **with_attention_kernel(options))
+    engine = build_engine(model, options)
     warm_up(engine, warmup)
     # Direct cost of recording: a step's record.wall_time is taken before the record is built and
     # the hooks run, so (time of step()) - wall_time is exactly what recording adds to that step.

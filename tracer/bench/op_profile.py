@@ -10,7 +10,8 @@ includes gathering K/V through the block tables) and the sampler ("sampling") - 
                                mkldnn::_linear_pointwise where nanoengine's Linear runs on oneDNN
     attention (incl. K/V gather)  the backend's calls: K/V write, gather, scores, softmax, p.v
     norms / RoPE / activation  every other torch op inside the model (RMSNorm, RoPE, SiLU, residual
-                               adds, embedding, reshapes)
+                               adds, embedding, reshapes), or the fused kernels that replace
+                               them (tracer/kernels/fused_ops.c; RoPE's includes the K/V write)
     sampling                   the sampler
     Python and the rest        the step's wall time not spent in those ops: scheduling, input
                                preparation, bookkeeping, and Python between the model's ops
@@ -31,7 +32,8 @@ from torch.autograd.profiler import record_function
 from nanoengine.engine import LLMEngine
 from tracer.bench.engine import greedy_params, warm_up
 from tracer.bench.workload import BenchRequest
-from tracer.kernels.choose import with_attention_kernel
+from tracer.kernels import fused_ops
+from tracer.kernels.choose import build_engine
 
 CATEGORIES = (
     "linear",
@@ -40,7 +42,8 @@ CATEGORIES = (
     "sampling",
     "Python and the rest",
 )
-SCOPES = {"attention": CATEGORIES[1], "sampling": CATEGORIES[3]}
+SCOPES = {"attention": CATEGORIES[1], "fused": CATEGORIES[2], "sampling": CATEGORIES[3]}
+FUSED_STEPS = ("add_rms_norm", "rope_write_kv", "silu_and_mul")  # tracer/kernels/fused_decoder.py
 
 
 def scoped(fn: Callable, name: str) -> Callable:
@@ -66,20 +69,26 @@ class ScopedAttention:
 
 def instrument(engine: LLMEngine) -> None:
     import nanoengine.model_runner as model_runner
+    import tracer.kernels.fused_decoder as fused_decoder
 
     runner, model = engine.runner, engine.model
     runner.attend = ScopedAttention(runner.attend)  # type: ignore[assignment]
-    model.forward = scoped(model.forward, "model")  # type: ignore[method-assign]
+    runner.model.forward = scoped(runner.model.forward, "model")  # type: ignore[method-assign]
     model.compute_logits = scoped(model.compute_logits, "model")  # type: ignore[method-assign]
     model_runner.sample = scoped(model_runner.sample, "sampling")  # type: ignore[attr-defined]
+    for name in FUSED_STEPS:
+        setattr(fused_decoder, name, scoped(getattr(fused_ops, name), "fused"))
     engine.step = scoped(engine.step, "step")  # type: ignore[method-assign]
 
 
 def uninstrument() -> None:
     import nanoengine.model_runner as model_runner
     import nanoengine.sampler
+    import tracer.kernels.fused_decoder as fused_decoder
 
     model_runner.sample = nanoengine.sampler.sample  # type: ignore[attr-defined]
+    for name in FUSED_STEPS:
+        setattr(fused_decoder, name, getattr(fused_ops, name))
 
 
 LINEAR_OPS = ("aten::linear", "mkldnn::_linear_pointwise")
@@ -104,7 +113,7 @@ def profile_engine(model: str, options: dict, requests: list[BenchRequest], warm
     """Run the workload under torch.profiler; per phase, seconds and share of each category."""
     from torch.profiler import ProfilerActivity, profile
 
-    engine = LLMEngine(model, **with_attention_kernel(options))
+    engine = build_engine(model, options)
     warm_up(engine, warmup)
     instrument(engine)
     try:

@@ -87,11 +87,10 @@ def time_runs(generate: Callable[[], tuple[list[float], list[int]]], runs: int =
 
 
 def nanoengine_single(model: str, options: dict, request: BenchRequest, dtype: str) -> SingleResult:
-    from nanoengine.engine import LLMEngine
     from tracer.bench.engine import greedy_params
-    from tracer.kernels.choose import with_attention_kernel
+    from tracer.kernels.choose import build_engine
 
-    engine = LLMEngine(model, **with_attention_kernel({**options, "dtype": dtype}))
+    engine = build_engine(model, {**options, "dtype": dtype})
 
     def generate() -> tuple[list[float], list[int]]:
         times = [time.perf_counter()]
@@ -155,14 +154,13 @@ def single_report(results: list[SingleResult], bandwidth_gb_s: float) -> dict:
 def run_batch(model: str, options: dict, vocab_size: int, log: Callable[[str], None]) -> dict:
     """BATCH requests added at once: output tok/s of nanoengine (float32) and llama.cpp, and how many
     requests got nanoengine's greedy tokens."""
-    from nanoengine.engine import LLMEngine
     from tracer.bench.engine import run_requests, warm_up
     from tracer.bench.llama_cpp import llama_cpp_batch
-    from tracer.kernels.choose import with_attention_kernel
+    from tracer.kernels.choose import build_engine
 
     requests = build_workload(BATCHED, vocab_size)
     log(f"batch of {BATCH}: nanoengine, float32 ...")
-    engine = LLMEngine(model, **with_attention_kernel({**options, "dtype": "float32"}))
+    engine = build_engine(model, {**options, "dtype": "float32"})
     warm_up(engine, requests[:2])
     ours = run_requests(engine, requests)
     del engine

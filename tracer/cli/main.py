@@ -164,11 +164,10 @@ def generate_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     args.prompts = read_prompts(args.prompts)
     from nanoengine.beam_search import BeamSearchParams
-    from nanoengine.engine import LLMEngine
-    from tracer.kernels.choose import with_attention_kernel
+    from tracer.kernels.choose import build_engine
 
     params = request_params(args)
-    engine = LLMEngine(args.model, **with_attention_kernel(engine_options(args)))
+    engine = build_engine(args.model, engine_options(args))
     ids = [engine.add_request(prompt, params) for prompt in args.prompts]
     if isinstance(params, BeamSearchParams):
         return print_beams(engine, ids, args.prompts, params)

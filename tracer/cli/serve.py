@@ -116,12 +116,11 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 
 
 def serve(args: argparse.Namespace, sock) -> int:
-    from nanoengine.engine import LLMEngine
-    from tracer.kernels.choose import with_attention_kernel
+    from tracer.kernels.choose import build_engine
     from tracer.serve.server import Server
 
     print(_("Loading model {model} ...").format(model=printable(args.model)), file=sys.stderr, flush=True)
-    engine = LLMEngine(args.model, **with_attention_kernel(engine_options(args)))
+    engine = build_engine(args.model, engine_options(args))
     recorder, partial = None, None
     if args.trace is not None or args.tui:
         from tracer.trace.recorder import TraceRecorder

@@ -90,8 +90,7 @@ def trace_main(argv: list[str]) -> int:
     if args.live and args.beam_width is not None:
         raise ValueError(_("--live adds and aborts requests of its own: it cannot record a beam search yet"))
     check_live_args(args)
-    from nanoengine.engine import LLMEngine
-    from tracer.kernels.choose import with_attention_kernel
+    from tracer.kernels.choose import build_engine
 
     if args.out:
         out_target(Path(args.out))  # refused before the model loads
@@ -99,7 +98,7 @@ def trace_main(argv: list[str]) -> int:
     params = request_params(args)
     steps = parse_arrive(args.arrive, len(args.prompts)) if args.arrive else [0] * len(args.prompts)
     with console.status(_("Loading model {model} ...").format(model=escape(args.model))):
-        engine = LLMEngine(args.model, **with_attention_kernel(engine_options(args)))
+        engine = build_engine(args.model, engine_options(args))
     arrivals = [Arrival(prompt, params, step, i) for i, (prompt, step) in enumerate(zip(args.prompts, steps))]
     return record_and_show(engine, arrivals, args, console)
 

@@ -1,12 +1,16 @@
-"""Which attention backend the tools hand the engine: on a CPU run, `auto` takes the compiled
-paged-decode kernel where this machine can build it, and the engine's own torch path where not."""
+"""Which compiled kernels the tools hand the engine: on a CPU run, `auto` takes the paged-decode
+kernel and the fused small steps where this machine can build them, and the engine's own torch
+path where not."""
 
 from __future__ import annotations
 
 import torch
 
+from nanoengine.engine import LLMEngine
 from tracer.kernels import KERNEL
 from tracer.kernels.build import KernelUnavailable
+from tracer.kernels.fused_decoder import FusedDecoder
+from tracer.kernels.fused_ops import fused_ops_library
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 
@@ -25,6 +29,7 @@ def with_attention_kernel(options: dict) -> dict:
     try:
         if not runs_on_cpu(options):
             raise KernelUnavailable(f"it runs on the CPU only; this run is on {options['device']}")
+        fused_ops_library()  # both libraries build, or neither is used
         return {**options, "attention_backend": PagedDecodeAttention()}
     except KernelUnavailable as error:
         if choice == KERNEL:
@@ -32,11 +37,21 @@ def with_attention_kernel(options: dict) -> dict:
         return {**options, "attention_backend": "auto"}
 
 
+def build_engine(model: str, options: dict) -> LLMEngine:
+    """The engine the tools run: with_attention_kernel's backend and, with the kernel, the
+    decoder's small steps fused (FusedDecoder, where the model fits it)."""
+    engine = LLMEngine(model, **with_attention_kernel(options))
+    fused = isinstance(engine.runner.attend, PagedDecodeAttention)
+    if fused and FusedDecoder.fits(engine.model, engine.device):
+        engine.runner.model = FusedDecoder(engine.model)  # type: ignore[assignment]
+    return engine
+
+
 def attention_in_use(options: dict) -> str:
     """What the tools run for these options, in words, for a report's header."""
     backend = with_attention_kernel(options).get("attention_backend") or "auto"
     if isinstance(backend, PagedDecodeAttention):
-        return f"attention {KERNEL} (compiled paged decode)"
+        return f"attention {KERNEL} (compiled paged decode; fused norms, RoPE, SiLU)"
     if backend == "auto":
         return "attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)"
     return f"attention {backend}"

@@ -1,0 +1,183 @@
+"""The fused small steps (tracer/kernels/fused_ops.c) and the decoder built on them: each step gives
+torch's bits (norm, RoPE with the K/V write, SiLU x up), so a whole engine run through the fused
+decoder gives the model's own hidden states to the bit, in float32 and bfloat16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import BUSY_OPTIONS, BUSY_REQUESTS, make_tiny_engine
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import LlamaConfig, Qwen3Config
+
+from nanoengine.attention import TorchAttention
+from nanoengine.beam_search import BeamSearchParams
+from nanoengine.llm import LLM
+from nanoengine.model import CausalLM, RMSNorm, apply_rope
+from nanoengine.sampling_params import SamplingParams
+from tracer.kernels.choose import build_engine
+from tracer.kernels.fused_decoder import FusedDecoder, check_step
+from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
+from tracer.kernels.paged_attention import PagedDecodeAttention
+
+DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 40), dim=st.sampled_from([8, 36, 64, 100, 576, 960]), dtype=DTYPES, seed=st.integers(0, 99))
+def test_add_rms_norm_is_the_residual_add_and_rmsnorm_to_the_bit(rows, dim, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, residual = (torch.randn(rows, dim, generator=gen).mul(3).to(dtype) for _ in range(2))
+    norm = RMSNorm(dim, 1e-5).to(dtype)
+    norm.weight.data = torch.randn(dim, generator=gen).to(dtype)
+    with torch.inference_mode():
+        expected_residual = residual + x
+        expected = norm(expected_residual)
+        ours_residual = residual.clone()
+        ours = add_rms_norm(x, ours_residual, norm.weight, norm.eps)
+        assert same_bits(ours_residual, expected_residual) and same_bits(ours, expected)
+        assert same_bits(add_rms_norm(None, residual, norm.weight, norm.eps), norm(residual))
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 40), width=st.sampled_from([8, 100, 128, 1536]), dtype=DTYPES, seed=st.integers(0, 99))
+def test_silu_and_mul_is_torchs_silu_times_up_to_the_bit(rows, width, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    gate_up = (torch.randn(rows, 2 * width, generator=gen) * 8).to(dtype)
+    gate_up[0, :4] = torch.tensor([0.0, -120.0, 120.0, 1e-30])  # e^x's clamps, both ways
+    gate, up = gate_up.chunk(2, -1)
+    assert same_bits(silu_and_mul(gate_up), F.silu(gate) * up)
+
+
+def rope_case(tokens: int, heads: int, kv_heads: int, dim: int, dtype, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(dtype)
+    positions = torch.randint(0, 100, (tokens,), generator=gen)
+    cos, sin = (torch.randn(100, dim, generator=gen).to(dtype) for _ in range(2))
+    num_blocks, block_size = tokens + 2, 4
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
+    kv = torch.zeros(2, kv_heads, num_blocks, block_size, dim, dtype=dtype)
+    return qkv, positions, cos, sin, slots, kv
+
+
+def torch_rope_write_kv(qkv, positions, cos, sin, slots, kv, heads):
+    """What nanoengine/model.py's Attention does between its qkv projection and the attention."""
+    q_k, v = qkv.unflatten(-1, (-1, kv.shape[-1])).split([qkv.shape[1] // kv.shape[-1] - kv.shape[1], kv.shape[1]], 1)
+    rope = (cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))
+    q, k = torch.split(apply_rope(q_k, rope), [heads, kv.shape[1]], 1)
+    TorchAttention().write_kv(kv, k, v, slots)
+    return q
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tokens=st.integers(1, 20),
+    heads=st.sampled_from([(1, 1), (4, 2), (9, 3)]),
+    dim=st.sampled_from([8, 16, 64]),
+    dtype=DTYPES,
+    seed=st.integers(0, 99),
+)
+def test_rope_write_kv_rotates_and_writes_as_the_model_does(tokens, heads, dim, dtype, seed):
+    qkv, positions, cos, sin, slots, kv = rope_case(tokens, *heads, dim, dtype, seed)
+    their_kv = kv.clone()
+    q = rope_write_kv(qkv, positions, cos, sin, slots, kv, heads[0])
+    assert same_bits(q, torch_rope_write_kv(qkv, positions, cos, sin, slots, their_kv, heads[0]).contiguous())
+    assert same_bits(kv, their_kv)
+
+
+def test_the_comparison_catches_a_rope_one_position_off():
+    """The planted bug: each token turned by its neighbour's angle."""
+    qkv, positions, cos, sin, slots, kv = rope_case(6, 4, 2, 16, torch.float32, 0)
+    ours = rope_write_kv(qkv, (positions + 1) % 100, cos, sin, slots, kv.clone(), 4)
+    assert not same_bits(ours, torch_rope_write_kv(qkv, positions, cos, sin, slots, kv, 4).contiguous())
+
+
+class HiddenRecorder:
+    """Wraps a runner's model; keeps each step's hidden states."""
+
+    def __init__(self, model):
+        self.model, self.hidden = model, []
+        self.config = model.config
+
+    def __call__(self, *args):
+        out = self.model(*args)
+        self.hidden.append(out.clone())
+        return out
+
+    def compute_logits(self, hidden):
+        return self.model.compute_logits(hidden)
+
+
+def run_busy(fused: bool, dtype: str) -> tuple[list, list]:
+    """The busy workload (chunked prefill, preemption, prefix hits), greedy, through the kernel."""
+    engine = make_tiny_engine(**{**BUSY_OPTIONS, "attention_backend": PagedDecodeAttention(), "dtype": dtype})
+    model = FusedDecoder(engine.model) if fused else engine.model
+    recorder = engine.runner.model = HiddenRecorder(model)  # type: ignore[assignment]
+    ids, step = [], 0
+    while step == 0 or engine.has_unfinished():
+        for prompt, max_tokens, arrival in BUSY_REQUESTS:
+            if arrival == step:
+                params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+                ids.append(engine.add_request(prompt, params))
+        engine.step()
+        step += 1
+        assert step < 200
+    return [engine.collect(i).outputs[0].token_ids for i in ids], recorder.hidden
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
+    ours, our_hidden = run_busy(True, dtype)
+    theirs, their_hidden = run_busy(False, dtype)
+    assert ours == theirs
+    assert len(our_hidden) == len(their_hidden) > 10
+    assert all(same_bits(a, b) for a, b in zip(our_hidden, their_hidden))
+
+
+def test_beams_through_the_fused_decoder_find_the_models_beams():
+    """Beam search forks and copies blocks on write; the fused K/V write lands where the copies say."""
+    params = BeamSearchParams(beam_width=3, max_tokens=8, ignore_eos=True)
+    found = []
+    for fused in (True, False):
+        llm = LLM("tiny", block_size=4, attention_backend=PagedDecodeAttention())
+        if fused:
+            llm.engine.runner.model = FusedDecoder(llm.engine.model)  # type: ignore[assignment]
+        (out,) = llm.beam_search(["the cat sat on"], params)
+        found.append([beam.tokens for beam in out.sequences])
+    assert found[0] == found[1] and len(found[0]) == 3
+
+
+def test_the_tools_fuse_with_the_kernel_and_keep_the_textbook_path_on_request():
+    assert isinstance(build_engine("tiny", {}).runner.model, FusedDecoder)
+    assert isinstance(build_engine("tiny", {"attention_backend": "torch"}).runner.model, CausalLM)
+
+
+def test_qwen3s_per_head_norms_are_left_to_the_model():
+    small = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+    heads = dict(num_attention_heads=2, num_key_value_heads=1)
+    assert FusedDecoder.fits(CausalLM(LlamaConfig(**small, **heads), 64), torch.device("cpu"))
+    assert not FusedDecoder.fits(CausalLM(Qwen3Config(**small, **heads, head_dim=16), 64), torch.device("cpu"))
+
+
+def test_positions_and_slots_the_kernels_would_read_out_of_bounds_are_refused():
+    """Checked once a step, before the first layer: the torch path's indexing would refuse them too."""
+    engine = build_engine("tiny", {})
+    decoder, kv = engine.runner.model, engine.runner.kv_caches[0]
+    assert isinstance(decoder, FusedDecoder)
+    table = len(decoder.model.model.rotary_emb.cos)
+    num_slots = kv.shape[2] * kv.shape[3]
+    with pytest.raises(IndexError, match=f"a position lies outside the rotary table's 0..{table - 1}"):
+        check_step(torch.tensor([3, table]), torch.tensor([0, 1]), table, kv)
+    with pytest.raises(IndexError, match="a slot lies outside the KV cache"):
+        check_step(torch.tensor([3, 4]), torch.tensor([0, num_slots]), table, kv)
+    with pytest.raises(IndexError, match="a slot lies outside the KV cache"):
+        check_step(torch.tensor([3]), torch.tensor([-1]), table, kv)
+    with pytest.raises(TypeError, match="int64 positions"):
+        check_step(torch.tensor([3], dtype=torch.int32), torch.tensor([0]), table, kv)
+    check_step(torch.tensor([0, table - 1]), torch.tensor([0, num_slots - 1]), table, kv)

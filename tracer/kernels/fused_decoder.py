@@ -1,0 +1,117 @@
+"""The engine's decoder forward with its small steps fused (fused_ops.c): per layer four linears,
+the attention backend and three compiled passes, instead of some twenty torch ops. The residual
+stream is carried beside the normed activations, as in vLLM, so each residual add happens inside
+the norm that follows it. Same weights, same cache, same attention backend as the model it wraps,
+and the same bits: a test holds its outputs equal to the model's own forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+from torch import Tensor
+
+from nanoengine.attention import AttentionBackend, AttentionMetadata, KVCache
+from nanoengine.model import CausalLM, DecoderLayer, Linear, RMSNorm
+from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
+
+
+@dataclass(slots=True)
+class LayerParts:
+    """One decoder layer's modules, looked up once (not at every step)."""
+
+    input_norm: RMSNorm
+    qkv_proj: Linear
+    o_proj: Linear
+    post_attention_norm: RMSNorm
+    gate_up_proj: Linear
+    down_proj: Linear
+    num_heads: int
+    scale: float
+
+    @staticmethod
+    def of(layer: DecoderLayer) -> LayerParts:
+        attn, mlp = layer.self_attn, layer.mlp
+        return LayerParts(
+            layer.input_layernorm,
+            attn.qkv_proj,
+            attn.o_proj,
+            layer.post_attention_layernorm,
+            mlp.gate_up_proj,
+            mlp.down_proj,
+            attn.num_heads,
+            attn.scale,
+        )
+
+
+def check_step(positions: Tensor, slot_mapping: Tensor, max_positions: int, kv: KVCache) -> None:
+    """What the compiled steps read without checking, checked once a step: they index the rotary
+    tables by position and the cache by slot, as the torch path's indexing would refuse to."""
+    if positions.dtype != torch.int64 or slot_mapping.dtype != torch.int64:
+        raise TypeError("the fused decoder takes int64 positions and slot_mapping")
+    num_slots = kv.shape[2] * kv.shape[3]
+    if len(positions) and not (0 <= int(positions.min()) and int(positions.max()) < max_positions):
+        raise IndexError(f"a position lies outside the rotary table's 0..{max_positions - 1}")
+    if len(slot_mapping) and not (0 <= int(slot_mapping.min()) and int(slot_mapping.max()) < num_slots):
+        raise IndexError(f"a slot lies outside the KV cache's 0..{num_slots - 1}")
+
+
+class FusedDecoder:
+    """Called like CausalLM (and hands compute_logits to it)."""
+
+    def __init__(self, model: CausalLM):
+        self.model = model
+        self.config = model.config
+        self.layers = [LayerParts.of(cast(DecoderLayer, layer)) for layer in model.model.layers]
+
+    @staticmethod
+    def fits(model: CausalLM, device: torch.device) -> bool:
+        """Llama and Qwen2 on the CPU in float32 or bfloat16 (Qwen3's q/k norms are not fused)."""
+        layer = cast(DecoderLayer, model.model.layers[0])
+        dtype = layer.input_layernorm.weight.dtype
+        return (
+            device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and not hasattr(layer.self_attn, "q_norm")
+        )
+
+    def __call__(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+        attend: AttentionBackend,
+    ) -> Tensor:
+        return self.forward(input_ids, positions, kv_caches, meta, attend)
+
+    def compute_logits(self, hidden: Tensor) -> Tensor:
+        return self.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+        attend: AttentionBackend,
+    ) -> Tensor:
+        decoder = self.model.model
+        cos, sin = decoder.rotary_emb.cos, decoder.rotary_emb.sin
+        check_step(positions, meta.slot_mapping, len(cos), kv_caches[0])
+        residual = decoder.embed_tokens(input_ids)  # [T, hidden]
+        first = self.layers[0].input_norm
+        h = add_rms_norm(None, residual, first.weight, first.eps)
+        for i, (layer, kv) in enumerate(zip(self.layers, kv_caches)):
+            qkv = layer.qkv_proj(h)  # [T, (heads + 2 * kv_heads) * head_dim]
+            q = rope_write_kv(qkv, positions, cos, sin, meta.slot_mapping, kv, layer.num_heads)
+            o = attend(q, kv, meta, layer.scale)  # [T, heads, head_dim]
+            norm = layer.post_attention_norm
+            h = add_rms_norm(layer.o_proj(o.flatten(1)), residual, norm.weight, norm.eps)
+            down = layer.down_proj(silu_and_mul(layer.gate_up_proj(h)))  # [T, hidden]
+            if i + 1 < len(self.layers):
+                norm = self.layers[i + 1].input_norm
+                h = add_rms_norm(down, residual, norm.weight, norm.eps)
+            else:
+                residual += down
+        return residual

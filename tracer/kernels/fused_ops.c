@@ -1,0 +1,226 @@
+/* A decoder layer's small elementwise steps, each fused into one pass: what the engine's model
+ * (nanoengine/model.py) does in several torch ops, each a trip through the dispatcher and over
+ * memory (vLLM has the same three as custom ops: fused_add_rms_norm, rotary_embedding with
+ * reshape_and_cache, silu_and_mul).
+ *
+ * float32 or bfloat16 tensors, row-major and contiguous. Each step rounds where torch's does (a
+ * bfloat16 product is rounded before it is added), so only the sum inside a norm may differ from
+ * the torch path, in its last bit. Built at first use by tracer/kernels/build.py. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* torch rounds every elementwise result: a * b + c must not become one fused multiply-add */
+#define EXACT __attribute__((optimize("fp-contract=off")))
+
+static float from_bf16(uint16_t x) {
+    uint32_t bits = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint16_t to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    bits += 0x7FFF + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+/* element i of a float32 or bfloat16 array, as a float */
+static inline float get(const void *a, int64_t i, int is_bf16) {
+    return is_bf16 ? from_bf16(((const uint16_t *)a)[i]) : ((const float *)a)[i];
+}
+
+/* store f as element i, rounded to the array's type */
+static inline void put(void *a, int64_t i, float f, int is_bf16) {
+    if (is_bf16)
+        ((uint16_t *)a)[i] = to_bf16(f);
+    else
+        ((float *)a)[i] = f;
+}
+
+/* x rounded to the tensor type, as torch holds every intermediate result */
+static inline float round_to(float x, int is_bf16) { return is_bf16 ? from_bf16(to_bf16(x)) : x; }
+
+/* The body of each step is written once for both types; `is_bf16` is a constant in each copy, so
+ * the compiler vectorizes each loop for its type. */
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE float add_residual(const void *x, void *residual, int64_t i, const int is_bf16) {
+    float h = get(residual, i, is_bf16);
+    if (x != NULL) {
+        h = round_to(h + get(x, i, is_bf16), is_bf16);
+        put(residual, i, h, is_bf16);
+    }
+    return h;
+}
+
+/* Sum of squares in the order torch's own sum takes (aten/src/ATen/native/cpu/SumKernel.cpp:
+ * 8-lane vectors, 4 summed side by side, partial sums cascaded in levels of 16 rows), so that the
+ * norm matches torch's to the bit: in bfloat16 one flipped rounding would change the text. */
+enum { LANES = 8, ILP = 4, LEVELS = 4 };
+
+static int64_t ceil_log2(int64_t x) {
+    int64_t bits = 0;
+    while (((int64_t)1 << bits) < x) ++bits;
+    return bits;
+}
+
+INLINE void add_vectors(float acc[ILP][LANES], const float *x) {
+    for (int k = 0; k < ILP; ++k)
+#pragma omp simd
+        for (int l = 0; l < LANES; ++l) acc[k][l] += x[k * LANES + l] * x[k * LANES + l];
+}
+
+EXACT static float sum_squares(const float *x, int64_t n) {
+    const int64_t vectors = n / LANES, rows = vectors / ILP;
+    const int64_t power = ceil_log2(rows) / LEVELS > 4 ? ceil_log2(rows) / LEVELS : 4;
+    const int64_t step = (int64_t)1 << power, mask = step - 1;
+    float acc[LEVELS][ILP][LANES] = {{{0}}};
+    int64_t i = 0;
+    while (i + step <= rows) {
+        for (int64_t j = 0; j < step; ++j, ++i) add_vectors(acc[0], x + i * ILP * LANES);
+        for (int j = 1; j < LEVELS; ++j) {
+            for (int k = 0; k < ILP; ++k)
+                for (int l = 0; l < LANES; ++l) acc[j][k][l] += acc[j - 1][k][l], acc[j - 1][k][l] = 0;
+            if ((i & (mask << (j * power))) != 0) break;
+        }
+    }
+    for (; i < rows; ++i) add_vectors(acc[0], x + i * ILP * LANES);
+    for (int j = 1; j < LEVELS; ++j)
+        for (int k = 0; k < ILP; ++k)
+            for (int l = 0; l < LANES; ++l) acc[0][k][l] += acc[j][k][l];
+    for (int64_t v = rows * ILP; v < vectors; ++v)
+        for (int l = 0; l < LANES; ++l) acc[0][0][l] += x[v * LANES + l] * x[v * LANES + l];
+    for (int k = 1; k < ILP; ++k)
+        for (int l = 0; l < LANES; ++l) acc[0][0][l] += acc[0][k][l];
+    float sum = 0.f;
+    for (int64_t e = vectors * LANES; e < n; ++e) sum += x[e] * x[e];
+    for (int l = 0; l < LANES; ++l) sum += acc[0][0][l];
+    return sum;
+}
+
+/* One row: residual += x, then the norm. h: the row as floats (dim of scratch). */
+INLINE void norm_row(const void *x, void *residual, const void *weight, void *out, int64_t row,
+                     int64_t dim, float eps, float *h, const int is_bf16) {
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) {
+        h[d] = get(residual, row + d, is_bf16);
+        if (x != NULL) {
+            h[d] = round_to(h[d] + get(x, row + d, is_bf16), is_bf16);
+            put(residual, row + d, h[d], is_bf16);
+        }
+    }
+    const float inv = 1.f / sqrtf(sum_squares(h, dim) / dim + eps);
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) {
+        const float normed = round_to(h[d] * inv, is_bf16);
+        put(out, row + d, get(weight, d, is_bf16) * normed, is_bf16);
+    }
+}
+
+/* residual += x (when x is given), then out = RMSNorm(residual) * weight, row by row: the
+ * residual add of one sublayer and the norm in front of the next, in one pass. float32 norm as
+ * Hugging Face's, then (bfloat16) rounded before the scale. */
+EXACT int add_rms_norm(const void *x, void *residual, const void *weight, void *out, int64_t rows,
+                       int64_t dim, float eps, int is_bf16) {
+    float *h = malloc(dim * sizeof(float));
+    if (h == NULL) return 1;
+    for (int64_t r = 0; r < rows; ++r)
+        if (is_bf16)
+            norm_row(x, residual, weight, out, r * dim, dim, eps, h, 1);
+        else
+            norm_row(x, residual, weight, out, r * dim, dim, eps, h, 0);
+    free(h);
+    return 0;
+}
+
+/* One head of one token: out = x * cos + (x turned by half a head) * sin, each product rounded. */
+INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, int64_t angles,
+                   void *out, int64_t at, int64_t dim, const int is_bf16) {
+    const int64_t half = dim / 2;
+    for (int64_t d = 0; d < dim; ++d) {
+        const int64_t partner = d < half ? d + half : d - half;
+        const float a = round_to(get(x, in + d, is_bf16) * get(cos, angles + d, is_bf16), is_bf16);
+        const float b = round_to(get(x, in + partner, is_bf16) * get(sin, angles + d, is_bf16), is_bf16);
+        put(out, at + d, a + b, is_bf16);
+    }
+}
+
+/* Rotary embedding of q and k, and the new K/V written into the cache at their slots.
+ * qkv [tokens, heads + 2 * kv_heads, dim], as the stacked projection made it; q_out [tokens,
+ * heads, dim]; cos and sin [max_positions, dim] (sin with its first half negated, as
+ * RotaryEmbedding keeps it); caches [kv_heads, slots, dim] (TorchAttention's layout, blocks
+ * flattened into slots). Each pair (x[i], x[i + half]) turns by its position's angle. */
+EXACT void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos,
+                         const void *sin, const int64_t *slot_mapping, void *k_cache,
+                         void *v_cache, void *q_out, int64_t tokens, int64_t heads,
+                         int64_t kv_heads, int64_t dim, int64_t num_slots, int is_bf16) {
+    const int64_t width = (heads + 2 * kv_heads) * dim, elem_size = is_bf16 ? 2 : 4;
+    for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t angles = positions[t] * dim, slot = slot_mapping[t];
+        for (int64_t h = 0; h < heads + kv_heads; ++h) { /* q heads, then k heads */
+            void *dst = h < heads ? q_out : k_cache;
+            const int64_t at = h < heads ? (t * heads + h) * dim : ((h - heads) * num_slots + slot) * dim;
+            if (is_bf16)
+                rotate(qkv, t * width + h * dim, cos, sin, angles, dst, at, dim, 1);
+            else
+                rotate(qkv, t * width + h * dim, cos, sin, angles, dst, at, dim, 0);
+        }
+        for (int64_t h = 0; h < kv_heads; ++h) { /* v as it is */
+            const int64_t in = t * width + (heads + kv_heads + h) * dim;
+            memcpy((char *)v_cache + (h * num_slots + slot) * dim * elem_size,
+                   (const char *)qkv + in * elem_size, dim * elem_size);
+        }
+    }
+}
+
+/* e^x as torch's vectorized exp computes it (SLEEF's expf_u10 with fused multiply-adds, which
+ * torch's silu calls), so that silu matches torch's to the bit; vectorizable (no call). */
+INLINE float sleef_expf(float d) {
+    const float q = (d * 1.442695040888963407359924681001892137f + 12582912.f) - 12582912.f;
+    float s = __builtin_fmaf(q, -0.693145751953125f, d);
+    s = __builtin_fmaf(q, -1.428606765330187045e-06f, s);
+    float u = 0.000198527617612853646278381f;
+    u = __builtin_fmaf(u, s, 0.00139304355252534151077271f);
+    u = __builtin_fmaf(u, s, 0.00833336077630519866943359f);
+    u = __builtin_fmaf(u, s, 0.0416664853692054748535156f);
+    u = __builtin_fmaf(u, s, 0.166666671633720397949219f);
+    u = __builtin_fmaf(u, s, 0.5f);
+    u = 1.0f + __builtin_fmaf(s * s, u, s);
+    const int32_t e = (int32_t)q, half = e >> 1; /* u * 2^e, in two steps that cannot overflow */
+    const int32_t bits1 = (half + 127) << 23, bits2 = (e - half + 127) << 23;
+    float scale1, scale2;
+    memcpy(&scale1, &bits1, sizeof scale1);
+    memcpy(&scale2, &bits2, sizeof scale2);
+    u = u * scale1 * scale2;
+    u = d < -104.f ? 0.f : u;
+    return d > 104.f ? __builtin_inff() : u;
+}
+
+/* Like torch's silu, element by element: its vector loop (SLEEF's exp) runs over each row in runs
+ * of `run` elements (two vectors), and the elements left over take the C library's expf. */
+INLINE void silu_rows(const void *gate_up, void *out, int64_t r, int64_t width, int64_t run,
+                      const int is_bf16) {
+    const int64_t vectorized = run > 0 ? width - width % run : 0;
+    for (int64_t i = 0; i < width; ++i) {
+        const float gate = get(gate_up, r * 2 * width + i, is_bf16);
+        const float up = get(gate_up, r * 2 * width + width + i, is_bf16);
+        const float e = i < vectorized ? sleef_expf(-gate) : expf(-gate);
+        put(out, r * width + i, round_to(gate / (1.f + e), is_bf16) * up, is_bf16);
+    }
+}
+
+/* out = silu(gate) * up, gate_up [rows, 2 * width] as the stacked projection made it; run: the
+ * elements torch's silu takes at once on this CPU (0: none, all through expf). */
+EXACT void silu_and_mul(const void *gate_up, void *out, int64_t rows, int64_t width, int64_t run,
+                        int is_bf16, int num_threads) {
+#pragma omp parallel for num_threads(num_threads) if (rows * width >= 32768)
+    for (int64_t r = 0; r < rows; ++r)
+        if (is_bf16)
+            silu_rows(gate_up, out, r, width, run, 1);
+        else
+            silu_rows(gate_up, out, r, width, run, 0);
+}
