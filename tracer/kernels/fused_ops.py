@@ -66,8 +66,8 @@ def rope_write_kv(
         cos.data_ptr(),
         sin.data_ptr(),
         slot_mapping.data_ptr(),
-        kv[0].data_ptr(),
-        kv[1].data_ptr(),
+        kv.data_ptr(),  # K
+        kv.data_ptr() + kv.stride(0) * kv.element_size(),  # V
         q.data_ptr(),
         qkv.shape[0],
         heads,
