@@ -51,7 +51,8 @@ def replay_forwards(engine: LLMEngine, recorded: list[StepInputs]) -> float:
     """Seconds to run the recorded steps' forward passes (+ LM head at the sampled rows) bare.
 
     Writes K/V into the engine's cache, so run it only once the engine's work is done."""
-    runner, model, device = engine.runner, engine.model, engine.device
+    runner, device = engine.runner, engine.device
+    model = runner.model  # what the engine runs: the tools' FusedDecoder, or the model itself
     prepared = [
         (
             inputs.input_ids.to(device),
