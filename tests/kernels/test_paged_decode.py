@@ -242,8 +242,14 @@ def test_a_build_is_cached_per_source(monkeypatch, tmp_path):
     assert build(SOURCE) == first and first.stat().st_mtime_ns == built_at  # not compiled again
     edited = tmp_path / "paged_decode.c"
     edited.write_text(SOURCE.read_text() + "\n/* edited */\n")
-    assert library_path(edited, os.environ.get("CC", "cc")) != library_path(SOURCE, os.environ.get("CC", "cc"))
+    header = tmp_path / "floats.h"
+    header.write_text(SOURCE.with_name("floats.h").read_text())
+    cc = os.environ.get("CC", "cc")
+    assert library_path(edited, cc) != library_path(SOURCE, cc)
     assert build(edited).exists() and build(edited) != first
+    before = library_path(edited, cc)
+    header.write_text(header.read_text() + "\n/* a header it includes, edited */\n")
+    assert library_path(edited, cc) != before  # a header's edit is a new build too
     assert not [p for p in Path(tmp_path, "kernels").iterdir() if not p.name.endswith(".so")]
 
 

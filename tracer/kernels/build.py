@@ -19,8 +19,10 @@ from pathlib import Path
 from nanoengine.loading.checkpoint import cache_dir
 
 # -O3 and this CPU's vector instructions. No -ffast-math: it would switch the whole process to
-# flush denormals, and reassociated sums would make a result depend on its buffers' alignment.
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC")
+# flush denormals, and reassociated sums would make a result depend on its buffers' alignment. No
+# contraction: a * b + c rounds twice, as torch's elementwise ops do, unless a kernel asks for a
+# fused multiply-add by name (fmaf).
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-ffp-contract=off", "-shared", "-fPIC")
 BUILD_TIMEOUT_S = 120
 
 
@@ -45,7 +47,8 @@ def cpu_flags() -> str:
 
 def library_path(source: Path, cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    key = "\n".join([source.read_text(), " ".join(FLAGS), version, cpu_flags()])
+    headers = [header.read_text() for header in sorted(source.parent.glob("*.h"))]  # it may include
+    key = "\n".join([source.read_text(), *headers, " ".join(FLAGS), version, cpu_flags()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / "kernels" / f"{source.stem}-{digest}.so"
 

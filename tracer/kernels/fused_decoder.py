@@ -7,7 +7,7 @@ and the same bits: a test holds its outputs equal to the model's own forward."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -74,15 +74,8 @@ class FusedDecoder:
             device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and not hasattr(layer.self_attn, "q_norm")
         )
 
-    def __call__(
-        self,
-        input_ids: Tensor,
-        positions: Tensor,
-        kv_caches: list[KVCache],
-        meta: AttentionMetadata,
-        attend: AttentionBackend,
-    ) -> Tensor:
-        return self.forward(input_ids, positions, kv_caches, meta, attend)
+    def __call__(self, *inputs: Any) -> Tensor:
+        return self.forward(*inputs)  # looked up at each call, so a profiler can wrap forward
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         return self.model.compute_logits(hidden)

@@ -4,29 +4,16 @@
  * reshape_and_cache, silu_and_mul).
  *
  * float32 or bfloat16 tensors, row-major and contiguous. Each step rounds where torch's does (a
- * bfloat16 product is rounded before it is added), so only the sum inside a norm may differ from
- * the torch path, in its last bit. Built at first use by tracer/kernels/build.py. */
+ * bfloat16 product is rounded before it is added), and the sum inside a norm and the exp inside SiLU
+ * are computed as torch computes them: the same bits as the torch path. Built at first use by
+ * tracer/kernels/build.py. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* torch rounds every elementwise result: a * b + c must not become one fused multiply-add */
-#define EXACT __attribute__((optimize("fp-contract=off")))
+#include "floats.h"
 
-static float from_bf16(uint16_t x) {
-    uint32_t bits = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint16_t to_bf16(float f) { /* round to nearest even, as torch does */
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    bits += 0x7FFF + ((bits >> 16) & 1);
-    return (uint16_t)(bits >> 16);
-}
 
 /* element i of a float32 or bfloat16 array, as a float */
 static inline float get(const void *a, int64_t i, int is_bf16) {
@@ -74,7 +61,7 @@ INLINE void add_vectors(float acc[ILP][LANES], const float *x) {
         for (int l = 0; l < LANES; ++l) acc[k][l] += x[k * LANES + l] * x[k * LANES + l];
 }
 
-EXACT static float sum_squares(const float *x, int64_t n) {
+static float sum_squares(const float *x, int64_t n) {
     const int64_t vectors = n / LANES, rows = vectors / ILP;
     const int64_t power = ceil_log2(rows) / LEVELS > 4 ? ceil_log2(rows) / LEVELS : 4;
     const int64_t step = (int64_t)1 << power, mask = step - 1;
@@ -124,7 +111,7 @@ INLINE void norm_row(const void *x, void *residual, const void *weight, void *ou
 /* residual += x (when x is given), then out = RMSNorm(residual) * weight, row by row: the
  * residual add of one sublayer and the norm in front of the next, in one pass. float32 norm as
  * Hugging Face's, then (bfloat16) rounded before the scale. */
-EXACT int add_rms_norm(const void *x, void *residual, const void *weight, void *out, int64_t rows,
+int add_rms_norm(const void *x, void *residual, const void *weight, void *out, int64_t rows,
                        int64_t dim, float eps, int is_bf16) {
     float *h = malloc(dim * sizeof(float));
     if (h == NULL) return 1;
@@ -154,7 +141,7 @@ INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, 
  * heads, dim]; cos and sin [max_positions, dim] (sin with its first half negated, as
  * RotaryEmbedding keeps it); caches [kv_heads, slots, dim] (TorchAttention's layout, blocks
  * flattened into slots). Each pair (x[i], x[i + half]) turns by its position's angle. */
-EXACT void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos,
+void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos,
                          const void *sin, const int64_t *slot_mapping, void *k_cache,
                          void *v_cache, void *q_out, int64_t tokens, int64_t heads,
                          int64_t kv_heads, int64_t dim, int64_t num_slots, int is_bf16) {
@@ -177,29 +164,6 @@ EXACT void rope_write_kv(const void *qkv, const int64_t *positions, const void *
     }
 }
 
-/* e^x as torch's vectorized exp computes it (SLEEF's expf_u10 with fused multiply-adds, which
- * torch's silu calls), so that silu matches torch's to the bit; vectorizable (no call). */
-INLINE float sleef_expf(float d) {
-    const float q = (d * 1.442695040888963407359924681001892137f + 12582912.f) - 12582912.f;
-    float s = __builtin_fmaf(q, -0.693145751953125f, d);
-    s = __builtin_fmaf(q, -1.428606765330187045e-06f, s);
-    float u = 0.000198527617612853646278381f;
-    u = __builtin_fmaf(u, s, 0.00139304355252534151077271f);
-    u = __builtin_fmaf(u, s, 0.00833336077630519866943359f);
-    u = __builtin_fmaf(u, s, 0.0416664853692054748535156f);
-    u = __builtin_fmaf(u, s, 0.166666671633720397949219f);
-    u = __builtin_fmaf(u, s, 0.5f);
-    u = 1.0f + __builtin_fmaf(s * s, u, s);
-    const int32_t e = (int32_t)q, half = e >> 1; /* u * 2^e, in two steps that cannot overflow */
-    const int32_t bits1 = (half + 127) << 23, bits2 = (e - half + 127) << 23;
-    float scale1, scale2;
-    memcpy(&scale1, &bits1, sizeof scale1);
-    memcpy(&scale2, &bits2, sizeof scale2);
-    u = u * scale1 * scale2;
-    u = d < -104.f ? 0.f : u;
-    return d > 104.f ? __builtin_inff() : u;
-}
-
 /* Like torch's silu, element by element: its vector loop (SLEEF's exp) runs over each row in runs
  * of `run` elements (two vectors), and the elements left over take the C library's expf. */
 INLINE void silu_rows(const void *gate_up, void *out, int64_t r, int64_t width, int64_t run,
@@ -215,7 +179,7 @@ INLINE void silu_rows(const void *gate_up, void *out, int64_t r, int64_t width, 
 
 /* out = silu(gate) * up, gate_up [rows, 2 * width] as the stacked projection made it; run: the
  * elements torch's silu takes at once on this CPU (0: none, all through expf). */
-EXACT void silu_and_mul(const void *gate_up, void *out, int64_t rows, int64_t width, int64_t run,
+void silu_and_mul(const void *gate_up, void *out, int64_t rows, int64_t width, int64_t run,
                         int is_bf16, int num_threads) {
 #pragma omp parallel for num_threads(num_threads) if (rows * width >= 32768)
     for (int64_t r = 0; r < rows; ++r)

@@ -13,19 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float from_bf16(uint16_t x) {
-    uint32_t bits = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint16_t to_bf16(float f) { /* round to nearest even, as torch does */
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    bits += 0x7FFF + ((bits >> 16) & 1);
-    return (uint16_t)(bits >> 16);
-}
+#include "floats.h"
 
 static void load_floats(const void *src, int64_t offset, int64_t n, int is_bf16, float *dst) {
     if (!is_bf16) {
@@ -51,32 +39,10 @@ static float dot(const float *a, const float *b, int64_t n) {
     int64_t d = 0;
     for (; d + 16 <= n; d += 16)
 #pragma omp simd
-        for (int i = 0; i < 16; ++i) lanes[i] += a[d + i] * b[d + i];
-    for (; d < n; ++d) sum += a[d] * b[d];
+        for (int i = 0; i < 16; ++i) lanes[i] = __builtin_fmaf(a[d + i], b[d + i], lanes[i]);
+    for (; d < n; ++d) sum = __builtin_fmaf(a[d], b[d], sum);
     for (int i = 0; i < 16; ++i) sum += lanes[i];
     return sum;
-}
-
-/* e^x without a call, so that the softmax loop vectorizes: SLEEF's expf_u10 (within 1 ulp), the
- * exp torch's own softmax uses. */
-static inline float vector_expf(float d) {
-    const float q = (d * 1.442695040888963407359924681001892137f + 12582912.f) - 12582912.f;
-    float s = __builtin_fmaf(q, -0.693145751953125f, d);
-    s = __builtin_fmaf(q, -1.428606765330187045e-06f, s);
-    float u = 0.000198527617612853646278381f;
-    u = __builtin_fmaf(u, s, 0.00139304355252534151077271f);
-    u = __builtin_fmaf(u, s, 0.00833336077630519866943359f);
-    u = __builtin_fmaf(u, s, 0.0416664853692054748535156f);
-    u = __builtin_fmaf(u, s, 0.166666671633720397949219f);
-    u = __builtin_fmaf(u, s, 0.5f);
-    u = 1.0f + __builtin_fmaf(s * s, u, s);
-    const int32_t e = (int32_t)q, half = e >> 1; /* u * 2^e, in two steps that cannot overflow */
-    const int32_t bits1 = (half + 127) << 23, bits2 = (e - half + 127) << 23;
-    float scale1, scale2;
-    memcpy(&scale1, &bits1, sizeof scale1);
-    memcpy(&scale2, &bits2, sizeof scale2);
-    u = u * scale1 * scale2;
-    return d < -104.f ? 0.f : u;
 }
 
 /* Start reading the next block from memory while this one is computed on. */
@@ -106,7 +72,7 @@ static void attend(const float *q, const void *k_head, const void *v_head, const
         float *s = scores + g * len, max = s[0], sum = 0.f;
         for (int64_t t = 1; t < len; ++t) max = s[t] > max ? s[t] : max;
 #pragma omp simd reduction(+ : sum) /* the scores lie where only len decides: one order */
-        for (int64_t t = 0; t < len; ++t) sum += (s[t] = vector_expf(s[t] - max));
+        for (int64_t t = 0; t < len; ++t) sum += (s[t] = sleef_expf(s[t] - max));
         for (int64_t t = 0; t < len; ++t) s[t] /= sum;
     }
     memset(out, 0, group * dim * sizeof(float));
@@ -119,7 +85,8 @@ static void attend(const float *q, const void *k_head, const void *v_head, const
             for (int64_t g = 0; g < group; ++g) {
                 const float p = scores[g * len + first + t];
 #pragma omp simd
-                for (int64_t d = 0; d < dim; ++d) out[g * dim + d] += p * v[t * dim + d];
+                for (int64_t d = 0; d < dim; ++d)
+                    out[g * dim + d] = __builtin_fmaf(p, v[t * dim + d], out[g * dim + d]);
             }
     }
 }
