@@ -56,6 +56,22 @@ def test_text_utf8_cannot_hold_is_written_as_a_json_escape():
     assert written == b'{"prompt":"caf\\u00e9 \\udfff"}\n' and json.loads(written) == line
 
 
+def test_a_step_line_is_written_as_json_writes_it():
+    """Step lines go through orjson, the header and lines with new requests through json: both read
+    back the same; a lone surrogate, an int past 64 bits and a non-finite time take json's path."""
+    step = {"type": "step", "step": 3, "wall_time": 1.5e-05, "model_time": 0.25, "seqs": [{"output_text": "café"}]}
+    assert json.loads(encode_line(step)) == step and encode_line(step).endswith(b"}\n")
+    for odd in ({"output_text": "caf\u00e9 \udfff"}, {"num_tokens": 2**70}):
+        line = {**step, "seqs": [odd]}
+        assert json.loads(encode_line(line)) == line
+    for field in ("wall_time", "model_time"):
+        for bad in (float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="not JSON compliant"):
+                encode_line({**step, field: bad})
+    with pytest.raises(ValueError, match="not JSON compliant"):  # a request's parameters: json's check
+        encode_line({**step, "new_requests": [{"params": {"temperature": float("nan")}}]})
+
+
 def test_a_second_recorder_on_one_file_is_refused(tmp_path, one_torch_thread):
     engine = make_tiny_engine()
     path = tmp_path / "t.jsonl"

@@ -7,7 +7,6 @@ from tracer.trace.step_line import (
     PoolLine,
     SeqRow,
     block_id_lists,
-    free_fill,
     idle_row,
     pool_layout,
     queues_of,
@@ -52,14 +51,6 @@ def test_owners_follow_the_tables_and_fill_the_computed_slots():
 def test_a_block_id_outside_the_pool_is_left_to_the_checker():
     layout = pool_layout([row(0, [0, 7], cached=8)], pool([1, 0], [None, None]))
     assert layout == {"owners": [[0], []], "filled": [4, 0]}
-
-
-def test_a_kept_free_fill_gives_the_same_layout():
-    seqs, p = [row(0, [1], cached=3)], pool([0, 1, 0], [5, None, None])
-    kept = free_fill(4, p["ref_counts"], p["hashes"])
-    assert kept == [4, 0, 0]
-    assert pool_layout(seqs, p, kept) == pool_layout(seqs, p)
-    assert kept == [4, 0, 0]  # not written into
 
 
 def test_an_idle_row_is_its_last_state_with_nothing_scheduled():

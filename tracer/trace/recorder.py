@@ -36,7 +36,8 @@ step: recording stops, the file is cut back to its last whole line (removed if n
 Per-step cost is kept low (figures: docs/benchmarks.md): token texts are decoded once per token id,
 new ids together; a sequence's output text is decoded from a kept head (Detokenizer) only in steps
 where it gained a token; finished sequences are carried as one cached dict; only a keyframe encodes
-the pool's big arrays.
+the pool's big arrays, and nothing derives the pool's layout (owners, filled: the reader's); a step
+line is encoded by orjson.
 """
 
 from __future__ import annotations
@@ -57,11 +58,13 @@ from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 
+import orjson
+
 import nanoengine
 from nanoengine.engine import LLMEngine
 from nanoengine.outputs import RequestOutput
 from nanoengine.sampling_params import SamplingParams
-from nanoengine.step_record import BlockPool, SeqStep, StepRecord
+from nanoengine.step_record import SeqStep, StepRecord
 from tracer.trace.invariants import InvariantChecker, Violation
 from tracer.trace.keyframes import DeltaWriter
 from tracer.trace.sources import SourceBook
@@ -70,7 +73,6 @@ from tracer.trace.step_line import (
     SeqRow,
     StepLine,
     engine_row,
-    free_fill,
     idle_row,
     parent_of,
     seq_row,
@@ -81,7 +83,7 @@ from tracer.trace.trace_file import SCHEDULER_CONFIG, SCHEMA_VERSION
 CONFIG_FIELDS = (*SCHEDULER_CONFIG, "use_chat_template")
 
 
-HEAD_EVERY = 32  # Detokenizer.text decodes a sequence's whole completion once per this many tokens
+HEAD_EVERY = 8  # Detokenizer.text decodes at most twice this many of a sequence's last tokens a step
 
 
 JSON = json.JSONEncoder(
@@ -102,8 +104,9 @@ class Detokenizer:
       transformers' wrapper re-checks every id on every call.
     - decode_each: each token's own text, many tokens in one call (a prefill brings thousands).
     - text: a sequence's growing completion without decoding all of it every step. The text of a head
-      of the ids is kept once decode(head) + decode(rest) == decode(ids) was seen to hold (a whole
-      character at the boundary; the rest always starts with the same token, so it keeps holding)."""
+      of the ids is kept, and grown by a piece once decode(piece) + decode(rest) == decode(piece +
+      rest) was seen to hold (a whole character at the boundary; the rest always starts with the
+      same token, so it keeps holding): a step decodes only the last few ids."""
 
     def __init__(self, tokenizer) -> None:
         backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -119,14 +122,13 @@ class Detokenizer:
 
     def text(self, seq_id: int, ids: list[int]) -> str:
         n, head = self.heads.get(seq_id, (0, ""))
-        if len(ids) - n < HEAD_EVERY:
-            return head + self.decode(ids[n:])
-        text = self.decode(ids)
-        m = len(ids) - HEAD_EVERY // 2
-        new_head = self.decode(ids[:m])
-        if new_head + self.decode(ids[m:]) == text:
-            self.heads[seq_id] = (m, new_head)
-        return text
+        tail = self.decode(ids[n:])
+        if len(ids) - n >= HEAD_EVERY:  # grow the head by what decodes on its own
+            m = len(ids) - HEAD_EVERY // 2
+            grown = self.decode(ids[n:m])
+            if grown + self.decode(ids[m:]) == tail:
+                self.heads[seq_id] = (m, head + grown)
+        return head + tail
 
 
 def default_trace_path(folder: str | Path = "traces") -> Path:
@@ -168,7 +170,6 @@ class TraceRecorder:
         self.completions: dict[int, list[int]] = {}  # generated token ids so far
         self.texts: dict[int, str] = {}  # token id -> decoded text
         self.deltas = DeltaWriter()
-        self.free_filled: tuple = (None, None, [])  # (hashes, ref_counts, filled of the free blocks)
         self.violations: list[Violation] = []
         self.sources: SourceBook | None = None  # the engine's functions, read when the header is written
         self.num_steps = 0
@@ -248,7 +249,7 @@ class TraceRecorder:
         live = {s.seq_id for s in record.seqs}
         seqs = [self.rows[sid] if sid in live else self.carry(sid) for sid in sorted(self.rows)]
         input_texts = self.token_texts(record.inputs.input_ids)
-        line = step_line(record, seqs, new_requests, input_texts, self.free_fill(record.pool))
+        line = step_line(record, seqs, new_requests, input_texts)
         if self.sources is not None:
             for event, e in zip(line["events"], record.events):
                 event["where"] = self.sources.where(e.where)
@@ -292,12 +293,6 @@ class TraceRecorder:
         if seq_id not in self.carried:
             self.carried[seq_id] = idle_row(self.rows[seq_id])
         return self.carried[seq_id]
-
-    def free_fill(self, pool: BlockPool) -> list[int]:
-        """step_line.free_fill, computed again only when the hashes or ref counts changed (rarely)."""
-        if self.free_filled[:2] != (pool.hashes, pool.ref_counts):
-            self.free_filled = (pool.hashes, pool.ref_counts, free_fill(pool.block_size, pool.ref_counts, pool.hashes))
-        return self.free_filled[2]
 
     # ---- text -----------------------------------------------------------------------------
     def token_texts(self, token_ids: Iterable[int]) -> list[str]:
@@ -408,8 +403,19 @@ def finite(logprob: float) -> float:
 
 
 def encode_line(obj: dict) -> bytes:
-    """The line as UTF-8 JSON; text UTF-8 cannot hold (a lone surrogate, e.g. from a client's JSON
-    escape) is written as a JSON escape instead, which reads back as the same string."""
+    """The line as UTF-8 JSON. A step line goes through orjson (a tenth of json's time: most of what
+    writing a step cost, docs/benchmarks.md); the header and a line bringing new requests (the
+    user's parameters and notes) through json, which refuses NaN and Infinity. orjson would write
+    those as null: a step line's own floats, its two times, are checked here (a logprob passed
+    finite(); every other field is an int or a string). Text UTF-8 cannot hold (a lone surrogate,
+    e.g. from a client's JSON escape) is written as a JSON escape, which reads back as the same string."""
+    if obj.get("type") == "step" and not obj.get("new_requests"):
+        if not (math.isfinite(obj.get("wall_time", 0.0)) and math.isfinite(obj.get("model_time", 0.0))):
+            raise ValueError("Out of range float values are not JSON compliant (a step's time)")
+        try:
+            return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # a lone surrogate, an int past 64 bits: json writes it
     try:
         return (JSON.encode(obj) + "\n").encode("utf-8")
     except UnicodeEncodeError:

@@ -203,12 +203,11 @@ def free_fill(block_size: int, ref_counts: Sequence[int], hashes: Sequence[int |
     return [block_size if h is not None and r == 0 else 0 for h, r in zip(hashes, ref_counts)]
 
 
-def pool_layout(seqs: Sequence[EngineRow], pool: PoolLine, fill: list[int] | None = None) -> PoolLayout:
+def pool_layout(seqs: Sequence[EngineRow], pool: PoolLine) -> PoolLayout:
     """owners[b]: the sequences whose block_table_after holds b, in the rows' order; filled[b]: b's
-    slots holding computed KV. fill: free_fill of the pool, when the caller keeps it between steps
-    (it changes only with the hashes and ref counts)."""
+    slots holding computed KV."""
     bs, n = pool["block_size"], len(pool["ref_counts"])
-    filled = list(fill) if fill is not None else free_fill(bs, pool["ref_counts"], pool["hashes"])
+    filled = free_fill(bs, pool["ref_counts"], pool["hashes"])
     nobody: list[int] = []
     owners = [nobody] * n  # shared and never mutated: thousands of blocks, few owned
     for s in seqs:
@@ -259,13 +258,12 @@ def step_line(
     seqs: list[SeqRow],
     new_requests: list[dict[str, Any]],
     input_texts: list[str],
-    fill: list[int] | None = None,
 ) -> StepLine:
     """A StepRecord as a trace's step line, with the recorder's rows (texts decoded, untouched
-    sequences carried) and texts. Its violations are filled in once the line is checked."""
+    sequences carried) and texts. Its violations are filled in once the line is checked. The pool's
+    owners and filled are left to the reader (pool_layout): no check needs them, no line holds them."""
     inputs = inputs_line(record.inputs)
     inputs["input_texts"] = input_texts
-    pool = pool_line(record.pool)
     line: StepLine = {
         "type": "step",
         "step": record.step,
@@ -277,7 +275,7 @@ def step_line(
         "blocks_to_copy": copies_of(record),
         "inputs": inputs,
         "queues": queues_line(record.queues),
-        "pool": {**pool, **pool_layout(seqs, pool, fill)},
+        "pool": pool_line(record.pool),
         "violations": [],
     }
     if not line["blocks_to_copy"]:  # a step of plain requests is what it was before beam search existed
