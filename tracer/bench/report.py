@@ -216,8 +216,9 @@ def overhead_table(report: dict):
             table.add_row(
                 "time spent recording",
                 f"{tracer['recording_s']:.2f} s",
-                f"{tracer['recording_share'] * 100:.2f} % of generation: building step records, "
-                f"checking invariants, writing JSONL",
+                f"{tracer['recording_share'] * 100:.2f} % of generation, "
+                f"{tracer['recording_s'] * 1000 / max(tracer['trace_steps'], 1):.2f} ms a step: "
+                f"building step records, checking invariants, writing JSONL",
             )
     if startup:
         text = startup.get("error") or (f"{startup['total_s']:.2f} s")
