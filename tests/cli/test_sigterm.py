@@ -35,3 +35,13 @@ def test_sigterm_keeps_the_steps_recorded_so_far_as_ctrl_c_does(tmp_path, comman
     assert "Traceback" not in result.stderr and f"nanoengine replay {out}" in " ".join(result.stderr.split())
     assert load_trace(out).num_steps == 2
     assert list(tmp_path.glob("*.partial")) == []
+
+
+def test_a_command_run_in_process_gives_sigterm_back(tmp_path):
+    """main() in a process that goes on (pytest's worker, a notebook) leaves SIGTERM as it found it."""
+    from tracer.cli.main import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "t.jsonl"
+    assert main(["trace", "hello", *TINY, "--out", str(out), "--no-tui"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before and load_trace(out).num_steps > 0

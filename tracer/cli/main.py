@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import time
 
@@ -317,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print_help(commands)
         return 0
     name, rest = argv[0], argv[1:]
+    sigterm = signal.getsignal(signal.SIGTERM)  # trace, run and serve take SIGTERM as Ctrl-C
     try:
         if name == "generate":
             return generate_main(rest)
@@ -332,6 +334,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(error_line(printable(str(e))), file=sys.stderr)
         return 2
+    finally:
+        restore_sigterm(sigterm)
+
+
+def restore_sigterm(handler) -> None:
+    """SIGTERM as it was before the command: main() called in a process that goes on (a test, a
+    notebook) must not leave it raising KeyboardInterrupt there."""
+    if handler is not None and signal.getsignal(signal.SIGTERM) is not handler:
+        signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":
