@@ -112,3 +112,13 @@ def json_writes_without_allow_nan_false(path: Path) -> list[str]:
 def test_every_json_the_project_writes_refuses_nan():
     files = sorted(p for folder in ("nanoengine", "tracer") for p in (ROOT / folder).rglob("*.py"))
     assert [where for path in files for where in json_writes_without_allow_nan_false(path)] == []
+
+
+def test_orjson_writes_only_behind_the_recorders_check():
+    """orjson writes NaN and Infinity as null instead of refusing them: only the recorder's
+    encode_line may call it, after checking the line's floats (test_the_recorder_never_writes_nan)."""
+    files = sorted(p for folder in ("nanoengine", "tracer") for p in (ROOT / folder).rglob("*.py"))
+    users = [str(path.relative_to(ROOT)) for path in files if "orjson" in path.read_text(encoding="utf-8")]
+    assert users == ["tracer/trace/recorder.py"]
+    source = (ROOT / "tracer/trace/recorder.py").read_text(encoding="utf-8")
+    assert source.count("orjson.dumps(") == 1
