@@ -14,7 +14,6 @@
 
 #include "floats.h"
 
-
 /* element i of a float32 or bfloat16 array, as a float */
 static inline float get(const void *a, int64_t i, int is_bf16) {
     return is_bf16 ? from_bf16(((const uint16_t *)a)[i]) : ((const float *)a)[i];
@@ -112,7 +111,7 @@ INLINE void norm_row(const void *x, void *residual, const void *weight, void *ou
  * residual add of one sublayer and the norm in front of the next, in one pass. float32 norm as
  * Hugging Face's, then (bfloat16) rounded before the scale. */
 int add_rms_norm(const void *x, void *residual, const void *weight, void *out, int64_t rows,
-                       int64_t dim, float eps, int is_bf16) {
+                 int64_t dim, float eps, int is_bf16) {
     float *h = malloc(dim * sizeof(float));
     if (h == NULL) return 1;
     for (int64_t r = 0; r < rows; ++r)
@@ -141,10 +140,10 @@ INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, 
  * heads, dim]; cos and sin [max_positions, dim] (sin with its first half negated, as
  * RotaryEmbedding keeps it); caches [kv_heads, slots, dim] (TorchAttention's layout, blocks
  * flattened into slots). Each pair (x[i], x[i + half]) turns by its position's angle. */
-void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos,
-                         const void *sin, const int64_t *slot_mapping, void *k_cache,
-                         void *v_cache, void *q_out, int64_t tokens, int64_t heads,
-                         int64_t kv_heads, int64_t dim, int64_t num_slots, int is_bf16) {
+void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, const void *sin,
+                   const int64_t *slot_mapping, void *k_cache, void *v_cache, void *q_out,
+                   int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int64_t num_slots,
+                   int is_bf16) {
     const int64_t width = (heads + 2 * kv_heads) * dim, elem_size = is_bf16 ? 2 : 4;
     for (int64_t t = 0; t < tokens; ++t) {
         const int64_t angles = positions[t] * dim, slot = slot_mapping[t];
@@ -180,7 +179,7 @@ INLINE void silu_rows(const void *gate_up, void *out, int64_t r, int64_t width, 
 /* out = silu(gate) * up, gate_up [rows, 2 * width] as the stacked projection made it; run: the
  * elements torch's silu takes at once on this CPU (0: none, all through expf). */
 void silu_and_mul(const void *gate_up, void *out, int64_t rows, int64_t width, int64_t run,
-                        int is_bf16, int num_threads) {
+                  int is_bf16, int num_threads) {
 #pragma omp parallel for num_threads(num_threads) if (rows * width >= 32768)
     for (int64_t r = 0; r < rows; ++r)
         if (is_bf16)
