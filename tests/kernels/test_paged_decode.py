@@ -66,7 +66,7 @@ def torch_decode(q, kv, tables, lens, scale):
     lens=st.lists(st.integers(1, 70), min_size=1, max_size=6),
     block_size=st.sampled_from([1, 4, 16]),
     heads=st.sampled_from([(1, 1), (2, 1), (3, 3), (2, 4)]),  # (kv_heads, query heads per kv head)
-    dim=st.sampled_from([8, 64]),
+    dim=st.sampled_from([8, 12, 64, 128]),  # 64 and 128 take loops of a known length
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     seed=st.integers(0, 1000),
 )

@@ -163,17 +163,23 @@ void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, c
     }
 }
 
+/* out[r, i] = silu(gate) * up, e^-gate by SLEEF's algorithm or the C library's */
+INLINE void silu_one(const void *gate_up, void *out, int64_t r, int64_t width, int64_t i,
+                     const int sleef, const int is_bf16) {
+    const float gate = get(gate_up, r * 2 * width + i, is_bf16);
+    const float up = get(gate_up, r * 2 * width + width + i, is_bf16);
+    const float e = sleef ? sleef_expf(-gate) : expf(-gate);
+    put(out, r * width + i, round_to(gate / (1.f + e), is_bf16) * up, is_bf16);
+}
+
 /* Like torch's silu, element by element: its vector loop (SLEEF's exp) runs over each row in runs
- * of `run` elements (two vectors), and the elements left over take the C library's expf. */
+ * of `run` elements (two vectors), and the elements left over take the C library's expf. Two
+ * loops: a choice made inside one loop would keep it scalar. */
 INLINE void silu_rows(const void *gate_up, void *out, int64_t r, int64_t width, int64_t run,
                       const int is_bf16) {
     const int64_t vectorized = run > 0 ? width - width % run : 0;
-    for (int64_t i = 0; i < width; ++i) {
-        const float gate = get(gate_up, r * 2 * width + i, is_bf16);
-        const float up = get(gate_up, r * 2 * width + width + i, is_bf16);
-        const float e = i < vectorized ? sleef_expf(-gate) : expf(-gate);
-        put(out, r * width + i, round_to(gate / (1.f + e), is_bf16) * up, is_bf16);
-    }
+    for (int64_t i = 0; i < vectorized; ++i) silu_one(gate_up, out, r, width, i, 1, is_bf16);
+    for (int64_t i = vectorized; i < width; ++i) silu_one(gate_up, out, r, width, i, 0, is_bf16);
 }
 
 /* out = silu(gate) * up, gate_up [rows, 2 * width] as the stacked projection made it; run: the
