@@ -47,10 +47,11 @@ def paged_decode(q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor,
             f"seq_lens {tuple(lens.shape)} do not fit: one row and one length per sequence, same head dim"
         )
     out = torch.empty_like(q)
+    k_cache = kv.data_ptr()  # kv[0] and kv[1] by address: two views cost more than the arithmetic
     status = paged_decode_library().paged_decode(
         q.data_ptr(),
-        kv[0].data_ptr(),
-        kv[1].data_ptr(),
+        k_cache,
+        k_cache + kv.stride(0) * kv.element_size(),
         out.data_ptr(),
         tables.data_ptr(),
         lens.data_ptr(),
