@@ -6,36 +6,26 @@ and the same bits: a test holds its outputs equal to the model's own forward."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from nanoengine.attention import AttentionBackend, AttentionMetadata, KVCache
-from nanoengine.model import CausalLM, DecoderLayer, Linear, RMSNorm
+from nanoengine.model import CausalLM, DecoderLayer, RMSNorm
 from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
 
+# A linear's bound forward (Linear.forward: oneDNN on a packed weight, else F.linear), called without
+# nn.Module's call machinery: its hook checks cost ~10 us a call, 121 calls a step, 3 % of a step at
+# batch 1.
 MatMul = Callable[[Tensor], Tensor]
-
-
-def matmul_of(linear: Linear) -> MatMul:
-    """What linear(x) computes (Linear.forward: oneDNN on a packed weight, else F.linear), called
-    without nn.Module's call machinery: its hook checks cost ~10 us a call, and a step makes 121
-    such calls, 3-4 % of a step at batch 1."""
-    weight, bias = linear.weight, linear.bias
-    if weight.is_mkldnn:
-        op = torch.ops.mkldnn._linear_pointwise.default
-        return functools.partial(op, W=weight, B=bias, attr="none", scalars=[], algorithm="")
-    return functools.partial(F.linear, weight=weight, bias=bias)
 
 
 @dataclass(slots=True)
 class LayerParts:
-    """One decoder layer's modules and weights, looked up once (not at every step)."""
+    """One decoder layer's modules, looked up once (not at every step)."""
 
     input_norm: RMSNorm
     qkv_proj: MatMul
@@ -51,11 +41,11 @@ class LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
         return LayerParts(
             layer.input_layernorm,
-            matmul_of(attn.qkv_proj),
-            matmul_of(attn.o_proj),
+            attn.qkv_proj.forward,
+            attn.o_proj.forward,
             layer.post_attention_layernorm,
-            matmul_of(mlp.gate_up_proj),
-            matmul_of(mlp.down_proj),
+            mlp.gate_up_proj.forward,
+            mlp.down_proj.forward,
             attn.num_heads,
             attn.scale,
         )
