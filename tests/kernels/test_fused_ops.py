@@ -114,7 +114,7 @@ class HiddenRecorder:
         return self.model.compute_logits(hidden)
 
 
-def run_busy(fused: bool, dtype: str) -> tuple[list, list]:
+def run_busy(fused: bool, dtype: str) -> tuple[list, HiddenRecorder]:
     """The busy workload (chunked prefill, preemption, prefix hits), greedy, through the kernel."""
     engine = make_tiny_engine(**{**BUSY_OPTIONS, "attention_backend": PagedDecodeAttention(), "dtype": dtype})
     model = FusedDecoder(engine.model) if fused else engine.model
@@ -128,16 +128,19 @@ def run_busy(fused: bool, dtype: str) -> tuple[list, list]:
         engine.step()
         step += 1
         assert step < 200
-    return [engine.collect(i).outputs[0].token_ids for i in ids], recorder.hidden
+    return [engine.collect(i).outputs[0].token_ids for i in ids], recorder
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
-    ours, our_hidden = run_busy(True, dtype)
-    theirs, their_hidden = run_busy(False, dtype)
+    ours, our_recorder = run_busy(True, dtype)
+    theirs, their_recorder = run_busy(False, dtype)
     assert ours == theirs
+    our_hidden, their_hidden = our_recorder.hidden, their_recorder.hidden
     assert len(our_hidden) == len(their_hidden) > 10
     assert all(same_bits(a, b) for a, b in zip(our_hidden, their_hidden))
+    if dtype == "float32":  # the few-row linears (packed_gemv.c) took part
+        assert True in our_recorder.model.lm_head.agreement.rows.values()
 
 
 def test_beams_through_the_fused_decoder_find_the_models_beams():

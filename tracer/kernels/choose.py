@@ -1,6 +1,6 @@
 """Which compiled kernels the tools hand the engine: on a CPU run, `auto` takes the paged-decode
-kernel and the fused small steps where this machine can build them, and the engine's own torch
-path where not."""
+kernel, the fused small steps and the few-row linears where this machine can build them, and the
+engine's own torch path where not."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tracer.kernels import KERNEL
 from tracer.kernels.build import KernelUnavailable
 from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.fused_ops import fused_ops_library
+from tracer.kernels.packed_linear import packed_gemv_library
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 
@@ -29,7 +30,8 @@ def with_attention_kernel(options: dict) -> dict:
     try:
         if not runs_on_cpu(options):
             raise KernelUnavailable(f"it runs on the CPU only; this run is on {options['device']}")
-        fused_ops_library()  # both libraries build, or neither is used
+        fused_ops_library()  # all three libraries build, or none is used
+        packed_gemv_library()
         return {**options, "attention_backend": PagedDecodeAttention()}
     except KernelUnavailable as error:
         if choice == KERNEL:
@@ -51,7 +53,7 @@ def attention_in_use(options: dict) -> str:
     """What the tools run for these options, in words, for a report's header."""
     backend = with_attention_kernel(options).get("attention_backend") or "auto"
     if isinstance(backend, PagedDecodeAttention):
-        return f"attention {KERNEL} (compiled paged decode; fused norms, RoPE, SiLU)"
+        return f"attention {KERNEL} (compiled paged decode; fused norms, RoPE, SiLU; few-row linears)"
     if backend == "auto":
         return "attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)"
     return f"attention {backend}"

@@ -6,7 +6,6 @@ and the same bits: a test holds its outputs equal to the model's own forward."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -14,13 +13,13 @@ import torch
 from torch import Tensor
 
 from nanoengine.attention import AttentionBackend, AttentionMetadata, KVCache
-from nanoengine.model import CausalLM, DecoderLayer, RMSNorm
+from nanoengine.model import CausalLM, DecoderLayer, Linear, RMSNorm
 from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
+from tracer.kernels.packed_linear import Agreement, MatMul, Shape, few_rows_first
 
-# A linear's bound forward (Linear.forward: oneDNN on a packed weight, else F.linear), called without
-# nn.Module's call machinery: its hook checks cost ~10 us a call, 121 calls a step, 3 % of a step at
-# batch 1.
-MatMul = Callable[[Tensor], Tensor]
+# Each linear is called without nn.Module's call machinery (its hook checks cost ~10 us a call, 121
+# calls a step, 3 % of a step at batch 1): its bound forward (oneDNN on a packed weight, else
+# F.linear), or packed_linear.py's kernel first where it gives the same bits.
 
 
 @dataclass(slots=True)
@@ -37,15 +36,15 @@ class LayerParts:
     scale: float
 
     @staticmethod
-    def of(layer: DecoderLayer) -> LayerParts:
+    def of(layer: DecoderLayer, shapes: dict[Shape, Agreement]) -> LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
         return LayerParts(
             layer.input_layernorm,
-            attn.qkv_proj.forward,
-            attn.o_proj.forward,
+            few_rows_first(attn.qkv_proj, shapes),
+            few_rows_first(attn.o_proj, shapes),
             layer.post_attention_layernorm,
-            mlp.gate_up_proj.forward,
-            mlp.down_proj.forward,
+            few_rows_first(mlp.gate_up_proj, shapes),
+            few_rows_first(mlp.down_proj, shapes),
             attn.num_heads,
             attn.scale,
         )
@@ -64,12 +63,14 @@ def check_step(positions: Tensor, slot_mapping: Tensor, max_positions: int, kv: 
 
 
 class FusedDecoder:
-    """Called like CausalLM (and hands compute_logits to it)."""
+    """Called like CausalLM, compute_logits included."""
 
     def __init__(self, model: CausalLM):
         self.model = model
         self.config = model.config
-        self.layers = [LayerParts.of(cast(DecoderLayer, layer)) for layer in model.model.layers]
+        shapes: dict[Shape, Agreement] = {}
+        self.layers = [LayerParts.of(cast(DecoderLayer, layer), shapes) for layer in model.model.layers]
+        self.lm_head = few_rows_first(cast(Linear, model.lm_head), shapes)
 
     @staticmethod
     def fits(model: CausalLM, device: torch.device) -> bool:
@@ -84,7 +85,8 @@ class FusedDecoder:
         return self.forward(*inputs)  # looked up at each call, so a profiler can wrap forward
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
-        return self.model.compute_logits(hidden)
+        """CausalLM.compute_logits with the LM head called as the layers' linears are."""
+        return self.lm_head(self.model.model.norm(hidden))
 
     @torch.inference_mode()
     def forward(
