@@ -26,9 +26,9 @@ I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 MatMul = Callable[[Tensor], Tensor]
 
 BLOCK = 64  # outputs per block of the packed layout (packed_gemv.c)
-# Up to this many rows the kernel reads the weights faster than oneDNN does (docs/benchmarks.md,
-# thirteenth round: 0.57-0.77x the time at 1-4 rows, 0.83-0.86x at 6, none at 8).
-MAX_ROWS = 6
+# Up to this many rows the kernel makes a decode step shorter (docs/benchmarks.md, thirteenth round:
+# one engine switching at every step, 0.68x at 1 row, 0.78x at 4, 0.89x at 8, 1.05x at 12).
+MAX_ROWS = 8
 # How many inputs oneDNN sums before starting a new partial sum: 1024 on the CPUs measured; the
 # others are tried where that gives other bits.
 CHUNKS = (1024, 512, 256, 2048, 4096)
