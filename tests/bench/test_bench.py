@@ -12,6 +12,7 @@ from conftest import HANG_S
 
 from nanoengine.loading.engine_parts import cpu_has_bf16
 from nanoengine.model import ONEDNN
+from nanoengine.sampling_params import SamplingParams
 from tracer.bench.metrics import latencies, percentile
 from tracer.bench.report import decode_reach, decode_reach_caption, evaluate_targets, reach_share
 from tracer.bench.run import BF16_LEFT_OUT, BF16_RUN, NO_BF16_CPU, BenchSettings, bf16_skip_reason
@@ -437,3 +438,36 @@ def test_a_report_without_a_reach_shows_a_dash(capsys):
     bf16_run = hand_built_report({"gflop": 1.0, "bound_s": 1.0, "seconds": 2.0, "of_roofline": 0.5}, dtype="bfloat16")
     assert "decode at batch >= 16: share of its reach (bfloat16)" in targets_by_name(bf16_run)
     assert targets_by_name(bf16_run)["decode at batch >= 16: bfloat16 over float32 (AMX hosts)"]["value"] is None
+
+
+def test_the_profile_counts_the_few_row_kernel_as_linear():
+    """Linears of a few rows run in C through ctypes (tracer/kernels/packed_gemv.c), where
+    torch.profiler sees nothing unless the bench names them: a step of 8 rows or fewer has no oneDNN
+    linear op at all, and its linear time must still be found."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tracer.bench.op_profile import CATEGORIES, classify, instrument, uninstrument
+    from tracer.kernels.choose import build_engine
+    from tracer.kernels.packed_linear import FewRowsLinear
+
+    engine = build_engine("tiny", {"num_threads": 1})
+    params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    engine.add_request([5, 6, 7], params)  # the first calls compare with oneDNN: not profiled
+    while engine.has_unfinished():
+        engine.step()
+    instrument(engine)
+    try:
+        engine.add_request([8, 9, 10], params)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            while engine.has_unfinished():
+                engine.step()
+    finally:
+        uninstrument()
+    assert FewRowsLinear.kernel.__qualname__ == "FewRowsLinear.kernel"  # restored
+    names = [event.name for event in prof.events()]
+    linears_a_step = 4 * engine.model.config.num_hidden_layers + 1  # and the LM head
+    assert names.count("linear") == 4 * linears_a_step and "mkldnn::_linear_pointwise" not in names
+    totals = dict.fromkeys(CATEGORIES, 0.0)
+    for step in (event for event in prof.events() if event.name == "step" and event.cpu_parent is None):
+        classify(step, False, totals)
+    assert totals["linear"] > 0

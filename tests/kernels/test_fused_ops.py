@@ -139,8 +139,13 @@ def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
     our_hidden, their_hidden = our_recorder.hidden, their_recorder.hidden
     assert len(our_hidden) == len(their_hidden) > 10
     assert all(same_bits(a, b) for a, b in zip(our_hidden, their_hidden))
-    if dtype == "float32":  # the few-row linears (packed_gemv.c) took part
-        assert True in our_recorder.model.lm_head.agreement.rows.values()
+    if dtype == "float32":  # the few-row linears (packed_gemv.c) took part, the LM head's too
+        decoder = our_recorder.model
+        assert True in decoder.lm_head.agreement.rows.values()
+        with torch.inference_mode():
+            for rows in (1, 3, 12):
+                hidden = our_hidden[-1].repeat(rows, 1)[:rows]
+                assert same_bits(decoder.compute_logits(hidden), decoder.model.compute_logits(hidden))
 
 
 def test_beams_through_the_fused_decoder_find_the_models_beams():

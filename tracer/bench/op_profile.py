@@ -7,7 +7,8 @@ includes gathering K/V through the block tables) and the sampler ("sampling") - 
 ("step"). Inside a step, time is sorted into:
 
     linear                     the linear layers (q/k/v/o, MLP, LM head): aten::linear, or
-                               mkldnn::_linear_pointwise where nanoengine's Linear runs on oneDNN
+                               mkldnn::_linear_pointwise where nanoengine's Linear runs on oneDNN,
+                               or the few-row kernel (tracer/kernels/packed_gemv.c)
     attention (incl. K/V gather)  the backend's calls: K/V write, gather, scores, softmax, p.v
     norms / RoPE / activation  every other torch op inside the model (RMSNorm, RoPE, SiLU, residual
                                adds, embedding, reshapes), or the fused kernels that replace
@@ -34,6 +35,7 @@ from tracer.bench.engine import greedy_params, warm_up
 from tracer.bench.workload import BenchRequest
 from tracer.kernels import fused_ops
 from tracer.kernels.choose import build_engine
+from tracer.kernels.packed_linear import FewRowsLinear
 
 CATEGORIES = (
     "linear",
@@ -42,8 +44,9 @@ CATEGORIES = (
     "sampling",
     "Python and the rest",
 )
-SCOPES = {"attention": CATEGORIES[1], "fused": CATEGORIES[2], "sampling": CATEGORIES[3]}
+SCOPES = {"linear": CATEGORIES[0], "attention": CATEGORIES[1], "fused": CATEGORIES[2], "sampling": CATEGORIES[3]}
 FUSED_STEPS = ("add_rms_norm", "rope_write_kv", "silu_and_mul")  # tracer/kernels/fused_decoder.py
+FEW_ROWS_KERNEL = FewRowsLinear.kernel  # called through ctypes: invisible to the profiler unless scoped
 
 
 def scoped(fn: Callable, name: str) -> Callable:
@@ -71,13 +74,14 @@ def instrument(engine: LLMEngine) -> None:
     import nanoengine.model_runner as model_runner
     import tracer.kernels.fused_decoder as fused_decoder
 
-    runner, model = engine.runner, engine.model
+    runner = engine.runner
     runner.attend = ScopedAttention(runner.attend)  # type: ignore[assignment]
     runner.model.forward = scoped(runner.model.forward, "model")  # type: ignore[method-assign]
-    model.compute_logits = scoped(model.compute_logits, "model")  # type: ignore[method-assign]
+    runner.model.compute_logits = scoped(runner.model.compute_logits, "model")  # type: ignore[method-assign]
     model_runner.sample = scoped(model_runner.sample, "sampling")  # type: ignore[attr-defined]
     for name in FUSED_STEPS:
         setattr(fused_decoder, name, scoped(getattr(fused_ops, name), "fused"))
+    FewRowsLinear.kernel = scoped(FEW_ROWS_KERNEL, "linear")  # type: ignore[method-assign]
     engine.step = scoped(engine.step, "step")  # type: ignore[method-assign]
 
 
@@ -89,6 +93,7 @@ def uninstrument() -> None:
     model_runner.sample = nanoengine.sampler.sample  # type: ignore[attr-defined]
     for name in FUSED_STEPS:
         setattr(fused_decoder, name, getattr(fused_ops, name))
+    FewRowsLinear.kernel = FEW_ROWS_KERNEL  # type: ignore[method-assign]
 
 
 LINEAR_OPS = ("aten::linear", "mkldnn::_linear_pointwise")

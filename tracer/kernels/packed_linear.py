@@ -1,8 +1,8 @@
 """A linear layer that sends a few rows through packed_gemv.c and more through oneDNN: the same
 packed weight, the same bits (see that file for the layout and the order of the sums).
 
-The kernel is trusted with a row count only once it has given oneDNN's bits on a real call: the
-first call of each shape of linear with that many rows runs both and compares (and finds the
+The kernel is trusted with a row count only once it has given oneDNN's bits: the first call of
+each shape of linear with that many rows runs both on random rows and compares (and finds the
 chunks in which oneDNN sums its inputs). oneDNN picks its layout and kernel by shape, dtype and
 CPU, not by the values, so one linear of each shape answers for all of them. Where the bits
 differ, that shape keeps oneDNN."""
@@ -73,14 +73,18 @@ class FewRowsLinear:
 
     def __call__(self, x: Tensor) -> Tensor:
         rows = x.shape[0]
-        if rows > MAX_ROWS or not x.is_contiguous():
+        if rows > MAX_ROWS or x.dtype != torch.float32 or not x.is_contiguous():
             return self.forward(x)
         agreed = self.agreement.rows.get(rows)
         if agreed is None:
-            expected = self.forward(x)
-            self.agreement.rows[rows] = self.agreement.check(lambda chunk: self.kernel(x, chunk), expected)
-            return expected
+            agreed = self.agreement.rows[rows] = self.agrees(rows)
         return self.kernel(x, self.agreement.chunk) if agreed else self.forward(x)
+
+    def agrees(self, rows: int) -> bool:
+        """Whether the kernel gives oneDNN's bits on random rows (which no chunk of the wrong size
+        sums to the same bits, as rows of zeros would)."""
+        x = torch.randn(rows, self.shape[0], generator=torch.Generator().manual_seed(rows))
+        return self.agreement.check(lambda chunk: self.kernel(x, chunk), self.forward(x))
 
     def kernel(self, x: Tensor, chunk: int) -> Tensor:
         in_features, in_padded, out_features, _ = self.shape
@@ -111,7 +115,8 @@ def packed_float32(linear: Linear) -> bool:
 
 
 def in_padded(linear: Linear) -> int | None:
-    """The packed layout's inputs per output, padding included; None if its size says another layout."""
+    """The packed layout's inputs per output, padding included (so that the kernel reads exactly the
+    packed bytes); None if their number says another layout."""
     blocks = -(-linear.out_features // BLOCK)
     floats, rest = divmod(torch.ops.mkldnn._nbytes(linear.weight), 4 * blocks * BLOCK)
     return floats if rest == 0 and floats >= linear.in_features else None
