@@ -36,15 +36,15 @@ class LayerParts:
     scale: float
 
     @staticmethod
-    def of(layer: DecoderLayer, shapes: dict[Shape, Agreement]) -> LayerParts:
+    def of(layer: DecoderLayer, agreements: dict[Shape, Agreement]) -> LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
         return LayerParts(
             layer.input_layernorm,
-            few_rows_first(attn.qkv_proj, shapes),
-            few_rows_first(attn.o_proj, shapes),
+            few_rows_first(attn.qkv_proj, agreements),
+            few_rows_first(attn.o_proj, agreements),
             layer.post_attention_layernorm,
-            few_rows_first(mlp.gate_up_proj, shapes),
-            few_rows_first(mlp.down_proj, shapes),
+            few_rows_first(mlp.gate_up_proj, agreements),
+            few_rows_first(mlp.down_proj, agreements),
             attn.num_heads,
             attn.scale,
         )
@@ -68,9 +68,9 @@ class FusedDecoder:
     def __init__(self, model: CausalLM):
         self.model = model
         self.config = model.config
-        shapes: dict[Shape, Agreement] = {}
-        self.layers = [LayerParts.of(cast(DecoderLayer, layer), shapes) for layer in model.model.layers]
-        self.lm_head = few_rows_first(cast(Linear, model.lm_head), shapes)
+        agreements: dict[Shape, Agreement] = {}  # one per shape of linear, shared by its layers
+        self.layers = [LayerParts.of(cast(DecoderLayer, layer), agreements) for layer in model.model.layers]
+        self.lm_head = few_rows_first(cast(Linear, model.lm_head), agreements)
 
     @staticmethod
     def fits(model: CausalLM, device: torch.device) -> bool:

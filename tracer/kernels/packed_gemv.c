@@ -7,14 +7,14 @@
  *
  * The packed layout, float32: blocks of 64 outputs, one after the other; inside a block, input i's
  * 64 weights side by side: w[o, i] at (o / 64) * in_padded * 64 + i * 64 + o % 64, where in_padded
- * is `in` rounded up and the padding is zeros. Each output is summed as oneDNN sums it: over i in
- * order, one fused multiply-add per term, in chunks of `chunk` inputs whose sums start from zero and
- * are added in order; then the bias. So the result has oneDNN's bits: the caller
- * (packed_linear.py) checks that on each weight before using this kernel, and keeps oneDNN where
- * not. Built at first use by tracer/kernels/build.py. */
+ * is `in` rounded up (to a multiple of 16 on the CPUs seen) and the padding is zeros. Each output is
+ * summed as oneDNN sums it: over i in order, one fused multiply-add per term, in chunks of `chunk`
+ * inputs whose sums start from zero and are added in order; then the bias. So the result has
+ * oneDNN's bits: the caller (packed_linear.py) checks that for each shape and row count at its
+ * first use, and keeps oneDNN where not. Built at first use by tracer/kernels/build.py. */
 #include <stdint.h>
 
-enum { BLOCK = 64, MAX_ROWS = 4 };
+enum { BLOCK = 64, ROWS_AT_ONCE = 4 };
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -22,10 +22,10 @@ enum { BLOCK = 64, MAX_ROWS = 4 };
  * are read once for all of them. */
 INLINE void block_outputs(const float *x, const float *block, const float *bias, float *y,
                           int64_t in, int64_t chunk, int64_t out, int64_t width, const int rows) {
-    float sum[MAX_ROWS][BLOCK];
+    float sum[ROWS_AT_ONCE][BLOCK];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
-        float part[MAX_ROWS][BLOCK] = {{0}};
+        float part[ROWS_AT_ONCE][BLOCK] = {{0}};
         for (int64_t i = start; i < end; ++i)
             for (int r = 0; r < rows; ++r) {
                 const float xi = x[r * in + i];
@@ -51,10 +51,10 @@ void packed_gemv(const float *x, const float *weight, const float *bias, float *
         const float *block = weight + b * in_padded * BLOCK;
         const float *block_bias = bias ? bias + b * BLOCK : 0;
         const int64_t width = out - b * BLOCK < BLOCK ? out - b * BLOCK : BLOCK;
-        for (int64_t r = 0; r < rows; r += MAX_ROWS) {
+        for (int64_t r = 0; r < rows; r += ROWS_AT_ONCE) {
             const float *xr = x + r * in;
             float *yr = y + r * out + b * BLOCK;
-            switch (rows - r < MAX_ROWS ? rows - r : MAX_ROWS) {
+            switch (rows - r < ROWS_AT_ONCE ? rows - r : ROWS_AT_ONCE) {
             case 1: block_outputs(xr, block, block_bias, yr, in, chunk, out, width, 1); break;
             case 2: block_outputs(xr, block, block_bias, yr, in, chunk, out, width, 2); break;
             case 3: block_outputs(xr, block, block_bias, yr, in, chunk, out, width, 3); break;
