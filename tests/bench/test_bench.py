@@ -443,11 +443,13 @@ def test_a_report_without_a_reach_shows_a_dash(capsys):
 def test_the_profile_counts_the_few_row_kernel_as_linear():
     """Linears of a few rows run in C through ctypes (tracer/kernels/packed_gemv.c), where
     torch.profiler sees nothing unless the bench names them: a step of 8 rows or fewer has no oneDNN
-    linear op at all, and its linear time must still be found."""
+    linear op at all, and its linear time must still be found. (Such a decode step runs all its
+    layers in one C call outside the profile: here the loop, layer by layer.)"""
     from torch.profiler import ProfilerActivity, profile
 
     from tracer.bench.op_profile import CATEGORIES, classify, instrument, uninstrument
     from tracer.kernels.choose import build_engine
+    from tracer.kernels.decode_layers import DecodeLayers
     from tracer.kernels.packed_linear import FewRowsLinear
 
     engine = build_engine("tiny", {"num_threads": 1})
@@ -464,6 +466,7 @@ def test_the_profile_counts_the_few_row_kernel_as_linear():
     finally:
         uninstrument()
     assert FewRowsLinear.kernel.__qualname__ == "FewRowsLinear.kernel"  # restored
+    assert DecodeLayers.fits.__qualname__ == "DecodeLayers.fits"
     names = [event.name for event in prof.events()]
     linears_a_step = 4 * engine.model.config.num_hidden_layers + 1  # and the LM head
     assert names.count("linear") == 4 * linears_a_step and "mkldnn::_linear_pointwise" not in names

@@ -18,6 +18,7 @@ from nanoengine.llm import LLM
 from nanoengine.model import CausalLM, RMSNorm, apply_rope
 from nanoengine.sampling_params import SamplingParams
 from tracer.kernels.choose import build_engine
+from tracer.kernels.decode_layers import DecodeLayers
 from tracer.kernels.fused_decoder import FusedDecoder, check_step
 from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
 from tracer.kernels.paged_attention import PagedDecodeAttention
@@ -102,7 +103,7 @@ class HiddenRecorder:
     """Wraps a runner's model; keeps each step's hidden states."""
 
     def __init__(self, model):
-        self.model, self.hidden = model, []
+        self.model, self.hidden, self.one_call_steps = model, [], []
         self.config = model.config
 
     def __call__(self, *args):
@@ -119,6 +120,9 @@ def run_busy(fused: bool, dtype: str) -> tuple[list, HiddenRecorder]:
     engine = make_tiny_engine(**{**BUSY_OPTIONS, "attention_backend": PagedDecodeAttention(), "dtype": dtype})
     model = FusedDecoder(engine.model) if fused else engine.model
     recorder = engine.runner.model = HiddenRecorder(model)  # type: ignore[assignment]
+    if fused:  # count the steps that take decode_layers.c's one call
+        run = model.one_call.run
+        model.one_call.run = lambda *args: (recorder.one_call_steps.append(len(args[0])), run(*args))[1]
     ids, step = [], 0
     while step == 0 or engine.has_unfinished():
         for prompt, max_tokens, arrival in BUSY_REQUESTS:
@@ -142,6 +146,7 @@ def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
     if dtype == "float32":  # the few-row linears (packed_gemv.c) took part, the LM head's too
         decoder = our_recorder.model
         assert True in decoder.lm_head.agreement.rows.values()
+        assert len(our_recorder.one_call_steps) > 5 and max(our_recorder.one_call_steps) > 1
         with torch.inference_mode():
             for rows in (1, 3, 12):
                 hidden = our_hidden[-1].repeat(rows, 1)[:rows]
@@ -189,3 +194,22 @@ def test_positions_and_slots_the_kernels_would_read_out_of_bounds_are_refused():
     with pytest.raises(TypeError, match="int64 positions"):
         check_step(torch.tensor([3], dtype=torch.int32), torch.tensor([0]), table, kv)
     check_step(torch.tensor([0, table - 1]), torch.tensor([0, num_slots - 1]), table, kv)
+
+
+def test_a_step_in_one_call_is_held_to_the_models_bits(monkeypatch):
+    """A planted bug in decode_layers.c's arguments (each layer handed the next one's weights) must
+    show in the comparison above: the one-call steps are part of what it compares."""
+    original = DecodeLayers.layer_args
+
+    def shifted(self, kv_caches):
+        args = original(self, kv_caches)
+        layers = list(args)
+        for layer, following in zip(layers, layers[1:] + layers[:1]):
+            layer.qkv, layer.o = following.qkv, following.o
+        return args
+
+    monkeypatch.setattr(DecodeLayers, "layer_args", shifted)
+    ours, our_recorder = run_busy(True, "float32")
+    theirs, their_recorder = run_busy(False, "float32")
+    assert our_recorder.one_call_steps
+    assert not all(same_bits(a, b) for a, b in zip(our_recorder.hidden, their_recorder.hidden))

@@ -19,7 +19,10 @@ includes gathering K/V through the block tables) and the sampler ("sampling") - 
 
 A step belongs to the prefill-heavy phase up to and including the step that gives the last request
 its first token; the decode-heavy phase is the rest (the same split as the efficiency figures).
-Profiling adds a few microseconds per op, which lands mostly in "Python and the rest".
+Profiling adds a few microseconds per op, which lands mostly in "Python and the rest". A decode step
+of a few sequences, which the tools run through all the layers in one C call
+(tracer/kernels/decode_layers.c), runs the fused decoder's loop here instead: one call cannot be
+split into these categories.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from tracer.bench.engine import greedy_params, warm_up
 from tracer.bench.workload import BenchRequest
 from tracer.kernels import fused_ops
 from tracer.kernels.choose import build_engine
+from tracer.kernels.decode_layers import DecodeLayers
 from tracer.kernels.packed_linear import FewRowsLinear
 
 CATEGORIES = (
@@ -47,6 +51,11 @@ CATEGORIES = (
 SCOPES = {"linear": CATEGORIES[0], "attention": CATEGORIES[1], "fused": CATEGORIES[2], "sampling": CATEGORIES[3]}
 FUSED_STEPS = ("add_rms_norm", "rope_write_kv", "silu_and_mul")  # tracer/kernels/fused_decoder.py
 FEW_ROWS_KERNEL = FewRowsLinear.kernel  # called through ctypes: invisible to the profiler unless scoped
+ONE_CALL_FITS = DecodeLayers.fits
+
+
+def never(*args: Any) -> bool:
+    return False
 
 
 def scoped(fn: Callable, name: str) -> Callable:
@@ -82,6 +91,7 @@ def instrument(engine: LLMEngine) -> None:
     for name in FUSED_STEPS:
         setattr(fused_decoder, name, scoped(getattr(fused_ops, name), "fused"))
     FewRowsLinear.kernel = scoped(FEW_ROWS_KERNEL, "linear")  # type: ignore[method-assign]
+    DecodeLayers.fits = never  # type: ignore[method-assign,assignment]
     engine.step = scoped(engine.step, "step")  # type: ignore[method-assign]
 
 
@@ -94,6 +104,7 @@ def uninstrument() -> None:
     for name in FUSED_STEPS:
         setattr(fused_decoder, name, getattr(fused_ops, name))
     FewRowsLinear.kernel = FEW_ROWS_KERNEL  # type: ignore[method-assign]
+    DecodeLayers.fits = ONE_CALL_FITS  # type: ignore[method-assign]
 
 
 LINEAR_OPS = ("aten::linear", "mkldnn::_linear_pointwise")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -34,6 +35,7 @@ FLAGS = (
     "-fPIC",
 )
 BUILD_TIMEOUT_S = 120
+INCLUDE = re.compile(r'^#include "(\w+\.c)"', re.MULTILINE)  # another kernel's source, built in
 
 
 class KernelUnavailable(RuntimeError):
@@ -58,7 +60,8 @@ def cpu_flags() -> str:
 def library_path(source: Path, cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     headers = [header.read_text() for header in sorted(source.parent.glob("*.h"))]  # it may include
-    key = "\n".join([source.read_text(), *headers, " ".join(FLAGS), version, cpu_flags()])
+    included = [source.parent.joinpath(name).read_text() for name in INCLUDE.findall(source.read_text())]
+    key = "\n".join([source.read_text(), *headers, *included, " ".join(FLAGS), version, cpu_flags()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / "kernels" / f"{source.stem}-{digest}.so"
 

@@ -14,8 +14,10 @@ from torch import Tensor
 
 from nanoengine.attention import AttentionBackend, AttentionMetadata, KVCache
 from nanoengine.model import CausalLM, DecoderLayer, Linear, RMSNorm
+from tracer.kernels.decode_layers import DecodeLayers
 from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
 from tracer.kernels.packed_linear import Agreement, MatMul, Shape, few_rows_first
+from tracer.kernels.paged_attention import PagedDecodeAttention
 
 # Each linear is called without nn.Module's call machinery (its hook checks cost ~10 us a call, 121
 # calls a step, 3 % of a step at batch 1): its bound forward (oneDNN on a packed weight, else
@@ -71,6 +73,7 @@ class FusedDecoder:
         agreements: dict[Shape, Agreement] = {}  # one per shape of linear, shared by its layers
         self.layers = [LayerParts.of(cast(DecoderLayer, layer), agreements) for layer in model.model.layers]
         self.lm_head = few_rows_first(cast(Linear, model.lm_head), agreements)
+        self.one_call = DecodeLayers(self.layers, self.config.intermediate_size)
 
     @staticmethod
     def fits(model: CausalLM, device: torch.device) -> bool:
@@ -101,6 +104,9 @@ class FusedDecoder:
         cos, sin = decoder.rotary_emb.cos, decoder.rotary_emb.sin
         check_step(positions, meta.slot_mapping, len(cos), kv_caches[0])
         residual = decoder.embed_tokens(input_ids)  # [T, hidden]
+        if isinstance(attend, PagedDecodeAttention) and self.one_call.fits(len(input_ids), residual, meta):
+            self.one_call.run(residual, positions, (cos, sin), kv_caches, meta)  # the loop below, in C
+            return residual
         first = self.layers[0].input_norm
         h = add_rms_norm(None, residual, first.weight, first.eps)
         for i, (layer, kv) in enumerate(zip(self.layers, kv_caches)):

@@ -1,0 +1,171 @@
+"""All of the decoder's layers for a decode step of a few sequences in one call of decode_layers.c:
+what FusedDecoder.forward's loop does, with the same functions in the same order, without ~270
+calls from Python a step. FusedDecoder takes it when every row is a decode, there are at most
+MAX_ROWS of them in float32, and every linear has agreed with oneDNN at that many rows; the loop
+otherwise (and always at the first step of a row count, which is where the linears agree)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from nanoengine.attention import AttentionMetadata, KVCache
+from tracer.kernels.build import load
+from tracer.kernels.fused_ops import silu_vector_run
+from tracer.kernels.packed_linear import MAX_ROWS, Agreement, FewRowsLinear
+
+SOURCE = Path(__file__).with_name("decode_layers.c")
+I64, PTR, FLOAT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+
+
+class LinearArgs(ctypes.Structure):  # decode_layers.c: linear_t
+    _fields_ = [
+        ("weight", PTR),
+        ("bias", PTR),
+        ("in_features", I64),
+        ("in_padded", I64),
+        ("out_features", I64),
+        ("chunk", I64),
+    ]
+
+
+class LayerArgs(ctypes.Structure):  # layer_t
+    _fields_ = [
+        ("input_norm", PTR),
+        ("post_attention_norm", PTR),
+        ("input_eps", FLOAT),
+        ("post_attention_eps", FLOAT),
+        ("qkv", LinearArgs),
+        ("o", LinearArgs),
+        ("gate_up", LinearArgs),
+        ("down", LinearArgs),
+        ("k_cache", PTR),
+        ("v_cache", PTR),
+    ]
+
+
+class StepArgs(ctypes.Structure):  # step_t
+    _fields_ = [
+        ("rows", I64),
+        ("hidden", I64),
+        ("heads", I64),
+        ("kv_heads", I64),
+        ("dim", I64),
+        ("intermediate", I64),
+        ("scale", FLOAT),
+        ("cos", PTR),
+        ("sin", PTR),
+        ("positions", PTR),
+        ("slot_mapping", PTR),
+        ("block_tables", PTR),
+        ("seq_lens", PTR),
+        ("num_blocks", I64),
+        ("block_size", I64),
+        ("max_blocks", I64),
+        ("silu_run", I64),
+        ("threads", ctypes.c_int),
+    ]
+
+
+@functools.cache
+def decode_layers_library() -> ctypes.CDLL:
+    library = load(SOURCE)
+    library.decode_layers.argtypes = [ctypes.POINTER(LayerArgs), I64, ctypes.POINTER(StepArgs), PTR]
+    library.decode_layers.restype = ctypes.c_int
+    return library
+
+
+def linear_args(linear: FewRowsLinear) -> LinearArgs:
+    in_features, in_padded, out_features, _ = linear.shape
+    bias = None if linear.bias is None else linear.bias.data_ptr()
+    return LinearArgs(linear.address, bias, in_features, in_padded, out_features, linear.agreement.chunk)
+
+
+class DecodeLayers:
+    """The layers' arguments, gathered once (and again if the KV caches move)."""
+
+    def __init__(self, layers: Sequence, intermediate: int):
+        self.layers = layers  # FusedDecoder's LayerParts
+        self.intermediate = intermediate
+        linears = [getattr(p, name) for p in layers for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
+        kernels = all(isinstance(linear, FewRowsLinear) for linear in linears)
+        self.agreements: list[Agreement] = (
+            list({id(x.agreement): x.agreement for x in linears}.values()) if kernels else []
+        )
+        self.args: ctypes.Array[LayerArgs] | None = None
+        self.caches_at = 0
+
+    def fits(self, rows: int, residual: Tensor, meta: AttentionMetadata) -> bool:
+        """Every row a decode, few enough rows in float32, and every linear agreed at that many."""
+        return (
+            0 < rows <= MAX_ROWS
+            and meta.max_query_len == 1
+            and residual.dtype == torch.float32
+            and bool(self.agreements)
+            and all(agreement.rows.get(rows) for agreement in self.agreements)
+        )
+
+    def layer_args(self, kv_caches: list[KVCache]) -> ctypes.Array[LayerArgs]:
+        if self.args is None or self.caches_at != kv_caches[0].data_ptr():
+            args = []
+            for p, kv in zip(self.layers, kv_caches):
+                if not kv.is_contiguous() or kv.dtype != torch.float32:
+                    raise ValueError("decode_layers needs contiguous float32 KV caches")
+                k_cache = kv.data_ptr()
+                v_cache = k_cache + kv.stride(0) * kv.element_size()
+                norm, post = p.input_norm, p.post_attention_norm
+                linears = (linear_args(x) for x in (p.qkv_proj, p.o_proj, p.gate_up_proj, p.down_proj))
+                args.append(
+                    LayerArgs(
+                        norm.weight.data_ptr(), post.weight.data_ptr(), norm.eps, post.eps, *linears, k_cache, v_cache
+                    )
+                )
+            self.args = (LayerArgs * len(args))(*args)
+            self.caches_at = kv_caches[0].data_ptr()
+        return self.args
+
+    def run(
+        self,
+        residual: Tensor,
+        positions: Tensor,
+        rope: tuple[Tensor, Tensor],
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+    ) -> None:
+        """residual [rows, hidden]: the embedded tokens in, the last layer's residual stream out."""
+        rows, hidden = residual.shape
+        first, kv = self.layers[0], kv_caches[0]
+        _, kv_heads, num_blocks, block_size, dim = kv.shape
+        tables, lens = meta.block_tables.to(torch.int32).contiguous(), meta.seq_lens.to(torch.int32).contiguous()
+        cos, sin = rope
+        step = StepArgs(
+            rows,
+            hidden,
+            first.num_heads,
+            kv_heads,
+            dim,
+            self.intermediate,
+            first.scale,
+            cos.data_ptr(),
+            sin.data_ptr(),
+            positions.data_ptr(),
+            meta.slot_mapping.data_ptr(),
+            tables.data_ptr(),
+            lens.data_ptr(),
+            num_blocks,
+            block_size,
+            tables.shape[1],
+            silu_vector_run(),
+            torch.get_num_threads(),
+        )
+        args = self.layer_args(kv_caches)
+        status = decode_layers_library().decode_layers(args, len(args), ctypes.byref(step), residual.data_ptr())
+        if status & 2:
+            raise IndexError("decode_layers: a block table points outside the KV pool or is shorter than its sequence")
+        if status & 1:
+            raise MemoryError("decode_layers could not allocate its buffers")
