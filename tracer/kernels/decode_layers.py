@@ -10,6 +10,7 @@ import ctypes
 import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
@@ -18,6 +19,9 @@ from nanoengine.attention import AttentionMetadata, KVCache
 from tracer.kernels.build import load
 from tracer.kernels.fused_ops import silu_vector_run
 from tracer.kernels.packed_linear import MAX_ROWS, Agreement, FewRowsLinear
+
+if TYPE_CHECKING:
+    from tracer.kernels.fused_decoder import LayerParts
 
 SOURCE = Path(__file__).with_name("decode_layers.c")
 I64, PTR, FLOAT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
@@ -89,16 +93,16 @@ def linear_args(linear: FewRowsLinear) -> LinearArgs:
 class DecodeLayers:
     """The layers' arguments, gathered once (and again if the KV caches move)."""
 
-    def __init__(self, layers: Sequence, intermediate: int):
-        self.layers = layers  # FusedDecoder's LayerParts
+    def __init__(self, layers: Sequence[LayerParts], intermediate: int):
+        self.layers = layers
         self.intermediate = intermediate
         linears = [getattr(p, name) for p in layers for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
-        kernels = all(isinstance(linear, FewRowsLinear) for linear in linears)
-        self.agreements: list[Agreement] = (
-            list({id(x.agreement): x.agreement for x in linears}.values()) if kernels else []
-        )
+        # what must have agreed with oneDNN at a step's row count; none where a linear has no kernel
+        self.agreements: list[Agreement] = []
+        if all(isinstance(linear, FewRowsLinear) for linear in linears):
+            self.agreements = list({id(x.agreement): x.agreement for x in linears}.values())
         self.args: ctypes.Array[LayerArgs] | None = None
-        self.caches_at = 0
+        self.caches_at = 0  # the first KV cache's address when args were gathered
 
     def fits(self, rows: int, residual: Tensor, meta: AttentionMetadata) -> bool:
         """Every row a decode, few enough rows in float32, and every linear agreed at that many."""
@@ -119,7 +123,8 @@ class DecodeLayers:
                 k_cache = kv.data_ptr()
                 v_cache = k_cache + kv.stride(0) * kv.element_size()
                 norm, post = p.input_norm, p.post_attention_norm
-                linears = (linear_args(x) for x in (p.qkv_proj, p.o_proj, p.gate_up_proj, p.down_proj))
+                parts = (p.qkv_proj, p.o_proj, p.gate_up_proj, p.down_proj)
+                linears = (linear_args(cast(FewRowsLinear, x)) for x in parts)  # as fits() saw
                 args.append(
                     LayerArgs(
                         norm.weight.data_ptr(), post.weight.data_ptr(), norm.eps, post.eps, *linears, k_cache, v_cache

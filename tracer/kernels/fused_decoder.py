@@ -2,7 +2,8 @@
 the attention backend and three compiled passes, instead of some twenty torch ops. The residual
 stream is carried beside the normed activations, as in vLLM, so each residual add happens inside
 the norm that follows it. Same weights, same cache, same attention backend as the model it wraps,
-and the same bits: a test holds its outputs equal to the model's own forward."""
+and the same bits: a test holds its outputs equal to the model's own forward. A decode step of a
+few sequences runs the same loop in one C call (decode_layers.py)."""
 
 from __future__ import annotations
 
