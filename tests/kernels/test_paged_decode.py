@@ -253,6 +253,18 @@ def test_a_build_is_cached_per_source(monkeypatch, tmp_path):
     assert not [p for p in Path(tmp_path, "kernels").iterdir() if not p.name.endswith(".so")]
 
 
+def test_a_kernel_that_includes_another_is_rebuilt_when_that_one_changes(tmp_path):
+    """decode_layers.c includes three kernels' sources: an edit to any of them is a new build."""
+    kernels = SOURCE.parent
+    for source in [*kernels.glob("*.c"), *kernels.glob("*.h")]:
+        (tmp_path / source.name).write_text(source.read_text())
+    cc = os.environ.get("CC", "cc")
+    before = library_path(tmp_path / "decode_layers.c", cc)
+    included = tmp_path / "packed_gemv.c"
+    included.write_text(included.read_text() + "\n/* edited */\n")
+    assert library_path(tmp_path / "decode_layers.c", cc) != before
+
+
 def test_the_engine_takes_a_backend_object_and_refuses_anything_else():
     backend = TorchAttention()
     assert LLMEngine("tiny", attention_backend=backend).runner.attend is backend

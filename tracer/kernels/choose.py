@@ -1,6 +1,6 @@
 """Which compiled kernels the tools hand the engine: on a CPU run, `auto` takes the paged-decode
-kernel, the fused small steps and the few-row linears where this machine can build them, and the
-engine's own torch path where not."""
+kernel, the fused small steps, the few-row linears and the one-call decode step where this machine
+can build them, and the engine's own torch path where not."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from nanoengine.engine import LLMEngine
 from tracer.kernels import KERNEL
 from tracer.kernels.build import KernelUnavailable
+from tracer.kernels.decode_layers import decode_layers_library
 from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.fused_ops import fused_ops_library
 from tracer.kernels.packed_linear import packed_gemv_library
@@ -30,8 +31,9 @@ def with_attention_kernel(options: dict) -> dict:
     try:
         if not runs_on_cpu(options):
             raise KernelUnavailable(f"it runs on the CPU only; this run is on {options['device']}")
-        fused_ops_library()  # all three libraries build, or none is used
+        fused_ops_library()  # every library builds, or none is used
         packed_gemv_library()
+        decode_layers_library()
         return {**options, "attention_backend": PagedDecodeAttention()}
     except KernelUnavailable as error:
         if choice == KERNEL:
