@@ -21,9 +21,12 @@ from tracer.kernels.choose import build_engine
 from tracer.kernels.decode_layers import DecodeLayers
 from tracer.kernels.fused_decoder import FusedDecoder, check_step
 from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
+from tracer.kernels.packed_linear import amx_ready
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
+
+needs_amx = pytest.mark.skipif(not amx_ready(), reason="the bfloat16 kernel runs on CPUs with AMX")
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -143,9 +146,9 @@ def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
     our_hidden, their_hidden = our_recorder.hidden, their_recorder.hidden
     assert len(our_hidden) == len(their_hidden) > 10
     assert all(same_bits(a, b) for a, b in zip(our_hidden, their_hidden))
-    if dtype == "float32":  # the few-row linears (packed_gemv.c) took part, the LM head's too
+    if dtype == "float32" or amx_ready():  # the few-row linears took part, the LM head's too
         decoder = our_recorder.model
-        assert True in decoder.lm_head.agreement.rows.values()
+        assert any(decoder.lm_head.agreement.rows.values())
         assert len(our_recorder.one_call_steps) > 5 and max(our_recorder.one_call_steps) > 1
         with torch.inference_mode():
             for rows in (1, 3, 12):
@@ -196,20 +199,21 @@ def test_positions_and_slots_the_kernels_would_read_out_of_bounds_are_refused():
     check_step(torch.tensor([0, table - 1]), torch.tensor([0, num_slots - 1]), table, kv)
 
 
-def test_a_step_in_one_call_is_held_to_the_models_bits(monkeypatch):
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=needs_amx)])
+def test_a_step_in_one_call_is_held_to_the_models_bits(monkeypatch, dtype):
     """A planted bug in decode_layers.c's arguments (each layer handed the next one's weights) must
     show in the comparison above: the one-call steps are part of what it compares."""
     original = DecodeLayers.layer_args
 
-    def shifted(self, kv_caches):
-        args = original(self, kv_caches)
+    def shifted(self, kv_caches, rows):
+        args = original(self, kv_caches, rows)
         layers = list(args)
         for layer, following in zip(layers, layers[1:] + layers[:1]):
             layer.qkv, layer.o = following.qkv, following.o
         return args
 
     monkeypatch.setattr(DecodeLayers, "layer_args", shifted)
-    ours, our_recorder = run_busy(True, "float32")
-    theirs, their_recorder = run_busy(False, "float32")
+    ours, our_recorder = run_busy(True, dtype)
+    theirs, their_recorder = run_busy(False, dtype)
     assert our_recorder.one_call_steps
     assert not all(same_bits(a, b) for a, b in zip(our_recorder.hidden, their_recorder.hidden))

@@ -1,7 +1,10 @@
-"""The few-row linear (tracer/kernels/packed_gemv.c): on oneDNN's packed weight it gives oneDNN's
-bits, and it is trusted with a row count only after showing that at its first call."""
+"""The few-row linears (tracer/kernels/packed_gemv.c, float32; amx_gemv.c, bfloat16 on AMX): on
+oneDNN's packed weight they give oneDNN's bits, and each is trusted with a row count only after
+showing that at its first call."""
 
 from __future__ import annotations
+
+import ctypes
 
 import pytest
 import torch
@@ -11,17 +14,25 @@ from hypothesis import strategies as st
 from nanoengine.loading.build import pack_for_onednn
 from nanoengine.model import ONEDNN, Linear
 from tracer.kernels import packed_linear
-from tracer.kernels.packed_linear import MAX_ROWS, Agreement, FewRowsLinear, few_rows_first
+from tracer.kernels.packed_linear import (
+    AMX_MAX_ROWS,
+    MAX_ROWS,
+    Agreement,
+    FewRowsLinear,
+    amx_ready,
+    cancelling_rows,
+    few_rows_first,
+)
 
 pytestmark = pytest.mark.skipif(not ONEDNN, reason="oneDNN's packed layout exists on x86 builds of torch")
 
 
-def packed_linear_of(in_features: int, out_features: int, bias: bool, seed: int) -> Linear:
+def packed_linear_of(in_features: int, out_features: int, bias: bool, seed: int, dtype=torch.float32) -> Linear:
     gen = torch.Generator().manual_seed(seed)
-    linear = Linear(in_features, out_features, bias=bias)
-    linear.weight.data = torch.randn(out_features, in_features, generator=gen) * 0.1
+    linear = Linear(in_features, out_features, bias=bias, dtype=dtype)
+    linear.weight.data = (torch.randn(out_features, in_features, generator=gen) * 0.1).to(dtype)
     if bias:
-        linear.bias.data = torch.randn(out_features, generator=gen)
+        linear.bias.data = torch.randn(out_features, generator=gen).to(dtype)
     pack_for_onednn(linear)
     return linear
 
@@ -49,44 +60,45 @@ def test_a_few_rows_get_onednns_bits_from_the_kernel(in_features, out_features, 
     with torch.inference_mode():
         expected = linear(x)
         assert torch.equal(matmul(x), expected)  # the first call compares the two
-        assert matmul.agreement.rows == {rows: True}
+        chunk = matmul.agreement.rows[rows]
+        assert chunk in packed_linear.CHUNKS
         assert torch.equal(matmul(x), expected)  # the second runs the kernel alone
-        assert torch.equal(matmul.kernel(x, matmul.agreement.chunk), expected)
+        assert torch.equal(matmul.kernel(x, chunk), expected)
 
 
 def test_a_kernel_that_disagrees_is_never_used(monkeypatch):
-    """A planted bug: the chunks tried are all wrong for 1536 inputs (oneDNN sums 1024 at a time
-    here). The first call gives oneDNN's result, and every later one too."""
-    monkeypatch.setattr(packed_linear, "CHUNKS", (512,))
+    """A planted bug: the chunk tried is wrong for 1536 inputs (oneDNN sums 512 or 1024 at a time,
+    by CPU and row count). The first call gives oneDNN's result, and every later one too."""
+    monkeypatch.setattr(packed_linear, "CHUNKS", (256,))
     linear = packed_linear_of(1536, 128, False, 0)
     matmul = kernel_first(linear)
     x, zeros = torch.randn(2, 1536), torch.zeros(2, 1536)
     with torch.inference_mode():
-        assert torch.equal(matmul.kernel(zeros, 512), linear(zeros))  # rows of zeros cannot tell
+        assert torch.equal(matmul.kernel(zeros, 256), linear(zeros))  # rows of zeros cannot tell
         assert torch.equal(matmul(zeros), linear(zeros))  # the first call compares on random rows
         expected = linear(x)
-        assert not torch.equal(matmul.kernel(x, 512), expected)
+        assert not torch.equal(matmul.kernel(x, 256), expected)
         assert torch.equal(matmul(x), expected)
-    assert matmul.agreement.rows == {2: False}
+    assert matmul.agreement.rows == {2: 0}
 
 
 def test_a_wrong_layout_is_caught_by_the_first_call():
     """A planted bug: the padded row of inputs one 16 too long, so every block is read askew."""
     linear = packed_linear_of(100, 128, True, 0)
     right = kernel_first(linear)
-    in_features, in_padded, out_features, bias = right.shape
+    in_features, in_padded, out_features, bias, dtype = right.shape
     askew = FewRowsLinear(
         right.forward,
         right.weight,
         right.address,
         right.bias,
-        (in_features, in_padded + 16, out_features, bias),
+        (in_features, in_padded + 16, out_features, bias, dtype),
         Agreement(),
     )
     x = torch.randn(1, 100)
     with torch.inference_mode():
         assert torch.equal(askew(x), linear(x))
-        assert askew.agreement.rows == {1: False}
+        assert askew.agreement.rows == {1: 0}
         assert torch.equal(askew(x), linear(x))
 
 
@@ -96,7 +108,7 @@ def test_linears_of_one_shape_share_what_the_first_showed():
     assert isinstance(first, FewRowsLinear) and isinstance(second, FewRowsLinear)
     with torch.inference_mode():
         first(torch.randn(3, 64))
-    assert second.agreement.rows == {3: True} and len(agreements) == 1
+    assert second.agreement.rows[3] and len(agreements) == 1
 
 
 def test_more_rows_go_to_onednn_unchecked():
@@ -108,9 +120,90 @@ def test_more_rows_go_to_onednn_unchecked():
     assert matmul.agreement.rows == {}
 
 
-def test_weights_not_packed_in_float32_keep_the_linears_forward():
+def test_weights_no_kernel_takes_keep_the_linears_forward():
     plain = Linear(64, 64)
     assert few_rows_first(plain, {}) == plain.forward
     bf16 = Linear(64, 64).to(torch.bfloat16)
-    pack_for_onednn(bf16)  # packed only where oneDNN has bf16 kernels; either way not float32
-    assert few_rows_first(bf16, {}) == bf16.forward
+    pack_for_onednn(bf16)  # packed only where oneDNN has bf16 kernels
+    assert isinstance(few_rows_first(bf16, {}), FewRowsLinear) == amx_ready()
+    odd = Linear(48, 64).to(torch.bfloat16)  # AMX multiplies 32 inputs at a time
+    pack_for_onednn(odd)
+    assert few_rows_first(odd, {}) == odd.forward
+    half = Linear(64, 64).to(torch.float16)
+    assert few_rows_first(half, {}) == half.forward
+
+
+needs_amx = pytest.mark.skipif(not amx_ready(), reason="the bfloat16 kernel runs on CPUs with AMX")
+
+
+@needs_amx
+@settings(max_examples=30, deadline=None)
+@given(
+    in_features=st.sampled_from([64, 576, 1536]),
+    out_features=st.sampled_from([8, 100, 960]),
+    bias=st.booleans(),
+    rows=st.integers(1, AMX_MAX_ROWS),
+    seed=st.integers(0, 99),
+)
+def test_bfloat16_rows_get_onednns_bits_from_the_amx_kernel(in_features, out_features, bias, rows, seed):
+    """Outputs past a block of 32, rows past a tile of 16, and the probe's sums that cancel. (oneDNN
+    sums otherwise in a few shapes, 32 inputs at one row on a Sapphire Rapids: there the check
+    keeps oneDNN, test_a_kernel_that_disagrees_is_never_used.)"""
+    linear = packed_linear_of(in_features, out_features, bias, seed, torch.bfloat16)
+    matmul = kernel_first(linear)
+    x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(seed + 1)).bfloat16()
+    with torch.inference_mode():
+        expected = linear(x)
+        assert torch.equal(matmul(x), expected)
+        assert matmul.agreement.rows == {rows: packed_linear.K_STEP}
+        assert torch.equal(matmul.kernel(x, 0), expected)
+        probe = matmul.agreement.probe
+        assert probe is not None
+        rows_of_probe = cancelling_rows(matmul.shape, rows)
+        assert torch.equal(
+            packed_linear.run_amx(rows_of_probe, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, matmul.shape),
+            probe(rows_of_probe),
+        )
+
+
+def summed_last_to_first(run_amx):
+    """A planted bug: the kernel on the same products, its groups of 32 inputs summed last to first
+    (each block of the packed weight and each row reversed group by group)."""
+
+    def run(x, address, bias, shape):
+        in_features, _, out_features, _, _ = shape
+        blocks, steps = -(-out_features // 32), in_features // 32
+        numbers = (ctypes.c_int16 * (blocks * 32 * in_features)).from_address(address)
+        weight = torch.frombuffer(numbers, dtype=torch.int16).view(blocks, steps, 32 * 32).flip(1).contiguous()
+        rows = x.reshape(len(x), steps, 32).flip(1).contiguous()
+        return run_amx(rows, weight.data_ptr(), bias, shape)
+
+    return run
+
+
+@needs_amx
+def test_bfloat16_summed_in_another_order_is_caught_by_the_probe(monkeypatch):
+    """Random rows hardly show the order of a bfloat16 linear's sums; the probe's cancelling sums do."""
+    linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
+    matmul = kernel_first(linear)
+    monkeypatch.setattr(packed_linear, "run_amx", summed_last_to_first(packed_linear.run_amx))
+    x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
+    with torch.inference_mode():
+        expected = linear(x)
+        wrong = matmul.kernel(x, 0)
+        assert (wrong == expected).float().mean() > 0.95  # the plant barely shows on random rows
+        assert torch.equal(matmul(x), expected)  # yet the first call, probe included, catches it
+    assert matmul.agreement.rows == {4: 0}
+
+
+@needs_amx
+def test_onednns_own_tiles_are_untouched_by_the_kernel():
+    """Both configure AMX's tiles on the same threads: oneDNN's next result must not change."""
+    linear = packed_linear_of(576, 960, False, 0, torch.bfloat16)
+    matmul = kernel_first(linear)
+    x = torch.randn(32, 576).bfloat16()
+    with torch.inference_mode():
+        expected = linear(x)
+        for rows in (1, 3, 17, 32):
+            matmul(x[:rows])
+            assert torch.equal(linear(x), expected)

@@ -1,6 +1,6 @@
 """Which compiled kernels the tools hand the engine: on a CPU run, `auto` takes the paged-decode
-kernel, the fused small steps, the few-row linears and the one-call decode step where this machine
-can build them, and the engine's own torch path where not."""
+kernel, the fused small steps, the few-row linears (bfloat16 ones where AMX runs) and the one-call
+decode step where this machine can build them, and the engine's own torch path where not."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tracer.kernels.build import KernelUnavailable
 from tracer.kernels.decode_layers import decode_layers_library
 from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.fused_ops import fused_ops_library
-from tracer.kernels.packed_linear import packed_gemv_library
+from tracer.kernels.packed_linear import amx_gemv_library, packed_gemv_library
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 
@@ -33,6 +33,7 @@ def with_attention_kernel(options: dict) -> dict:
             raise KernelUnavailable(f"it runs on the CPU only; this run is on {options['device']}")
         fused_ops_library()  # every library builds, or none is used
         packed_gemv_library()
+        amx_gemv_library()  # on every CPU; used where AMX runs
         decode_layers_library()
         return {**options, "attention_backend": PagedDecodeAttention()}
     except KernelUnavailable as error:

@@ -4,9 +4,10 @@
  * calls a step, and each costs 15-25 us of Python around a few microseconds of C
  * (docs/benchmarks.md, thirteenth round).
  *
- * float32; every row one sequence's decode token; every linear packed for oneDNN and read by
- * packed_gemv with the chunk packed_linear.py agreed on. Built at first use by
- * tracer/kernels/build.py, from this file and the three it includes. */
+ * float32 or bfloat16; every row one sequence's decode token; every linear packed for oneDNN and
+ * read by packed_gemv (float32, with the chunk packed_linear.py agreed on) or amx_gemv (bfloat16).
+ * Built at first use by tracer/kernels/build.py, from this file and the four it includes. */
+#include "amx_gemv.c"
 #include "fused_ops.c"
 #include "packed_gemv.c"
 #include "paged_decode.c"
@@ -14,64 +15,72 @@
 #include <stdlib.h>
 
 typedef struct { /* one linear (packed_linear.py: FewRowsLinear) */
-    const float *weight, *bias; /* bias NULL for none */
+    const void *weight, *bias; /* bias NULL for none */
     int64_t in, in_padded, out, chunk;
 } linear_t;
 
 typedef struct { /* one decoder layer (fused_decoder.py: LayerParts), and its KV cache */
-    const float *input_norm, *post_attention_norm;
+    const void *input_norm, *post_attention_norm;
     float input_eps, post_attention_eps;
     linear_t qkv, o, gate_up, down;
-    float *k_cache, *v_cache;
+    void *k_cache, *v_cache;
 } layer_t;
 
 typedef struct { /* what every layer shares in this step */
     int64_t rows, hidden, heads, kv_heads, dim, intermediate;
     float scale;
-    const float *cos, *sin;
+    const void *cos, *sin;
     const int64_t *positions, *slot_mapping;
     const int32_t *block_tables, *seq_lens; /* [rows, max_blocks], [rows] */
     int64_t num_blocks, block_size, max_blocks;
     int64_t silu_run; /* fused_ops.py: silu_vector_run */
     int threads;
+    int is_bf16; /* every tensor bfloat16, else float32 */
 } step_t;
 
-static void linear(const linear_t *l, const float *x, float *y, const step_t *s) {
-    packed_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->in_padded, l->out, l->chunk, s->threads);
+static void linear(const linear_t *l, const void *x, void *y, const step_t *s) {
+    if (s->is_bf16)
+        amx_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->out, s->threads);
+    else
+        packed_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->in_padded, l->out, l->chunk,
+                    s->threads);
 }
 
 /* residual [rows, hidden]: the embedded tokens in, the last layer's residual stream out. Returns
  * 0; 1 where a buffer could not be allocated, 2 where a block table does not fit. */
-int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, float *residual) {
+int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, void *residual) {
     const int64_t rows = s->rows, qkv_width = (s->heads + 2 * s->kv_heads) * s->dim;
     const int64_t attention_width = s->heads * s->dim, num_slots = s->num_blocks * s->block_size;
-    float *h = malloc(rows * (2 * s->hidden + qkv_width + 2 * attention_width + 3 * s->intermediate) *
-                      sizeof(float));
+    const int bf16 = s->is_bf16;
+    const int64_t size = bf16 ? 2 : 4; /* bytes a number */
+    char *h = malloc(rows * (2 * s->hidden + qkv_width + 2 * attention_width + 3 * s->intermediate) *
+                     size);
     if (h == NULL) return 1;
-    float *qkv = h + rows * s->hidden, *q = qkv + rows * qkv_width, *o = q + rows * attention_width;
-    float *out = o + rows * attention_width, *gate_up = out + rows * s->hidden;
-    float *act = gate_up + rows * 2 * s->intermediate;
+    char *qkv = h + rows * s->hidden * size, *q = qkv + rows * qkv_width * size;
+    char *o = q + rows * attention_width * size, *out = o + rows * attention_width * size;
+    char *gate_up = out + rows * s->hidden * size, *act = gate_up + rows * 2 * s->intermediate * size;
     int failed = add_rms_norm(NULL, residual, layers[0].input_norm, h, rows, s->hidden,
-                              layers[0].input_eps, 0);
+                              layers[0].input_eps, bf16);
     for (int64_t i = 0; i < num_layers && !failed; ++i) {
         const layer_t *l = &layers[i];
         linear(&l->qkv, h, qkv, s);
         rope_write_kv(qkv, s->positions, s->cos, s->sin, s->slot_mapping, l->k_cache, l->v_cache, q,
-                      rows, s->heads, s->kv_heads, s->dim, num_slots, 0);
+                      rows, s->heads, s->kv_heads, s->dim, num_slots, bf16);
         failed |= paged_decode(q, l->k_cache, l->v_cache, o, s->block_tables, s->seq_lens, rows,
                                s->heads, s->kv_heads, s->dim, s->num_blocks, s->block_size,
-                               s->max_blocks, s->scale, 0, s->threads);
+                               s->max_blocks, s->scale, bf16, s->threads);
         linear(&l->o, o, out, s);
         failed |= add_rms_norm(out, residual, l->post_attention_norm, h, rows, s->hidden,
-                               l->post_attention_eps, 0);
+                               l->post_attention_eps, bf16);
         linear(&l->gate_up, h, gate_up, s);
-        silu_and_mul(gate_up, act, rows, s->intermediate, s->silu_run, 0, s->threads);
+        silu_and_mul(gate_up, act, rows, s->intermediate, s->silu_run, bf16, s->threads);
         linear(&l->down, act, out, s);
         if (i + 1 < num_layers)
             failed |= add_rms_norm(out, residual, l[1].input_norm, h, rows, s->hidden,
-                                   l[1].input_eps, 0);
+                                   l[1].input_eps, bf16);
         else
-            for (int64_t e = 0; e < rows * s->hidden; ++e) residual[e] += out[e];
+            for (int64_t e = 0; e < rows * s->hidden; ++e) /* residual += out, rounded as torch's */
+                put(residual, e, get(residual, e, bf16) + get(out, e, bf16), bf16);
     }
     free(h);
     return failed;

@@ -1,8 +1,9 @@
 """All of the decoder's layers for a decode step of a few sequences in one call of decode_layers.c:
 what FusedDecoder.forward's loop does, with the same functions in the same order, without ~270
-calls from Python a step. FusedDecoder takes it when every row is a decode, there are at most
-MAX_ROWS of them in float32, and every linear has agreed with oneDNN at that many rows; the loop
-otherwise (and always at the first step of a row count, which is where the linears agree)."""
+calls from Python a step. FusedDecoder takes it when every row is a decode, there are no more of
+them than the linears' kernel takes (8 in float32, 32 in bfloat16 on AMX), and every linear has
+agreed with oneDNN at that many rows; the loop otherwise (and always at the first step of a row
+count, which is where the linears agree)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from torch import Tensor
 from nanoengine.attention import AttentionMetadata, KVCache
 from tracer.kernels.build import load
 from tracer.kernels.fused_ops import silu_vector_run
-from tracer.kernels.packed_linear import MAX_ROWS, Agreement, FewRowsLinear
+from tracer.kernels.packed_linear import Agreement, FewRowsLinear
 
 if TYPE_CHECKING:
     from tracer.kernels.fused_decoder import LayerParts
@@ -73,6 +74,7 @@ class StepArgs(ctypes.Structure):  # step_t
         ("max_blocks", I64),
         ("silu_run", I64),
         ("threads", ctypes.c_int),
+        ("is_bf16", ctypes.c_int),
     ]
 
 
@@ -84,14 +86,14 @@ def decode_layers_library() -> ctypes.CDLL:
     return library
 
 
-def linear_args(linear: FewRowsLinear) -> LinearArgs:
-    in_features, in_padded, out_features, _ = linear.shape
+def linear_args(linear: FewRowsLinear, rows: int) -> LinearArgs:
+    in_features, in_padded, out_features, _, _ = linear.shape
     bias = None if linear.bias is None else linear.bias.data_ptr()
-    return LinearArgs(linear.address, bias, in_features, in_padded, out_features, linear.agreement.chunk)
+    return LinearArgs(linear.address, bias, in_features, in_padded, out_features, linear.agreement.rows[rows])
 
 
 class DecodeLayers:
-    """The layers' arguments, gathered once (and again if the KV caches move)."""
+    """The layers' arguments, gathered once per row count (and again if the KV caches move)."""
 
     def __init__(self, layers: Sequence[LayerParts], intermediate: int):
         self.layers = layers
@@ -99,40 +101,47 @@ class DecodeLayers:
         linears = [getattr(p, name) for p in layers for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
         # what must have agreed with oneDNN at a step's row count; none where a linear has no kernel
         self.agreements: list[Agreement] = []
-        if all(isinstance(linear, FewRowsLinear) for linear in linears):
-            self.agreements = list({id(x.agreement): x.agreement for x in linears}.values())
-        self.args: ctypes.Array[LayerArgs] | None = None
+        self.max_rows, self.dtype = 0, torch.float32
+        kernels = [x for x in linears if isinstance(x, FewRowsLinear)]
+        if kernels and len(kernels) == len(linears) and len({x.shape[4] for x in kernels}) == 1:
+            self.agreements = list({id(x.agreement): x.agreement for x in kernels}.values())
+            self.max_rows, self.dtype = kernels[0].max_rows, kernels[0].shape[4]
+        self.args: dict[int, ctypes.Array[LayerArgs]] = {}  # by row count
         self.caches_at = 0  # the first KV cache's address when args were gathered
 
     def fits(self, rows: int, residual: Tensor, meta: AttentionMetadata) -> bool:
-        """Every row a decode, few enough rows in float32, and every linear agreed at that many."""
+        """Every row a decode, few enough rows in the linears' dtype, and every linear agreed at
+        that many."""
         return (
-            0 < rows <= MAX_ROWS
+            0 < rows <= self.max_rows
             and meta.max_query_len == 1
-            and residual.dtype == torch.float32
+            and residual.dtype == self.dtype
             and bool(self.agreements)
             and all(agreement.rows.get(rows) for agreement in self.agreements)
         )
 
-    def layer_args(self, kv_caches: list[KVCache]) -> ctypes.Array[LayerArgs]:
-        if self.args is None or self.caches_at != kv_caches[0].data_ptr():
+    def layer_args(self, kv_caches: list[KVCache], rows: int) -> ctypes.Array[LayerArgs]:
+        """Each layer's arguments at this many rows (whose chunks the linears' agreements hold)."""
+        if self.caches_at != kv_caches[0].data_ptr():
+            self.args.clear()
+            self.caches_at = kv_caches[0].data_ptr()
+        if rows not in self.args:
             args = []
             for p, kv in zip(self.layers, kv_caches):
-                if not kv.is_contiguous() or kv.dtype != torch.float32:
-                    raise ValueError("decode_layers needs contiguous float32 KV caches")
+                if not kv.is_contiguous() or kv.dtype != self.dtype:
+                    raise ValueError(f"decode_layers needs contiguous {self.dtype} KV caches")
                 k_cache = kv.data_ptr()
                 v_cache = k_cache + kv.stride(0) * kv.element_size()
                 norm, post = p.input_norm, p.post_attention_norm
                 parts = (p.qkv_proj, p.o_proj, p.gate_up_proj, p.down_proj)
-                linears = (linear_args(cast(FewRowsLinear, x)) for x in parts)  # as fits() saw
+                linears = (linear_args(cast(FewRowsLinear, x), rows) for x in parts)  # as fits() saw
                 args.append(
                     LayerArgs(
                         norm.weight.data_ptr(), post.weight.data_ptr(), norm.eps, post.eps, *linears, k_cache, v_cache
                     )
                 )
-            self.args = (LayerArgs * len(args))(*args)
-            self.caches_at = kv_caches[0].data_ptr()
-        return self.args
+            self.args[rows] = (LayerArgs * len(args))(*args)
+        return self.args[rows]
 
     def run(
         self,
@@ -167,8 +176,9 @@ class DecodeLayers:
             tables.shape[1],
             silu_vector_run(),
             torch.get_num_threads(),
+            int(self.dtype == torch.bfloat16),
         )
-        args = self.layer_args(kv_caches)
+        args = self.layer_args(kv_caches, rows)
         status = decode_layers_library().decode_layers(args, len(args), ctypes.byref(step), residual.data_ptr())
         if status & 2:
             raise IndexError("decode_layers: a block table points outside the KV pool or is shorter than its sequence")

@@ -1,11 +1,13 @@
-"""A linear layer that sends a few rows through packed_gemv.c and more through oneDNN: the same
-packed weight, the same bits (see that file for the layout and the order of the sums).
+"""A linear layer that sends a few rows through a kernel reading oneDNN's packed weight in place,
+and more through oneDNN: packed_gemv.c in float32, amx_gemv.c in bfloat16 on CPUs with AMX. The
+same packed weight, the same bits (see those files for the layouts and the order of the sums).
 
 The kernel is trusted with a row count only once it has given oneDNN's bits: the first call of
-each shape of linear with that many rows runs both on random rows and compares (and finds the
-chunks in which oneDNN sums its inputs). oneDNN picks its layout and kernel by shape, dtype and
-CPU, not by the values, so one linear of each shape answers for all of them. Where the bits
-differ, that shape keeps oneDNN."""
+each shape of linear with that many rows runs both and compares (on random rows, which in float32
+also finds the chunks in which oneDNN sums its inputs; in bfloat16 on a probe too, see
+cancelling_probe). oneDNN picks its layout and kernel by shape, dtype and CPU, not by the values,
+so one linear of each shape answers for all of them. Where the bits differ, that shape keeps
+oneDNN."""
 
 from __future__ import annotations
 
@@ -18,20 +20,28 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from nanoengine.loading.build import pack_for_onednn
 from nanoengine.model import Linear
-from tracer.kernels.build import load
+from tracer.kernels.build import KernelUnavailable, load
 
 SOURCE = Path(__file__).with_name("packed_gemv.c")
+AMX_SOURCE = Path(__file__).with_name("amx_gemv.c")
 I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 MatMul = Callable[[Tensor], Tensor]
 
-BLOCK = 64  # outputs per block of the packed layout (packed_gemv.c)
+BLOCK = 64  # outputs per block of the packed float32 layout (packed_gemv.c)
 # Up to this many rows the kernel makes a decode step shorter (docs/benchmarks.md, thirteenth round:
 # one engine switching at every step, 0.68x at 1 row, 0.78x at 4, 0.89x at 8, 1.05x at 12).
 MAX_ROWS = 8
-# How many inputs oneDNN sums before starting a new partial sum: 1024 on the CPUs measured; the
-# others are tried where that gives other bits.
+# How many inputs oneDNN sums before starting a new partial sum: 1024 or 512 on the CPUs measured
+# (by row count); the others are tried where those give other bits.
 CHUNKS = (1024, 512, 256, 2048, 4096)
+CHECKED_OUTPUTS = 512  # at least this many outputs compared before a row count is trusted
+# bfloat16 (amx_gemv.c): oneDNN's bits up to 32 rows, in 0.79-0.85x its time; past 32 rows oneDNN
+# sums otherwise (docs/benchmarks.md, fourteenth round).
+AMX_MAX_ROWS = 32
+AMX_BLOCK = 32  # outputs per block of the packed bfloat16 layout (amx_gemv.c)
+K_STEP = 32  # inputs per AMX multiply: `in` must be a multiple
 
 
 @functools.cache
@@ -42,52 +52,106 @@ def packed_gemv_library() -> ctypes.CDLL:
     return library
 
 
-Shape = tuple[int, int, int, bool]  # in_features, in_padded, out_features, has a bias
+@functools.cache
+def amx_gemv_library() -> ctypes.CDLL:
+    library = load(AMX_SOURCE)  # builds everywhere; without AMX, amx_gemv_ready says no
+    library.amx_gemv.argtypes = [PTR] * 4 + [I64] * 3 + [INT]
+    library.amx_gemv.restype = None
+    library.amx_gemv_ready.restype = INT
+    return library
+
+
+@functools.cache
+def amx_ready() -> bool:
+    """Whether this CPU and compiler have AMX's bf16 tiles, and Linux lets this process use them."""
+    try:
+        return bool(amx_gemv_library().amx_gemv_ready())
+    except KernelUnavailable:
+        return False
+
+
+Shape = tuple[int, int, int, bool, torch.dtype]  # in_features, in_padded, out_features, has a bias, dtype
 
 
 @dataclass(slots=True)
 class Agreement:
-    """What one shape of linear has shown: for each row count, whether the kernel gave oneDNN's
-    bits, and with which chunk."""
+    """What one shape of linear has shown: for each row count, the chunk with which the kernel gave
+    oneDNN's bits (K_STEP in bfloat16, the groups AMX sums), 0 where it did not. oneDNN may sum in
+    other chunks at other row counts (512 at one row and 1024 at four, on a Xeon with AVX-512)."""
 
-    chunk: int = 0  # 0 until found
-    rows: dict[int, bool] = field(default_factory=dict)
+    rows: dict[int, int] = field(default_factory=dict)
+    probe: Linear | None = None  # bfloat16: cancelling_probe's linear, packed once
 
-    def check(self, kernel: Callable[[int], Tensor], expected: Tensor) -> bool:
-        chunks = (self.chunk,) if self.chunk else CHUNKS
-        found = next((chunk for chunk in chunks if torch.equal(kernel(chunk), expected)), 0)
-        self.chunk = self.chunk or found
-        return found != 0
+
+def cancelling_probe(shape: Shape) -> Linear:
+    """A linear of this shape whose every output, on cancelling_rows, is a sum that cancels: a large
+    first and last term around small ones. Random rows cannot tell two orders of summing apart in
+    bfloat16 (its rounding hides the float32 sum's last bits); these can, as the small terms'
+    rounding against the large one depends on the order, and it is all that is left."""
+    in_features, _, out_features, bias, dtype = shape
+    gen = torch.Generator().manual_seed(0)
+    probe = Linear(in_features, out_features, bias=bias, dtype=dtype)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    weight[:, 0], weight[:, -1] = 2.0**12, -(2.0**12)
+    probe.weight.data = weight.to(dtype)
+    if bias:
+        probe.bias.data = torch.randn(out_features, generator=gen).to(dtype)
+    pack_for_onednn(probe)
+    return probe
+
+
+def cancelling_rows(shape: Shape, rows: int) -> Tensor:
+    x = torch.randn(rows, shape[0], generator=torch.Generator().manual_seed(rows))
+    x[:, 0] = x[:, -1] = 2.0**8
+    return x.to(shape[4])
 
 
 @dataclass(slots=True, frozen=True)
 class FewRowsLinear:
-    """Called like the linear's forward: up to MAX_ROWS rows through the kernel, once it agrees."""
+    """Called like the linear's forward: up to max_rows rows through the kernel, once it agrees."""
 
     forward: MatMul  # oneDNN
     weight: Tensor  # packed; held so that its address stays valid
-    address: int  # of the weight's packed floats
+    address: int  # of the weight's packed numbers
     bias: Tensor | None
     shape: Shape
     agreement: Agreement  # shared by the linears of this shape
 
+    @property
+    def max_rows(self) -> int:
+        return AMX_MAX_ROWS if self.shape[4] == torch.bfloat16 else MAX_ROWS
+
     def __call__(self, x: Tensor) -> Tensor:
         rows = x.shape[0]
-        if rows > MAX_ROWS or x.dtype != torch.float32 or not x.is_contiguous():
+        if rows > self.max_rows or x.dtype != self.shape[4] or not x.is_contiguous():
             return self.forward(x)
-        agreed = self.agreement.rows.get(rows)
-        if agreed is None:
-            agreed = self.agreement.rows[rows] = self.agrees(rows)
-        return self.kernel(x, self.agreement.chunk) if agreed else self.forward(x)
+        chunk = self.agreement.rows.get(rows)
+        if chunk is None:
+            chunk = self.agreement.rows[rows] = self.agreeing_chunk(rows)
+        return self.kernel(x, chunk) if chunk else self.forward(x)
 
-    def agrees(self, rows: int) -> bool:
-        """Whether the kernel gives oneDNN's bits on random rows (which no chunk of the wrong size
-        sums to the same bits, as rows of zeros would)."""
-        x = torch.randn(rows, self.shape[0], generator=torch.Generator().manual_seed(rows))
-        return self.agreement.check(lambda chunk: self.kernel(x, chunk), self.forward(x))
+    def agreeing_chunk(self, rows: int) -> int:
+        """The chunk with which the kernel gives oneDNN's bits on random rows, 0 if none does: rows
+        enough for CHECKED_OUTPUTS outputs (a chunk of the wrong size cannot sum them all to the
+        same bits, as rows of zeros would), and in bfloat16 cancelling_probe's too."""
+        dtype, gen = self.shape[4], torch.Generator().manual_seed(rows)
+        calls = -(-CHECKED_OUTPUTS // (rows * self.shape[2]))
+        xs = [torch.randn(rows, self.shape[0], generator=gen).to(dtype) for _ in range(calls)]
+        expected = [self.forward(x) for x in xs]
+        chunks = (K_STEP,) if dtype == torch.bfloat16 else CHUNKS
+        agrees = (c for c in chunks if all(torch.equal(self.kernel(x, c), y) for x, y in zip(xs, expected)))
+        chunk = next(agrees, 0)
+        return chunk if dtype == torch.float32 or self.agrees_on_probe(rows) else 0
+
+    def agrees_on_probe(self, rows: int) -> bool:
+        probe = self.agreement.probe = self.agreement.probe or cancelling_probe(self.shape)
+        x = cancelling_rows(self.shape, rows)
+        return torch.equal(run_amx(x, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, self.shape), probe(x))
 
     def kernel(self, x: Tensor, chunk: int) -> Tensor:
-        in_features, in_padded, out_features, _ = self.shape
+        if self.shape[4] == torch.bfloat16:
+            return run_amx(x, self.address, self.bias, self.shape)
+        in_features, in_padded, out_features, _, _ = self.shape
         y = x.new_empty(x.shape[0], out_features)
         packed_gemv_library().packed_gemv(
             x.data_ptr(),
@@ -104,30 +168,57 @@ class FewRowsLinear:
         return y
 
 
-def packed_float32(linear: Linear) -> bool:
+def run_amx(x: Tensor, address: int, bias: Tensor | None, shape: Shape) -> Tensor:
+    y = x.new_empty(x.shape[0], shape[2])
+    amx_gemv_library().amx_gemv(
+        x.data_ptr(),
+        address,
+        None if bias is None else bias.data_ptr(),
+        y.data_ptr(),
+        x.shape[0],
+        shape[0],
+        shape[2],
+        torch.get_num_threads(),
+    )
+    return y
+
+
+def packed_as(linear: Linear, dtype: torch.dtype) -> bool:
     weight, bias = linear.weight, linear.bias
     return (
         weight.is_mkldnn
-        and weight.dtype == torch.float32
+        and weight.dtype == dtype
         and hasattr(torch.ops.mkldnn, "data_ptr")
-        and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
+        and (bias is None or (bias.dtype == dtype and bias.is_contiguous()))
     )
 
 
-def in_padded(linear: Linear) -> int | None:
+def in_padded(linear: Linear, block: int, size: int) -> int | None:
     """The packed layout's inputs per output, padding included (so that the kernel reads exactly the
     packed bytes); None if their number says another layout."""
-    blocks = -(-linear.out_features // BLOCK)
-    floats, rest = divmod(torch.ops.mkldnn._nbytes(linear.weight), 4 * blocks * BLOCK)
-    return floats if rest == 0 and floats >= linear.in_features else None
+    blocks = -(-linear.out_features // block)
+    numbers, rest = divmod(torch.ops.mkldnn._nbytes(linear.weight), size * blocks * block)
+    return numbers if rest == 0 and numbers >= linear.in_features else None
+
+
+def kernel_shape(linear: Linear) -> Shape | None:
+    """The shape a kernel takes this linear in, or None: float32 packed for oneDNN, or bfloat16
+    packed where AMX runs, its inputs a multiple of K_STEP and unpadded."""
+    in_features, out_features, bias = linear.in_features, linear.out_features, linear.bias is not None
+    if packed_as(linear, torch.float32):
+        padded = in_padded(linear, BLOCK, 4)
+        return None if padded is None else (in_features, padded, out_features, bias, torch.float32)
+    if packed_as(linear, torch.bfloat16) and in_features % K_STEP == 0 and amx_ready():
+        padded = in_padded(linear, AMX_BLOCK, 2)
+        return (in_features, padded, out_features, bias, torch.bfloat16) if padded == in_features else None
+    return None
 
 
 def few_rows_first(linear: Linear, agreements: dict[Shape, Agreement]) -> MatMul:
-    """A FewRowsLinear for a float32 linear packed for oneDNN, else the linear's forward."""
-    padded = in_padded(linear) if packed_float32(linear) else None
-    if padded is None:
+    """A FewRowsLinear for a linear that a kernel takes (kernel_shape), else the linear's forward."""
+    shape = kernel_shape(linear)
+    if shape is None:
         return linear.forward
-    shape = (linear.in_features, padded, linear.out_features, linear.bias is not None)
     agreement = agreements.setdefault(shape, Agreement())
     address = torch.ops.mkldnn.data_ptr(linear.weight)
     return FewRowsLinear(linear.forward, linear.weight, address, linear.bias, shape, agreement)
