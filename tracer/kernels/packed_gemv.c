@@ -14,6 +14,12 @@
  * first use, and keeps oneDNN where not. Built at first use by tracer/kernels/build.py. */
 #include <stdint.h>
 
+/* gcc's default for Intel's AVX-512 CPUs is 256-bit vectors; 512-bit ones read a row's weights in
+ * 0.85x the time on a Sapphire Rapids (docs/benchmarks.md, fourteenth round). Each output's sum is
+ * the same at any width. */
+#pragma GCC push_options
+#pragma GCC target("prefer-vector-width=512")
+
 enum { BLOCK = 64, ROWS_AT_ONCE = 4 };
 
 #define INLINE static inline __attribute__((always_inline))
@@ -63,3 +69,5 @@ void packed_gemv(const float *x, const float *weight, const float *bias, float *
         }
     }
 }
+
+#pragma GCC pop_options
