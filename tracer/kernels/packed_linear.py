@@ -80,20 +80,20 @@ class Agreement:
     other chunks at other row counts (512 at one row and 1024 at four, on a Xeon with AVX-512)."""
 
     rows: dict[int, int] = field(default_factory=dict)
-    probe: Linear | None = None  # bfloat16: cancelling_probe's linear, packed once
+    probe: Linear | None = None  # bfloat16: cancelling_probe's linear, while row counts are left
 
 
 def cancelling_probe(shape: Shape) -> Linear:
     """A linear of this shape whose every output, on cancelling_rows, is a sum that cancels: a large
-    first and last term around small ones. Random rows cannot tell two orders of summing apart in
-    bfloat16 (its rounding hides the float32 sum's last bits); these can, as the small terms'
-    rounding against the large one depends on the order, and it is all that is left."""
+    first and last term around small ones, so that its bits show the order in which the sum was
+    added up (the small terms' rounding against the large one is all that is left). Its weights
+    are random, a block of 32 outputs repeated (cheap to make for an LM head)."""
     in_features, _, out_features, bias, dtype = shape
     gen = torch.Generator().manual_seed(0)
     probe = Linear(in_features, out_features, bias=bias, dtype=dtype)
-    weight = torch.randn(out_features, in_features, generator=gen)
-    weight[:, 0], weight[:, -1] = 2.0**12, -(2.0**12)
-    probe.weight.data = weight.to(dtype)
+    block = torch.randn(AMX_BLOCK, in_features, generator=gen)
+    block[:, 0], block[:, -1] = 2.0**12, -(2.0**12)
+    probe.weight.data = block.to(dtype).repeat(-(-out_features // AMX_BLOCK), 1)[:out_features].contiguous()
     if bias:
         probe.bias.data = torch.randn(out_features, generator=gen).to(dtype)
     pack_for_onednn(probe)
@@ -131,22 +131,23 @@ class FewRowsLinear:
         return self.kernel(x, chunk) if chunk else self.forward(x)
 
     def agreeing_chunk(self, rows: int) -> int:
-        """The chunk with which the kernel gives oneDNN's bits on random rows, 0 if none does: rows
-        enough for CHECKED_OUTPUTS outputs (a chunk of the wrong size cannot sum them all to the
-        same bits, as rows of zeros would), and in bfloat16 cancelling_probe's too."""
-        dtype, gen = self.shape[4], torch.Generator().manual_seed(rows)
+        """The chunk with which the kernel gives oneDNN's bits, 0 if none does. float32: on random
+        rows, enough for CHECKED_OUTPUTS outputs (a chunk of the wrong size cannot sum them all to
+        the same bits, as rows of zeros would). bfloat16: on cancelling_probe (random rows cannot
+        show the order of the sums through bfloat16's rounding)."""
+        if self.shape[4] == torch.bfloat16:
+            probe = self.agreement.probe = self.agreement.probe or cancelling_probe(self.shape)
+            x = cancelling_rows(self.shape, rows)
+            kernel = run_amx(x, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, self.shape)
+            if len(self.agreement.rows) + 1 == AMX_MAX_ROWS:  # the last row count: let it go
+                self.agreement.probe = None
+            return K_STEP if torch.equal(kernel, probe(x)) else 0
+        gen = torch.Generator().manual_seed(rows)
         calls = -(-CHECKED_OUTPUTS // (rows * self.shape[2]))
-        xs = [torch.randn(rows, self.shape[0], generator=gen).to(dtype) for _ in range(calls)]
+        xs = [torch.randn(rows, self.shape[0], generator=gen) for _ in range(calls)]
         expected = [self.forward(x) for x in xs]
-        chunks = (K_STEP,) if dtype == torch.bfloat16 else CHUNKS
-        agrees = (c for c in chunks if all(torch.equal(self.kernel(x, c), y) for x, y in zip(xs, expected)))
-        chunk = next(agrees, 0)
-        return chunk if dtype == torch.float32 or self.agrees_on_probe(rows) else 0
-
-    def agrees_on_probe(self, rows: int) -> bool:
-        probe = self.agreement.probe = self.agreement.probe or cancelling_probe(self.shape)
-        x = cancelling_rows(self.shape, rows)
-        return torch.equal(run_amx(x, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, self.shape), probe(x))
+        agrees = (c for c in CHUNKS if all(torch.equal(self.kernel(x, c), y) for x, y in zip(xs, expected)))
+        return next(agrees, 0)
 
     def kernel(self, x: Tensor, chunk: int) -> Tensor:
         if self.shape[4] == torch.bfloat16:
