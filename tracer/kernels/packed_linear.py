@@ -3,8 +3,8 @@ and more through oneDNN: packed_gemv.c in float32, amx_gemv.c in bfloat16 on CPU
 same packed weight, the same bits (see those files for the layouts and the order of the sums).
 
 The kernel is trusted with a row count only once it has given oneDNN's bits: the first call of
-each shape of linear with that many rows runs both and compares (on random rows, which in float32
-also finds the chunks in which oneDNN sums its inputs; in bfloat16 on a probe too, see
+each shape of linear with that many rows runs both and compares (in float32 on random rows, which
+also finds the chunk in which oneDNN sums its inputs; in bfloat16 on rows whose sums cancel, see
 cancelling_probe). oneDNN picks its layout and kernel by shape, dtype and CPU, not by the values,
 so one linear of each shape answers for all of them. Where the bits differ, that shape keeps
 oneDNN."""
