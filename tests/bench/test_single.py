@@ -72,3 +72,10 @@ def test_generate_stats_prints_ttft_and_the_decode_rate(capsys):
     assert main(["generate", "--model", "tiny", "--max-tokens", "12", "--ignore-eos", "--stats", "hi"]) == 0
     err = capsys.readouterr().err
     assert "[stats] TTFT " in err and "tok/s (11 tokens after the first)" in err and "float32" in err
+
+
+def test_generate_runs_in_the_dtype_asked_for(capsys):
+    """--dtype reaches the engine (bfloat16 decodes about twice as fast on CPUs with AMX)."""
+    argv = ["generate", "--model", "tiny", "--max-tokens", "4", "--ignore-eos", "--stats", "--dtype", "bfloat16", "hi"]
+    assert main(argv) == 0
+    assert "torch.bfloat16" in capsys.readouterr().err

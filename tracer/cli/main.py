@@ -77,6 +77,15 @@ def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument(
         "--threads", type=int, default=None, help=_("torch CPU threads (1 is much faster on a busy machine)")
     )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16", "auto"),
+        default=None,
+        help=_(
+            "default: float32 on the CPU (Hugging Face's exact tokens), bfloat16 on CUDA; bfloat16 decodes"
+            " about 2x faster on CPUs with AMX; auto: bfloat16 where the CPU has bf16 instructions"
+        ),
+    )
     add_lang_arg(p)
 
 
@@ -127,6 +136,7 @@ def engine_options(args: argparse.Namespace) -> dict:
         use_chat_template=not args.raw,
         num_threads=args.threads,
         attention_backend=args.attention_backend,
+        dtype=args.dtype,
     )
 
 
