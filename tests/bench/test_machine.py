@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import HANG_S
 
-from tracer.bench.machine import cpu_line, cpu_model, describe_cpu
+from tracer.bench.machine import cpu_line, cpu_model, describe_cpu, has_amx
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
@@ -28,6 +28,16 @@ def test_the_report_line_says_when_the_instruction_set_was_capped():
     assert cpu_line(cpu) == "CPU X, 2 cores, AVX2 (capped: ONEDNN_MAX_CPU_ISA=AVX2)"
     assert cpu_line({**cpu, "isa_caps": {}}) == "CPU X, 2 cores, AVX2"
     assert cpu_line(None) == ""  # a report written before the CPU was recorded
+    assert cpu_line({**cpu, "isa": "AVX512", "amx": True, "isa_caps": {}}) == "CPU X, 2 cores, AVX512 with AMX"
+
+
+def test_amx_is_read_from_the_cpus_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile amx_int8\n")
+    assert has_amx(info)
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n")
+    assert not has_amx(info)
+    assert not has_amx(tmp_path / "missing")
 
 
 @pytest.mark.skipif(not X86, reason="AVX2 and AVX-512 are x86 instruction sets")

@@ -26,6 +26,18 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU has AMX's bf16 tiles (oneDNN's bf16 linears and tracer/kernels/amx_gemv.c use
+    them; torch's capability string does not say)."""
+    try:
+        flags = next(
+            (line for line in cpuinfo.read_text(errors="replace").splitlines() if line.startswith("flags")), ""
+        )
+    except OSError:
+        return False
+    return "amx_bf16" in flags.split()
+
+
 def describe_cpu() -> dict:
     import torch
 
@@ -33,6 +45,7 @@ def describe_cpu() -> dict:
         "model": cpu_model(),
         "cores": os.cpu_count(),
         "isa": torch.backends.cpu.get_cpu_capability(),  # the widest torch's kernels use here
+        "amx": has_amx(),
         "isa_caps": {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)},
     }
 
@@ -43,4 +56,5 @@ def cpu_line(cpu: dict | None) -> str:
         return ""
     caps = ", ".join(f"{k}={v}" for k, v in cpu.get("isa_caps", {}).items())
     capped = f" (capped: {caps})" if caps else ""
-    return f"CPU {cpu['model']}, {cpu['cores']} cores, {cpu['isa']}{capped}"
+    amx = " with AMX" if cpu.get("amx") else ""
+    return f"CPU {cpu['model']}, {cpu['cores']} cores, {cpu['isa']}{amx}{capped}"
