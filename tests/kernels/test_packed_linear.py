@@ -19,6 +19,7 @@ from tracer.kernels.packed_linear import (
     MAX_ROWS,
     Agreement,
     FewRowsLinear,
+    Shape,
     amx_ready,
     cancelling_rows,
     few_rows_first,
@@ -92,7 +93,7 @@ def test_a_wrong_layout_is_caught_by_the_first_call():
         right.weight,
         right.address,
         right.bias,
-        (in_features, in_padded + 16, out_features, bias, dtype),
+        Shape(in_features, in_padded + 16, out_features, bias, dtype),
         Agreement(),
     )
     x = torch.randn(1, 100)

@@ -11,6 +11,8 @@ import os
 import platform
 from pathlib import Path
 
+from tracer.kernels.build import cpu_flags
+
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
@@ -29,13 +31,7 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 def has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether the CPU has AMX's bf16 tiles (oneDNN's bf16 linears and tracer/kernels/amx_gemv.c use
     them; torch's capability string does not say)."""
-    try:
-        flags = next(
-            (line for line in cpuinfo.read_text(errors="replace").splitlines() if line.startswith("flags")), ""
-        )
-    except OSError:
-        return False
-    return "amx_bf16" in flags.split()
+    return "amx_bf16" in cpu_flags(cpuinfo).split()
 
 
 def describe_cpu() -> dict:

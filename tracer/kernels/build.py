@@ -49,9 +49,10 @@ def compiler() -> str:
     return found
 
 
-def cpu_flags() -> str:
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's line of instruction-set flags, as /proc/cpuinfo spells it (empty where unreadable)."""
     try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        lines = cpuinfo.read_text(errors="replace").splitlines()
     except OSError:
         return ""
     return next((line for line in lines if line.startswith(("flags", "Features"))), "")

@@ -87,9 +87,9 @@ def decode_layers_library() -> ctypes.CDLL:
 
 
 def linear_args(linear: FewRowsLinear, rows: int) -> LinearArgs:
-    in_features, in_padded, out_features, _, _ = linear.shape
+    shape, chunk = linear.shape, linear.agreement.rows[rows]
     bias = None if linear.bias is None else linear.bias.data_ptr()
-    return LinearArgs(linear.address, bias, in_features, in_padded, out_features, linear.agreement.rows[rows])
+    return LinearArgs(linear.address, bias, shape.in_features, shape.in_padded, shape.out_features, chunk)
 
 
 class DecodeLayers:
@@ -103,9 +103,9 @@ class DecodeLayers:
         self.agreements: list[Agreement] = []
         self.max_rows, self.dtype = 0, torch.float32
         kernels = [x for x in linears if isinstance(x, FewRowsLinear)]
-        if kernels and len(kernels) == len(linears) and len({x.shape[4] for x in kernels}) == 1:
+        if kernels and len(kernels) == len(linears) and len({x.shape.dtype for x in kernels}) == 1:
             self.agreements = list({id(x.agreement): x.agreement for x in kernels}.values())
-            self.max_rows, self.dtype = kernels[0].max_rows, kernels[0].shape[4]
+            self.max_rows, self.dtype = kernels[0].max_rows, kernels[0].shape.dtype
         self.args: dict[int, ctypes.Array[LayerArgs]] = {}  # by row count
         self.caches_at = 0  # the first KV cache's address when args were gathered
 
@@ -116,7 +116,6 @@ class DecodeLayers:
             0 < rows <= self.max_rows
             and meta.max_query_len == 1
             and residual.dtype == self.dtype
-            and bool(self.agreements)
             and all(agreement.rows.get(rows) for agreement in self.agreements)
         )
 

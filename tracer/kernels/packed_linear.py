@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -70,7 +71,14 @@ def amx_ready() -> bool:
         return False
 
 
-Shape = tuple[int, int, int, bool, torch.dtype]  # in_features, in_padded, out_features, has a bias, dtype
+class Shape(NamedTuple):
+    """What a kernel needs to know of a linear, and what linears that share an Agreement share."""
+
+    in_features: int
+    in_padded: int  # inputs per output in the packed layout, padding included
+    out_features: int
+    bias: bool
+    dtype: torch.dtype
 
 
 @dataclass(slots=True)
@@ -101,9 +109,9 @@ def cancelling_probe(shape: Shape) -> Linear:
 
 
 def cancelling_rows(shape: Shape, rows: int) -> Tensor:
-    x = torch.randn(rows, shape[0], generator=torch.Generator().manual_seed(rows))
+    x = torch.randn(rows, shape.in_features, generator=torch.Generator().manual_seed(rows))
     x[:, 0] = x[:, -1] = 2.0**8
-    return x.to(shape[4])
+    return x.to(shape.dtype)
 
 
 @dataclass(slots=True, frozen=True)
@@ -119,11 +127,11 @@ class FewRowsLinear:
 
     @property
     def max_rows(self) -> int:
-        return AMX_MAX_ROWS if self.shape[4] == torch.bfloat16 else MAX_ROWS
+        return AMX_MAX_ROWS if self.shape.dtype == torch.bfloat16 else MAX_ROWS
 
     def __call__(self, x: Tensor) -> Tensor:
         rows = x.shape[0]
-        if rows > self.max_rows or x.dtype != self.shape[4] or not x.is_contiguous():
+        if rows > self.max_rows or x.dtype != self.shape.dtype or not x.is_contiguous():
             return self.forward(x)
         chunk = self.agreement.rows.get(rows)
         if chunk is None:
@@ -135,7 +143,7 @@ class FewRowsLinear:
         rows, enough for CHECKED_OUTPUTS outputs (a chunk of the wrong size cannot sum them all to
         the same bits, as rows of zeros would). bfloat16: on cancelling_probe (random rows cannot
         show the order of the sums through bfloat16's rounding)."""
-        if self.shape[4] == torch.bfloat16:
+        if self.shape.dtype == torch.bfloat16:
             probe = self.agreement.probe = self.agreement.probe or cancelling_probe(self.shape)
             x = cancelling_rows(self.shape, rows)
             kernel = run_amx(x, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, self.shape)
@@ -143,42 +151,45 @@ class FewRowsLinear:
                 self.agreement.probe = None
             return K_STEP if torch.equal(kernel, probe(x)) else 0
         gen = torch.Generator().manual_seed(rows)
-        calls = -(-CHECKED_OUTPUTS // (rows * self.shape[2]))
-        xs = [torch.randn(rows, self.shape[0], generator=gen) for _ in range(calls)]
+        calls = -(-CHECKED_OUTPUTS // (rows * self.shape.out_features))
+        xs = [torch.randn(rows, self.shape.in_features, generator=gen) for _ in range(calls)]
         expected = [self.forward(x) for x in xs]
         agrees = (c for c in CHUNKS if all(torch.equal(self.kernel(x, c), y) for x, y in zip(xs, expected)))
         return next(agrees, 0)
 
     def kernel(self, x: Tensor, chunk: int) -> Tensor:
-        if self.shape[4] == torch.bfloat16:
+        if self.shape.dtype == torch.bfloat16:
             return run_amx(x, self.address, self.bias, self.shape)
-        in_features, in_padded, out_features, _, _ = self.shape
-        y = x.new_empty(x.shape[0], out_features)
-        packed_gemv_library().packed_gemv(
-            x.data_ptr(),
-            self.address,
-            None if self.bias is None else self.bias.data_ptr(),
-            y.data_ptr(),
-            x.shape[0],
-            in_features,
-            in_padded,
-            out_features,
-            chunk,
-            torch.get_num_threads(),
-        )
-        return y
+        return run_packed_gemv(x, self.address, self.bias, self.shape, chunk)
+
+
+def run_packed_gemv(x: Tensor, address: int, bias: Tensor | None, shape: Shape, chunk: int) -> Tensor:
+    y = x.new_empty(x.shape[0], shape.out_features)
+    packed_gemv_library().packed_gemv(
+        x.data_ptr(),
+        address,
+        None if bias is None else bias.data_ptr(),
+        y.data_ptr(),
+        x.shape[0],
+        shape.in_features,
+        shape.in_padded,
+        shape.out_features,
+        chunk,
+        torch.get_num_threads(),
+    )
+    return y
 
 
 def run_amx(x: Tensor, address: int, bias: Tensor | None, shape: Shape) -> Tensor:
-    y = x.new_empty(x.shape[0], shape[2])
+    y = x.new_empty(x.shape[0], shape.out_features)
     amx_gemv_library().amx_gemv(
         x.data_ptr(),
         address,
         None if bias is None else bias.data_ptr(),
         y.data_ptr(),
         x.shape[0],
-        shape[0],
-        shape[2],
+        shape.in_features,
+        shape.out_features,
         torch.get_num_threads(),
     )
     return y
@@ -208,10 +219,10 @@ def kernel_shape(linear: Linear) -> Shape | None:
     in_features, out_features, bias = linear.in_features, linear.out_features, linear.bias is not None
     if packed_as(linear, torch.float32):
         padded = in_padded(linear, BLOCK, 4)
-        return None if padded is None else (in_features, padded, out_features, bias, torch.float32)
+        return None if padded is None else Shape(in_features, padded, out_features, bias, torch.float32)
     if packed_as(linear, torch.bfloat16) and in_features % K_STEP == 0 and amx_ready():
         padded = in_padded(linear, AMX_BLOCK, 2)
-        return (in_features, padded, out_features, bias, torch.bfloat16) if padded == in_features else None
+        return Shape(in_features, padded, out_features, bias, torch.bfloat16) if padded == in_features else None
     return None
 
 
