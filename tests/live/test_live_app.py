@@ -156,6 +156,18 @@ async def test_x_without_a_selection_says_what_to_do(session):
 
 
 @run_async
+async def test_a_poll_while_the_app_closes_does_nothing(session):
+    """A poll timer's tick can land after the widgets are gone (seen under load): the engine's
+    changed state must not be drawn into a screen that no longer has its timeline."""
+    app = session.app(animations=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.query_one("#timeline").remove()
+        await pilot.pause()
+        app.live.shown_state = "a state the screen has not shown"
+        app.poll()  # raised NoMatches (no TimelineView) before
+
+
+@run_async
 async def test_a_violation_pauses_the_engine_at_that_step(session):
     app = session.app(animations=False)
     async with app.run_test(size=SIZE) as pilot:

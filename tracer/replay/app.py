@@ -446,8 +446,11 @@ class ReplayApp(App[int]):
     # ---- a growing source -----------------------------------------------------------------
     def poll(self) -> None:
         """Take the steps appended since the last poll; show the newest if following. The live
-        controls' notices and engine state come with it."""
-        if self.model.grows and not self.model.broken and self.query(TimelineView):  # none: closing
+        controls' notices and engine state come with it. Nothing once the app is closing: its
+        widgets are gone, and a timer tick can still land then (on a busy machine it does)."""
+        if not self.query(TimelineView):
+            return
+        if self.model.grows and not self.model.broken:
             try:
                 if self.model.poll():
                     self.take_steps()
