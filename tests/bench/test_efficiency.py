@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from nanoengine.model import ONEDNN
+from tracer.bench import efficiency
 from tracer.bench.efficiency import (
     FULL_BATCH,
     gemm_libraries,
@@ -123,3 +124,21 @@ def test_linear_ceiling_times_every_linear_of_the_model(tiny_model, monkeypatch)
     num_linears = sum(isinstance(m, torch.nn.Linear) for m in tiny_model.modules())
     assert num_linears == 4 * tiny_model.config.num_hidden_layers + 1  # qkv, o, gate_up, down; LM head
     assert {rows for rows, _ in calls} == {3, 8} and len(calls) % num_linears == 0
+
+
+def test_linear_ceiling_takes_the_faster_way_to_run_the_linears(tiny_model, monkeypatch):
+    """Where the engine has kernels for the linears, the ceiling is whichever way runs them faster."""
+    linears = [m for m in tiny_model.modules() if isinstance(m, torch.nn.Linear)]
+    widths: list[int] = []
+    kernels = [lambda x, m=m: (widths.append(x.shape[1]), m(x))[1] for m in linears]
+
+    def seconds(fn, device, min_time):  # the kernels' way takes half the modules' time
+        widths.clear()
+        fn()
+        return 0.5 if widths else 1.0
+
+    monkeypatch.setattr(efficiency, "time_call", seconds)
+    alone = measure_linear_ceiling(tiny_model, batches=(4,))
+    both = measure_linear_ceiling(tiny_model, kernels, batches=(4,))
+    assert widths == [m.in_features for m in linears]  # each kernel called with its own linear's rows
+    assert both["4"] == pytest.approx(2 * alone["4"], rel=0.01)

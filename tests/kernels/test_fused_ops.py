@@ -217,3 +217,14 @@ def test_a_step_in_one_call_is_held_to_the_models_bits(monkeypatch, dtype):
     theirs, their_recorder = run_busy(False, dtype)
     assert our_recorder.one_call_steps
     assert not all(same_bits(a, b) for a, b in zip(our_recorder.hidden, their_recorder.hidden))
+
+
+def test_the_decoders_linears_come_in_the_models_order():
+    """The bench times them against the model's own modules (efficiency.measure_linear_ceiling)."""
+    engine = make_tiny_engine(attention_backend=PagedDecodeAttention())
+    modules = [m for m in engine.model.modules() if isinstance(m, torch.nn.Linear)]
+    linears = FusedDecoder(engine.model).linears()
+    assert len(linears) == len(modules)
+    for linear, module in zip(linears, modules):
+        x = torch.randn(3, module.in_features)
+        assert torch.equal(linear(x), module(x))

@@ -178,12 +178,20 @@ def measure_gemm_peak(shape: ModelShape, device: torch.device, dtype: torch.dtyp
     }
 
 
-def measure_linear_ceiling(model: torch.nn.Module, batches: tuple[int, ...] = (FULL_BATCH, 32)) -> dict[str, float]:
+def measure_linear_ceiling(
+    model: torch.nn.Module,
+    kernels: list[Callable[[Tensor], Tensor]] | None = None,
+    batches: tuple[int, ...] = (FULL_BATCH, 32),
+) -> dict[str, float]:
     """GFLOP/s of the model's own linear layers (every decoder layer's, then the LM head), called in
     model order on `rows` rows as a decode step calls them, so each weight comes from memory, not
     cache. No decode step of that batch can run faster than its linears alone: this rate, against
-    the GEMM peak, bounds the decode efficiency a system can reach on this machine."""
+    the GEMM peak, bounds the decode efficiency a system can reach on this machine. `kernels`: the
+    same linears as the engine runs them, where it has faster ones (the few-row kernels of
+    tracer/kernels): the ceiling is the faster way at each batch."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    modules: list[Callable[[Tensor], Tensor]] = list(linears)
+    ways = [modules] + ([kernels] if kernels else [])
     weight = linears[0].weight
     flops_per_row = 2 * sum(m.weight.numel() for m in linears)
     rates = {}
@@ -191,15 +199,16 @@ def measure_linear_ceiling(model: torch.nn.Module, batches: tuple[int, ...] = (F
         xs = {
             k: torch.randn(rows, k, device=weight.device, dtype=weight.dtype) for k in {m.in_features for m in linears}
         }
-        seconds = time_call(partial(run_linears, linears, xs), weight.device, min_time=0.5)
+        inputs = [xs[m.in_features] for m in linears]
+        seconds = min(time_call(partial(run_linears, way, inputs), weight.device, min_time=0.5) for way in ways)
         rates[str(rows)] = round(flops_per_row * rows / seconds / 1e9, 2)
     return rates
 
 
 @torch.inference_mode()
-def run_linears(linears: list[torch.nn.Linear], xs: dict[int, Tensor]) -> None:
-    for m in linears:
-        m(xs[m.in_features])
+def run_linears(linears: list[Callable[[Tensor], Tensor]], inputs: list[Tensor]) -> None:
+    for linear, x in zip(linears, inputs):
+        linear(x)
 
 
 def model_flops_summary(shape: ModelShape) -> dict:

@@ -18,6 +18,7 @@ from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.model_only import ForwardProbe, replay_forwards
 from tracer.bench.workload import BenchRequest
 from tracer.kernels.choose import build_engine
+from tracer.kernels.fused_decoder import FusedDecoder
 
 
 @dataclass(slots=True)
@@ -92,7 +93,9 @@ def run_engine(
     )
     if model_only:
         run.model_only_time = replay_forwards(engine, probe.inputs)
-    run.linear_ceiling = measure_linear_ceiling(engine.model)
+    decoder = engine.runner.model
+    kernels = decoder.linears() if isinstance(decoder, FusedDecoder) else None
+    run.linear_ceiling = measure_linear_ceiling(engine.model, kernels)
     return run
 
 

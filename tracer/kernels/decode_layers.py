@@ -1,8 +1,8 @@
 """All of the decoder's layers for a decode step of a few sequences in one call of decode_layers.c:
 what FusedDecoder.forward's loop does, with the same functions in the same order, without ~270
 calls from Python a step. FusedDecoder takes it when every row is a decode, there are no more of
-them than the linears' kernel takes (8 in float32, 32 in bfloat16 on AMX), and every linear has
-agreed with oneDNN at that many rows; the loop otherwise (and always at the first step of a row
+them than the linears' kernel takes (float32: 64 with AVX-512, 8 with AVX2; bfloat16: 32 on AMX),
+and every linear has agreed with oneDNN at that many rows; the loop otherwise (and always at the first step of a row
 count, which is where the linears agree)."""
 
 from __future__ import annotations

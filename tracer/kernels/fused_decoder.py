@@ -92,6 +92,11 @@ class FusedDecoder:
         """CausalLM.compute_logits with the LM head called as the layers' linears are."""
         return self.lm_head(self.model.model.norm(hidden))
 
+    def linears(self) -> list[MatMul]:
+        """Every linear as this decoder calls it, in the model's order (its modules' order)."""
+        parts = [(p.qkv_proj, p.o_proj, p.gate_up_proj, p.down_proj) for p in self.layers]
+        return [linear for layer in parts for linear in layer] + [self.lm_head]
+
     @torch.inference_mode()
     def forward(
         self,

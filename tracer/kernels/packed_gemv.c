@@ -1,37 +1,120 @@
-/* A linear layer for a few rows (a decode step of one to a few sequences), reading the weight
- * oneDNN has packed (nanoengine/loading/build.py: pack_for_onednn) in place.
+/* A linear layer for a few rows (a decode step of one to a few dozen sequences), reading the
+ * weight oneDNN has packed (nanoengine/loading/build.py: pack_for_onednn) in place.
  *
  * At one row a linear is a matrix-vector product: every weight is read once and used once, so its
  * time is the time to read the weights. oneDNN's kernel reads them at two thirds of the rate this
- * plain loop does (docs/benchmarks.md, thirteenth round).
+ * loop does (docs/benchmarks.md, thirteenth round). At 8-32 rows each weight serves every row, and
+ * what counts is doing the multiply-adds while the next weights arrive from memory (fifteenth
+ * round, AVX-512): the rows go through a block's weights a few at a time, in tiles that fit the
+ * registers, and the weights a few tiles ahead are fetched into the L2 cache meanwhile.
  *
  * The packed layout, float32: blocks of 64 outputs, one after the other; inside a block, input i's
  * 64 weights side by side: w[o, i] at (o / 64) * in_padded * 64 + i * 64 + o % 64, where in_padded
- * is `in` rounded up (to a multiple of 16 on the CPUs seen) and the padding is zeros. Each output is
- * summed as oneDNN sums it: over i in order, one fused multiply-add per term, in chunks of `chunk`
- * inputs whose sums start from zero and are added in order; then the bias. So the result has
- * oneDNN's bits: the caller (packed_linear.py) checks that for each shape and row count at its
- * first use, and keeps oneDNN where not. Built at first use by tracer/kernels/build.py. */
+ * is `in` rounded up (to a multiple of 16 on the CPUs seen) and the padding is zeros. Each output
+ * is summed as oneDNN sums it: over i in order, one fused multiply-add per term, in chunks of
+ * `chunk` inputs whose sums start from zero and are added in order; then the bias. So the result
+ * has oneDNN's bits: the caller (packed_linear.py) checks that for each shape and row count at its
+ * first use, and keeps oneDNN where not. A partial sum parked in memory between tiles keeps its
+ * bits, so the tiling does not change them. Built at first use by tracer/kernels/build.py. */
 #include <stdint.h>
+#include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
-/* gcc's default for Intel's AVX-512 CPUs is 256-bit vectors; 512-bit ones read a row's weights in
- * 0.85x the time on a Sapphire Rapids (docs/benchmarks.md, fourteenth round). Each output's sum is
- * the same at any width. */
+/* gcc's default for Intel's AVX-512 CPUs is 256-bit vectors (fourteenth round). */
 #pragma GCC push_options
 #pragma GCC target("prefer-vector-width=512")
 
-enum { BLOCK = 64, ROWS_AT_ONCE = 4 };
-
+enum { BLOCK = 64 }; /* outputs per block of the packed layout */
 #define INLINE static inline __attribute__((always_inline))
+
+#ifdef __AVX512F__ /* a tile: TILE_ROWS rows by 4 vectors of outputs, in 32 registers */
+typedef __m512 fvec;
+enum { FLOATS = 16, TILE_ROWS = 6 };
+#define FMA _mm512_fmadd_ps
+#define SET1 _mm512_set1_ps
+#define LOAD _mm512_loadu_ps
+#define STORE _mm512_storeu_ps
+#define ZERO _mm512_setzero_ps
+
+enum {
+    TILE_WIDTH = 4 * FLOATS, /* outputs per tile: the whole block */
+    SLAB = 64,               /* rows a block's partial sums are kept for at a time */
+    STRETCH = 64,            /* inputs a tile goes through before the next tile's rows take over */
+    AHEAD = 4 * STRETCH,     /* how far ahead (in inputs) the weights are fetched */
+};
+
+/* part[r][o] (+)= sum over i in [start, end) of x[r, i] * w[o, i], for `rows` rows (a constant in
+ * each inlined copy) and TILE_WIDTH outputs; `first` starts the sums from zero. Tile number `tile`
+ * of `tiles` asks for every tiles-th of the lines a few stretches ahead: the tiles share that. */
+INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
+                     int64_t start, int64_t end, int first, int tile, int tiles, const int rows) {
+    fvec sum[TILE_ROWS][4];
+    for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < 4; ++v) sum[r][v] = first ? ZERO() : LOAD(&part[r][v * FLOATS]);
+    for (int64_t i = start; i < end; ++i) {
+        for (int line = tile; line < TILE_WIDTH / 16; line += tiles)
+            __builtin_prefetch(w + (i + AHEAD) * BLOCK + line * 16, 0, 2); /* into L2 */
+        fvec wi[4];
+        for (int v = 0; v < 4; ++v) wi[v] = LOAD(w + i * BLOCK + v * FLOATS);
+        for (int r = 0; r < rows; ++r) {
+            const fvec xi = SET1(x[r * in + i]);
+            for (int v = 0; v < 4; ++v) sum[r][v] = FMA(xi, wi[v], sum[r][v]);
+        }
+    }
+    for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < 4; ++v) STORE(&part[r][v * FLOATS], sum[r][v]);
+}
+
+static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
+                      int64_t start, int64_t end, int first, int tile, int tiles, int64_t rows) {
+    switch (rows) {
+    case 1: run_tile(x, in, w, part, start, end, first, tile, tiles, 1); break;
+    case 2: run_tile(x, in, w, part, start, end, first, tile, tiles, 2); break;
+    case 3: run_tile(x, in, w, part, start, end, first, tile, tiles, 3); break;
+    case 4: run_tile(x, in, w, part, start, end, first, tile, tiles, 4); break;
+    case 5: run_tile(x, in, w, part, start, end, first, tile, tiles, 5); break;
+    case 6: run_tile(x, in, w, part, start, end, first, tile, tiles, 6); break;
+    }
+}
+
+/* One block's outputs for up to SLAB rows: each chunk of inputs a stretch at a time, and each
+ * stretch through all the rows' tiles while its weights are in the cache. */
+static void block_outputs(const float *x, const float *block, const float *bias, float *y,
+                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t width) {
+    float sum[SLAB][BLOCK], part[SLAB][BLOCK];
+    enum { SIDE_BY_SIDE = BLOCK / TILE_WIDTH }; /* tiles across a block's outputs */
+    const int64_t row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS, tiles = row_tiles * SIDE_BY_SIDE;
+    for (int64_t start = 0; start < in; start += chunk) {
+        const int64_t end = start + chunk < in ? start + chunk : in;
+        for (int64_t s = start; s < end; s += STRETCH) {
+            const int64_t e = s + STRETCH < end ? s + STRETCH : end;
+            for (int64_t t = 0; t < tiles; ++t) {
+                const int64_t g = t / SIDE_BY_SIDE, half = t % SIDE_BY_SIDE * TILE_WIDTH;
+                const int64_t r0 = g * rows / row_tiles, r1 = (g + 1) * rows / row_tiles;
+                tile_rows(x + r0 * in, in, block + half, (float(*)[BLOCK])(&part[r0][half]), s,
+                          e, s == start, (int)t, (int)tiles, r1 - r0);
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r)
+            for (int o = 0; o < BLOCK; ++o) sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+    }
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < width; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
+}
+
+#else /* AVX2 and others: the thirteenth round's loop, which gcc vectorizes (measured on AVX2) */
+enum { SLAB = 4 }; /* rows at once */
 
 /* One block's 64 outputs for `rows` rows (a constant in each inlined copy): the block's weights
  * are read once for all of them. */
-INLINE void block_outputs(const float *x, const float *block, const float *bias, float *y,
-                          int64_t in, int64_t chunk, int64_t out, int64_t width, const int rows) {
-    float sum[ROWS_AT_ONCE][BLOCK];
+INLINE void rows_outputs(const float *x, const float *block, const float *bias, float *y,
+                         int64_t in, int64_t chunk, int64_t out, int64_t width, const int rows) {
+    float sum[SLAB][BLOCK];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
-        float part[ROWS_AT_ONCE][BLOCK] = {{0}};
+        float part[SLAB][BLOCK] = {{0}};
         for (int64_t i = start; i < end; ++i)
             for (int r = 0; r < rows; ++r) {
                 const float xi = x[r * in + i];
@@ -47,27 +130,37 @@ INLINE void block_outputs(const float *x, const float *block, const float *bias,
         for (int64_t o = 0; o < width; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
 }
 
+static void block_outputs(const float *x, const float *block, const float *bias, float *y,
+                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t width) {
+    switch (rows) {
+    case 1: rows_outputs(x, block, bias, y, in, chunk, out, width, 1); break;
+    case 2: rows_outputs(x, block, bias, y, in, chunk, out, width, 2); break;
+    case 3: rows_outputs(x, block, bias, y, in, chunk, out, width, 3); break;
+    default: rows_outputs(x, block, bias, y, in, chunk, out, width, 4); break;
+    }
+}
+#endif
+
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The blocks are
- * shared among the threads; the rows go four at a time. */
+ * shared among the threads; the rows go SLAB at a time. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {
     const int64_t blocks = (out + BLOCK - 1) / BLOCK;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
-        const float *block = weight + b * in_padded * BLOCK;
-        const float *block_bias = bias ? bias + b * BLOCK : 0;
         const int64_t width = out - b * BLOCK < BLOCK ? out - b * BLOCK : BLOCK;
-        for (int64_t r = 0; r < rows; r += ROWS_AT_ONCE) {
-            const float *xr = x + r * in;
-            float *yr = y + r * out + b * BLOCK;
-            switch (rows - r < ROWS_AT_ONCE ? rows - r : ROWS_AT_ONCE) {
-            case 1: block_outputs(xr, block, block_bias, yr, in, chunk, out, width, 1); break;
-            case 2: block_outputs(xr, block, block_bias, yr, in, chunk, out, width, 2); break;
-            case 3: block_outputs(xr, block, block_bias, yr, in, chunk, out, width, 3); break;
-            default: block_outputs(xr, block, block_bias, yr, in, chunk, out, width, 4); break;
-            }
-        }
+        for (int64_t r = 0; r < rows; r += SLAB)
+            block_outputs(x + r * in, weight + b * in_padded * BLOCK, bias ? bias + b * BLOCK : 0,
+                          y + r * out + b * BLOCK, rows - r < SLAB ? rows - r : SLAB, in, chunk,
+                          out, width);
     }
 }
 
+#ifdef __AVX512F__
+#undef FMA
+#undef SET1
+#undef LOAD
+#undef STORE
+#undef ZERO
+#endif
 #pragma GCC pop_options
