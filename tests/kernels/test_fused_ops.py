@@ -106,10 +106,11 @@ class HiddenRecorder:
     """Wraps a runner's model; keeps each step's hidden states."""
 
     def __init__(self, model):
-        self.model, self.hidden, self.one_call_steps = model, [], []
+        self.model, self.hidden, self.one_call_steps, self.decode_steps = model, [], [], 0
         self.config = model.config
 
     def __call__(self, *args):
+        self.decode_steps += args[3].max_query_len == 1  # (input_ids, positions, kv_caches, meta, ...)
         out = self.model(*args)
         self.hidden.append(out.clone())
         return out
@@ -150,6 +151,8 @@ def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
         decoder = our_recorder.model
         assert any(decoder.lm_head.agreement.rows.values())
         assert len(our_recorder.one_call_steps) > 5 and max(our_recorder.one_call_steps) > 1
+        # every decode step in one call, the first at each row count too (the linears agree first)
+        assert len(our_recorder.one_call_steps) == our_recorder.decode_steps
         with torch.inference_mode():
             for rows in (1, 3, 12):
                 hidden = our_hidden[-1].repeat(rows, 1)[:rows]

@@ -2,8 +2,8 @@
 what FusedDecoder.forward's loop does, with the same functions in the same order, without ~270
 calls from Python a step. FusedDecoder takes it when every row is a decode, there are no more of
 them than the linears' kernel takes (float32: 64 with AVX-512, 8 with AVX2; bfloat16: 32 on AMX),
-and every linear has agreed with oneDNN at that many rows; the loop otherwise (and always at the first step of a row
-count, which is where the linears agree)."""
+and every linear agrees with oneDNN at that many rows (checked before the first such step); the
+layer loop otherwise."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from torch import Tensor
 from nanoengine.attention import AttentionMetadata, KVCache
 from tracer.kernels.build import load
 from tracer.kernels.fused_ops import silu_vector_run
-from tracer.kernels.packed_linear import Agreement, FewRowsLinear
+from tracer.kernels.packed_linear import FewRowsLinear
 
 if TYPE_CHECKING:
     from tracer.kernels.fused_decoder import LayerParts
@@ -100,23 +100,23 @@ class DecodeLayers:
         self.intermediate = intermediate
         linears = [getattr(p, name) for p in layers for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
         # what must have agreed with oneDNN at a step's row count; none where a linear has no kernel
-        self.agreements: list[Agreement] = []
+        self.agreeing: list[FewRowsLinear] = []  # one linear of each shape
         self.max_rows, self.dtype = 0, torch.float32
         kernels = [x for x in linears if isinstance(x, FewRowsLinear)]
         if kernels and len(kernels) == len(linears) and len({x.shape.dtype for x in kernels}) == 1:
-            self.agreements = list({id(x.agreement): x.agreement for x in kernels}.values())
+            self.agreeing = list({id(x.agreement): x for x in kernels}.values())
             self.max_rows, self.dtype = kernels[0].max_rows, kernels[0].shape.dtype
         self.args: dict[int, ctypes.Array[LayerArgs]] = {}  # by row count
         self.caches_at = 0  # the first KV cache's address when args were gathered
 
     def fits(self, rows: int, residual: Tensor, meta: AttentionMetadata) -> bool:
         """Every row a decode, few enough rows in the linears' dtype, and every linear agreed at
-        that many."""
+        that many (asked now where this is the first step of that many rows)."""
         return (
             0 < rows <= self.max_rows
             and meta.max_query_len == 1
             and residual.dtype == self.dtype
-            and all(agreement.rows.get(rows) for agreement in self.agreements)
+            and all(linear.agree(rows) for linear in self.agreeing)
         )
 
     def layer_args(self, kv_caches: list[KVCache], rows: int) -> ctypes.Array[LayerArgs]:

@@ -134,10 +134,15 @@ class FewRowsLinear:
         rows = x.shape[0]
         if rows > self.max_rows or x.dtype != self.shape.dtype or not x.is_contiguous():
             return self.forward(x)
+        chunk = self.agree(rows)
+        return self.kernel(x, chunk) if chunk else self.forward(x)
+
+    def agree(self, rows: int) -> int:
+        """The chunk agreed on at this many rows (0: none agrees), checked at its first asking."""
         chunk = self.agreement.rows.get(rows)
         if chunk is None:
             chunk = self.agreement.rows[rows] = self.agreeing_chunk(rows)
-        return self.kernel(x, chunk) if chunk else self.forward(x)
+        return chunk
 
     def agreeing_chunk(self, rows: int) -> int:
         """The chunk with which the kernel gives oneDNN's bits, 0 if none does. float32: on random
