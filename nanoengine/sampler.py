@@ -10,7 +10,8 @@ from nanoengine.sampling_params import SamplingParams
 def sample(logits: torch.Tensor, params: list[SamplingParams], num_tokens: list[int]) -> list[int]:
     """logits: [num_seqs, vocab]. num_tokens seeds each seeded request's draw, so a seeded
     request gives the same text whatever it was batched with (and after preemption)."""
-    tokens = logits.argmax(dim=-1)
+    # the first largest, as argmax; on a CPU argmax takes 2-5x max's time (docs/benchmarks.md)
+    tokens = logits.max(dim=-1).indices
     for i, p in enumerate(params):
         if not p.greedy:
             tokens[i] = sample_one(logits[i].float(), p, num_tokens[i])

@@ -39,3 +39,13 @@ def test_seed_reproducible_and_independent_of_batch():
         0
     ].token_ids
     assert different != alone
+
+
+def test_greedy_takes_the_first_of_tied_largest_logits_as_argmax_does():
+    """bfloat16 logits tie often; greedy must pick what vLLM's argmax picks, the first of them."""
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.bfloat16, torch.float32):
+        logits = torch.randint(-3, 4, (8, 1000), generator=gen).to(dtype)  # every row has ties
+        logits[3, 7] = float("nan")  # argmax takes a NaN as the largest
+        params = [SamplingParams(temperature=0)] * 8
+        assert sample(logits, params, [0] * 8) == logits.argmax(dim=-1).tolist()
