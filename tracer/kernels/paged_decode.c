@@ -28,31 +28,24 @@ static void load_floats(const void *src, int64_t offset, int64_t n, int is_bf16,
     for (int64_t i = 0; i < n; ++i) dst[i] = from_bf16(s[i]);
 }
 
-/* One block of a head's cache as floats: the block itself (float32) or a converted copy. */
-static const float *block_of(const void *head, int64_t block, int64_t block_elems, int is_bf16,
-                             float *scratch) {
-    if (!is_bf16) return (const float *)head + block * block_elems;
-    load_floats(head, block * block_elems, block_elems, 1, scratch);
-    return scratch;
+/* Element i of a cache row, as a float: bfloat16 widens exactly, so reading it in place gives the
+ * same numbers as a converted copy would. */
+INLINE float element(const void *row, int64_t i, int is_bf16) {
+    return is_bf16 ? from_bf16(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 
 /* a . b, summed in one fixed order whatever the pointers' alignment (so a request gets the same
  * numbers in any batch): 16 running sums, one per vector lane, added up last. */
-INLINE float dot(const float *a, const float *b, int64_t n) {
+INLINE float dot(const float *a, const void *b, int64_t n, int is_bf16) {
     float lanes[16] = {0}, sum = 0.f;
     int64_t d = 0;
     for (; d + 16 <= n; d += 16)
 #pragma omp simd
-        for (int i = 0; i < 16; ++i) lanes[i] = __builtin_fmaf(a[d + i], b[d + i], lanes[i]);
-    for (; d < n; ++d) sum = __builtin_fmaf(a[d], b[d], sum);
+        for (int i = 0; i < 16; ++i)
+            lanes[i] = __builtin_fmaf(a[d + i], element(b, d + i, is_bf16), lanes[i]);
+    for (; d < n; ++d) sum = __builtin_fmaf(a[d], element(b, d, is_bf16), sum);
     for (int i = 0; i < 16; ++i) sum += lanes[i];
     return sum;
-}
-
-/* Start reading a block from memory, all of it at once (before a pass's first block). */
-static void prefetch(const void *head, int64_t block, int64_t block_elems, int elem_size) {
-    const char *p = (const char *)head + block * block_elems * elem_size;
-    for (int64_t i = 0; i < block_elems * elem_size; i += 64) __builtin_prefetch(p + i);
 }
 
 /* Start reading row t of the next block while row t of this one is computed on: spread out, the
@@ -69,25 +62,29 @@ INLINE const char *next_block(const void *head, const int32_t *table, int64_t j,
 }
 
 /* One sequence's query heads that share one KV head: q [group, dim] floats (already scaled) ->
- * out [group, dim] floats. scores: group * len floats, then one block of floats of scratch. */
-INLINE void attend(const float *q, const void *k_head, const void *v_head, const int32_t *table,
+ * out [group, dim] floats; scores: group * len floats. The cache is read where it lies, bfloat16
+ * widened number by number (a block converted to a copy first took 13 % longer). While the scores
+ * pass reads a block's keys it asks for the block's values too, which pass 3 then finds in the
+ * cache (docs/benchmarks.md, fifteenth round). */
+INLINE void attend(const float *q, const char *k_head, const char *v_head, const int32_t *table,
                    int64_t len, int64_t group, int64_t dim, int64_t block_size, int is_bf16,
                    float *scores, float *out) {
-    float *scratch = scores + group * len;
     const int64_t block_elems = block_size * dim, num_blocks = (len + block_size - 1) / block_size;
     const int elem_size = is_bf16 ? 2 : 4;
     for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores: q . k for every cached token */
-        const float *k = block_of(k_head, table[j], block_elems, is_bf16, scratch);
+        const char *k = k_head + table[j] * block_elems * elem_size;
         const char *next = next_block(k_head, table, j, num_blocks, block_elems * elem_size);
         const int64_t first = j * block_size;
         const int64_t n = len - first < block_size ? len - first : block_size;
+        const char *v = v_head + table[j] * block_elems * elem_size; /* for pass 3 */
         for (int64_t t = 0; t < n; ++t) {
             prefetch_row(next, t, dim * elem_size);
+            prefetch_row(v, t, dim * elem_size);
             for (int64_t g = 0; g < group; ++g)
-                scores[g * len + first + t] = dot(q + g * dim, k + t * dim, dim);
+                scores[g * len + first + t] =
+                    dot(q + g * dim, k + t * dim * elem_size, dim, is_bf16);
         }
     }
-    prefetch(v_head, table[0], block_elems, elem_size);
     for (int64_t g = 0; g < group; ++g) { /* 2. softmax over each query head's scores */
         float *s = scores + g * len, max = s[0], sum = 0.f;
         for (int64_t t = 1; t < len; ++t) max = s[t] > max ? s[t] : max;
@@ -97,7 +94,7 @@ INLINE void attend(const float *q, const void *k_head, const void *v_head, const
     }
     memset(out, 0, group * dim * sizeof(float));
     for (int64_t j = 0; j < num_blocks; ++j) { /* 3. out = sum of probability x value */
-        const float *v = block_of(v_head, table[j], block_elems, is_bf16, scratch);
+        const char *v = v_head + table[j] * block_elems * elem_size;
         const char *next = next_block(v_head, table, j, num_blocks, block_elems * elem_size);
         const int64_t first = j * block_size;
         const int64_t n = len - first < block_size ? len - first : block_size;
@@ -105,9 +102,11 @@ INLINE void attend(const float *q, const void *k_head, const void *v_head, const
             prefetch_row(next, t, dim * elem_size);
             for (int64_t g = 0; g < group; ++g) {
                 const float p = scores[g * len + first + t];
+                const char *row = v + t * dim * elem_size;
 #pragma omp simd
                 for (int64_t d = 0; d < dim; ++d)
-                    out[g * dim + d] = __builtin_fmaf(p, v[t * dim + d], out[g * dim + d]);
+                    out[g * dim + d] =
+                        __builtin_fmaf(p, element(row, d, is_bf16), out[g * dim + d]);
             }
         }
     }
@@ -142,9 +141,9 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
             failed |= 2;
             continue;
         }
-        /* q and out, then the scores at a 64-byte boundary, then one block of scratch */
+        /* q and out, then the scores at a 64-byte boundary */
         const int64_t scores_at = (2 * group * dim + 15) / 16 * 16;
-        const int64_t floats = (scores_at + group * len + block_size * dim + 15) / 16 * 16;
+        const int64_t floats = (scores_at + group * len + 15) / 16 * 16;
         float *buffer = aligned_alloc(64, floats * sizeof(float));
         if (buffer == NULL) {
             failed |= 1;
@@ -156,10 +155,14 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
         const char *k_head = (const char *)k_cache + h * head_elems * elem_size;
         const char *v_head = (const char *)v_cache + h * head_elems * elem_size;
         const int32_t *table = block_tables + b * max_blocks;
-        if (dim == 64) /* the head dims of SmolLM2, Qwen and Llama: loops of a known length */
-            attend(qf, k_head, v_head, table, len, group, 64, block_size, is_bf16, scores, of);
+        if (dim == 64 && is_bf16) /* SmolLM2's, Qwen's and Llama's head dims: known loop lengths */
+            attend(qf, k_head, v_head, table, len, group, 64, block_size, 1, scores, of);
+        else if (dim == 64)
+            attend(qf, k_head, v_head, table, len, group, 64, block_size, 0, scores, of);
+        else if (dim == 128 && is_bf16)
+            attend(qf, k_head, v_head, table, len, group, 128, block_size, 1, scores, of);
         else if (dim == 128)
-            attend(qf, k_head, v_head, table, len, group, 128, block_size, is_bf16, scores, of);
+            attend(qf, k_head, v_head, table, len, group, 128, block_size, 0, scores, of);
         else
             attend(qf, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, of);
         if (is_bf16)
