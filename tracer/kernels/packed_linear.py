@@ -33,7 +33,7 @@ MatMul = Callable[[Tensor], Tensor]
 BLOCK = 64  # outputs per block of the packed float32 layout (packed_gemv.c)
 # Up to this many rows the kernel is faster than oneDNN (docs/benchmarks.md): on an AVX2 CPU 8 (the
 # thirteenth round: a decode step 0.68x at 1 row, 0.89x at 8, 1.05x at 12); with AVX-512 64 (the
-# fifteenth round: the model's linears 0.79x at 1 row, 0.76x at 16, 0.85x at 32, 0.91x at 64).
+# fifteenth round: the model's linears 0.81x at 1 row, 0.76x at 16, 0.84x at 32, 0.91x at 64).
 MAX_ROWS = 64 if "avx512f" in cpu_flags().split() else 8
 # How many inputs oneDNN sums before starting a new partial sum: 1024 or 512 on the CPUs measured
 # (by row count); the others are tried where those give other bits.
