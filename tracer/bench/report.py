@@ -292,7 +292,10 @@ def ceiling_caption(peak: dict, name: str = "Decode ceiling") -> str | None:
         f"{rows} rows {rate:.1f} GFLOP/s ({rate / peak['gflop_s'] * 100:.0f} % of peak)"
         for rows, rate in ceiling.items()
     )
-    return f"{name}: the model's linear layers alone, weights read from memory as a decode step reads them: {rates}"
+    return (
+        f"{name}: the model's linear layers alone (the faster of oneDNN and the engine's few-row kernels), "
+        f"weights read from memory as a decode step reads them: {rates}"
+    )
 
 
 def peak_of(report: dict, key: str = "nanoengine") -> dict:
