@@ -29,9 +29,9 @@
 enum { BLOCK = 64 }; /* outputs per block of the packed layout */
 #define INLINE static inline __attribute__((always_inline))
 
-#ifdef __AVX512F__ /* a tile: TILE_ROWS rows by 4 vectors of outputs, in 32 registers */
+#ifdef __AVX512F__ /* a tile: TILE_ROWS rows by 4 vectors of outputs, and 4 of weights: 32 registers */
 typedef __m512 fvec;
-enum { FLOATS = 16, TILE_ROWS = 6 };
+enum { FLOATS = 16, TILE_ROWS = 7 };
 #define FMA _mm512_fmadd_ps
 #define SET1 _mm512_set1_ps
 #define LOAD _mm512_loadu_ps
@@ -76,6 +76,7 @@ static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[
     case 4: run_tile(x, in, w, part, start, end, first, tile, tiles, 4); break;
     case 5: run_tile(x, in, w, part, start, end, first, tile, tiles, 5); break;
     case 6: run_tile(x, in, w, part, start, end, first, tile, tiles, 6); break;
+    case 7: run_tile(x, in, w, part, start, end, first, tile, tiles, 7); break;
     }
 }
 
