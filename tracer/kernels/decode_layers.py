@@ -98,7 +98,7 @@ class DecodeLayers:
     def __init__(self, layers: Sequence[LayerParts], intermediate: int):
         self.layers = layers
         self.intermediate = intermediate
-        linears = [getattr(p, name) for p in layers for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
+        linears = [linear for p in layers for linear in p.linears()]
         # what must have agreed with oneDNN at a step's row count; none where a linear has no kernel
         self.agreeing: list[FewRowsLinear] = []  # one linear of each shape
         self.max_rows, self.dtype = 0, torch.float32
@@ -132,8 +132,7 @@ class DecodeLayers:
                 k_cache = kv.data_ptr()
                 v_cache = k_cache + kv.stride(0) * kv.element_size()
                 norm, post = p.input_norm, p.post_attention_norm
-                parts = (p.qkv_proj, p.o_proj, p.gate_up_proj, p.down_proj)
-                linears = (linear_args(cast(FewRowsLinear, x), rows) for x in parts)  # as fits() saw
+                linears = (linear_args(cast(FewRowsLinear, x), rows) for x in p.linears())  # as fits() saw
                 args.append(
                     LayerArgs(
                         norm.weight.data_ptr(), post.weight.data_ptr(), norm.eps, post.eps, *linears, k_cache, v_cache

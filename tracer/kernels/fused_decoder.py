@@ -38,6 +38,10 @@ class LayerParts:
     num_heads: int
     scale: float
 
+    def linears(self) -> tuple[MatMul, MatMul, MatMul, MatMul]:
+        """The layer's linears in the order of its modules (and of decode_layers.c's layer_t)."""
+        return self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj
+
     @staticmethod
     def of(layer: DecoderLayer, agreements: dict[Shape, Agreement]) -> LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
@@ -94,8 +98,7 @@ class FusedDecoder:
 
     def linears(self) -> list[MatMul]:
         """Every linear as this decoder calls it, in the model's order (its modules' order)."""
-        parts = [(p.qkv_proj, p.o_proj, p.gate_up_proj, p.down_proj) for p in self.layers]
-        return [linear for layer in parts for linear in layer] + [self.lm_head]
+        return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head]
 
     @torch.inference_mode()
     def forward(

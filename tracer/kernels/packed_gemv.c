@@ -17,7 +17,6 @@
  * first use, and keeps oneDNN where not. A partial sum parked in memory between tiles keeps its
  * bits, so the tiling does not change them. Built at first use by tracer/kernels/build.py. */
 #include <stdint.h>
-#include <string.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -29,7 +28,7 @@
 enum { BLOCK = 64 }; /* outputs per block of the packed layout */
 #define INLINE static inline __attribute__((always_inline))
 
-#ifdef __AVX512F__ /* a tile: TILE_ROWS rows by 4 vectors of outputs, and 4 of weights: 32 registers */
+#ifdef __AVX512F__ /* a tile: TILE_ROWS rows x 4 vectors of sums, and 4 of weights: 32 registers */
 typedef __m512 fvec;
 enum { FLOATS = 16, TILE_ROWS = 7 };
 #define FMA _mm512_fmadd_ps
@@ -39,22 +38,21 @@ enum { FLOATS = 16, TILE_ROWS = 7 };
 #define ZERO _mm512_setzero_ps
 
 enum {
-    TILE_WIDTH = 4 * FLOATS, /* outputs per tile: the whole block */
-    SLAB = 64,               /* rows a block's partial sums are kept for at a time */
-    STRETCH = 64,            /* inputs a tile goes through before the next tile's rows take over */
-    AHEAD = 4 * STRETCH,     /* how far ahead (in inputs) the weights are fetched */
+    SLAB = 64,           /* rows a block's partial sums are kept for at a time */
+    STRETCH = 64,        /* inputs a tile goes through before the next tile's rows take over */
+    AHEAD = 4 * STRETCH, /* how far ahead (in inputs) the weights are fetched */
 };
 
 /* part[r][o] (+)= sum over i in [start, end) of x[r, i] * w[o, i], for `rows` rows (a constant in
- * each inlined copy) and TILE_WIDTH outputs; `first` starts the sums from zero. Tile number `tile`
- * of `tiles` asks for every tiles-th of the lines a few stretches ahead: the tiles share that. */
+ * each inlined copy) and a block's 64 outputs; `first` starts the sums from zero. Tile number
+ * `tile` of `tiles` asks for every tiles-th of the lines a few stretches ahead: they share that. */
 INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
                      int64_t start, int64_t end, int first, int tile, int tiles, const int rows) {
     fvec sum[TILE_ROWS][4];
     for (int r = 0; r < rows; ++r)
         for (int v = 0; v < 4; ++v) sum[r][v] = first ? ZERO() : LOAD(&part[r][v * FLOATS]);
     for (int64_t i = start; i < end; ++i) {
-        for (int line = tile; line < TILE_WIDTH / 16; line += tiles)
+        for (int line = tile; line < BLOCK / 16; line += tiles)
             __builtin_prefetch(w + (i + AHEAD) * BLOCK + line * 16, 0, 2); /* into L2 */
         fvec wi[4];
         for (int v = 0; v < 4; ++v) wi[v] = LOAD(w + i * BLOCK + v * FLOATS);
@@ -85,17 +83,15 @@ static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[
 static void block_outputs(const float *x, const float *block, const float *bias, float *y,
                           int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t width) {
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
-    enum { SIDE_BY_SIDE = BLOCK / TILE_WIDTH }; /* tiles across a block's outputs */
-    const int64_t row_tiles = (rows + TILE_ROWS - 1) / TILE_ROWS, tiles = row_tiles * SIDE_BY_SIDE;
+    const int64_t tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         for (int64_t s = start; s < end; s += STRETCH) {
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
-            for (int64_t t = 0; t < tiles; ++t) {
-                const int64_t g = t / SIDE_BY_SIDE, half = t % SIDE_BY_SIDE * TILE_WIDTH;
-                const int64_t r0 = g * rows / row_tiles, r1 = (g + 1) * rows / row_tiles;
-                tile_rows(x + r0 * in, in, block + half, (float(*)[BLOCK])(&part[r0][half]), s,
-                          e, s == start, (int)t, (int)tiles, r1 - r0);
+            for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly among the tiles */
+                const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
+                tile_rows(x + r0 * in, in, block, part + r0, s, e, s == start, (int)t, (int)tiles,
+                          r1 - r0);
             }
         }
         for (int64_t r = 0; r < rows; ++r)

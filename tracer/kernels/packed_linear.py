@@ -170,34 +170,20 @@ class FewRowsLinear:
 
 
 def run_packed_gemv(x: Tensor, address: int, bias: Tensor | None, shape: Shape, chunk: int) -> Tensor:
-    y = x.new_empty(x.shape[0], shape.out_features)
-    packed_gemv_library().packed_gemv(
-        x.data_ptr(),
-        address,
-        None if bias is None else bias.data_ptr(),
-        y.data_ptr(),
-        x.shape[0],
-        shape.in_features,
-        shape.in_padded,
-        shape.out_features,
-        chunk,
-        torch.get_num_threads(),
-    )
-    return y
+    sizes = (shape.in_features, shape.in_padded, shape.out_features, chunk)
+    return run_kernel(packed_gemv_library().packed_gemv, x, address, bias, shape, sizes)
 
 
 def run_amx(x: Tensor, address: int, bias: Tensor | None, shape: Shape) -> Tensor:
+    sizes = (shape.in_features, shape.out_features)
+    return run_kernel(amx_gemv_library().amx_gemv, x, address, bias, shape, sizes)
+
+
+def run_kernel(gemv: Callable, x: Tensor, address: int, bias: Tensor | None, shape: Shape, sizes: tuple) -> Tensor:
+    """y = x W + b through a kernel called as (x, W, b, y, rows, *sizes, threads)."""
     y = x.new_empty(x.shape[0], shape.out_features)
-    amx_gemv_library().amx_gemv(
-        x.data_ptr(),
-        address,
-        None if bias is None else bias.data_ptr(),
-        y.data_ptr(),
-        x.shape[0],
-        shape.in_features,
-        shape.out_features,
-        torch.get_num_threads(),
-    )
+    b = None if bias is None else bias.data_ptr()
+    gemv(x.data_ptr(), address, b, y.data_ptr(), x.shape[0], *sizes, torch.get_num_threads())
     return y
 
 
