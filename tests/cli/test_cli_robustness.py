@@ -167,3 +167,11 @@ def test_generate_reports_a_request_that_failed_inside_the_engine(monkeypatch, c
     captured = capsys.readouterr()
     assert "prompt 1 failed inside the engine: RuntimeError: boom" in captured.err
     assert "--- [0] a" in captured.out and "--- [1] b" in captured.out
+
+
+@pytest.mark.parametrize("argv", [["generate", "hi", "--dtype", "float8"], ["bench", "--rate"], ["lesson", "frob"]])
+def test_a_bad_option_is_one_line_without_the_usage_block(capsys, argv):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit.value.code == 2 and "\n" not in err and err.startswith(f"nanoengine {argv[0]}: error: "), err

@@ -13,13 +13,12 @@ from nanoengine.config import EngineConfig
 from tracer.bench.run import BenchSettings, run_benchmark
 from tracer.bench.workload import QUICK, STANDARD
 from tracer.cli.defaults import SHOWN, add_lang_arg, default_of
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.kernels import ATTENTION_BACKENDS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine bench",
         description="Benchmark nanoengine against Hugging Face transformers on the standard workload "
         "(see docs/benchmarks.md).",

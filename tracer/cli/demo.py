@@ -14,7 +14,7 @@ from rich.text import Text
 
 from nanoengine.config import EngineConfig
 from tracer.cli.defaults import add_lang_arg, default_of, with_default
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.i18n import _
 from tracer.replay.app import parse_terminal_size
 from tracer.teach.demos import DEFAULT_SIZE, DEMOS, export_frames, look_for, run_demo
@@ -159,8 +159,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine demo",
         description=_(
             "Classroom demos: deterministic scenarios that record a trace and open the replay TUI at the step "

@@ -9,7 +9,6 @@ a file it cannot read or two traces of different workloads.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -18,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracer.cli.defaults import add_lang_arg
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.i18n import N_, _
 from tracer.trace.diff import KINDS, Difference, DiffError, TraceDiff, diff_traces, first_difference_line, summary
 from tracer.trace.readable import printable
@@ -44,8 +43,7 @@ class Row:
 
 
 def diff_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine diff",
         description=_(
             "Per step, where two traces of the same workload differ (tokens scheduled per request, admissions, "

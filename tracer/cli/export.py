@@ -9,7 +9,6 @@ Exit codes: 0 written; 2 bad input (one-line error); 130 interrupted.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tracer.cli.defaults import add_lang_arg
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.cli.trace import err, load_or_report
 from tracer.i18n import _
 from tracer.trace.diff import DiffError, check_same_workload
@@ -29,8 +28,7 @@ STEP_RANGE = re.compile(r"^\s*(\d*)\s*(?:-\s*(\d*))?\s*$")
 
 
 def export_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine export",
         description=_(
             "Export a trace: a Perfetto / chrome://tracing timeline, or one HTML file that replays it in a browser "

@@ -1,4 +1,5 @@
-"""argparse help that wraps by terminal cells, so Chinese help lines fit the terminal too.
+"""argparse for the commands: help that wraps by terminal cells, so Chinese help lines fit the
+terminal too, and a bad argument said in one line.
 
 argparse wraps with textwrap, which counts characters and breaks only at spaces: a Chinese help
 text (two cells a character, few spaces) runs past the right edge. HelpFormatter counts cells and
@@ -9,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Any, NoReturn
 
 from rich.cells import cell_len
+
+from tracer.i18n import _
 
 CJK = "\u2e80-\u9fff\u3000-\u303f\uff00-\uffef"
 TOKEN = re.compile(rf"\s+|[{CJK}]|[^\s{CJK}]+")
@@ -51,3 +55,16 @@ class HelpFormatter(argparse.HelpFormatter):
         if not has_wide(text):
             return super()._fill_text(text, width, indent)
         return "\n".join(indent + line for line in wrap_cells(" ".join(text.split()), width - len(indent)))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The commands' parser: HelpFormatter, and a bad argument said in one line (argparse prints
+    its whole usage first: twenty lines for generate; `--help` still shows it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        # argparse's own line (its message id: in the reader's language), without the usage first
+        self.exit(2, _("%(prog)s: error: %(message)s\n") % {"prog": self.prog, "message": message})

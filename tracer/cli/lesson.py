@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracer.cli.defaults import add_lang_arg
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.i18n import N_, _, language, ngettext
 from tracer.teach.lessons import (
     CheckResult,
@@ -69,8 +69,7 @@ def lesson_main(argv: list[str]) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine lesson",
         description=_(
             "Lessons with exercises that plug into the live engine. Start with `nanoengine lesson start`, "
@@ -82,7 +81,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sub.required = True
 
     def command(name: str, handler, help_text: str, lesson_arg: bool = True) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
+        c = sub.add_parser(name, help=help_text, description=help_text)
         if lesson_arg:
             c.add_argument("lesson", help=_("lesson number or name, e.g. 1 or request_life"))
         c.add_argument(

@@ -11,7 +11,7 @@ import time
 
 from tracer.cli.beams import add_beam_args, request_params
 from tracer.cli.defaults import add_field_arg, add_lang_arg
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.i18n import LANGUAGES, N_, _, error_line, set_language
 from tracer.kernels import ATTENTION_BACKENDS
 from tracer.trace.readable import printable
@@ -166,9 +166,7 @@ def sampling_params(args: argparse.Namespace):
 
 
 def generate_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, prog="nanoengine generate", description=_("Generate text, streaming tokens.")
-    )
+    p = ArgumentParser(prog="nanoengine generate", description=_("Generate text, streaming tokens."))
     p.add_argument("prompts", nargs="+", help=_("the prompts (`-`: read one from standard input)"))
     add_engine_args(p)
     p.add_argument("--stats", action="store_true", help=_("print TTFT and the decode rate (tok/s after the first)"))

@@ -8,7 +8,6 @@ the scenario's focus step, with its look_for text (both kept in the trace's head
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -17,15 +16,14 @@ from rich.markup import escape
 
 from tracer.cli.defaults import add_lang_arg
 from tracer.cli.demo import ENGINE_FLAGS, engine_overrides
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.cli.trace import add_live_arg, check_live_args, record_and_show, take_sigterm_as_ctrl_c
 from tracer.i18n import _
 from tracer.teach.scenarios import TEMPLATE, is_comment, load_scenario, scenario_arrivals
 
 
 def run_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine run",
         description=_("Record a scenario file (requests, their arrival steps, engine options), then replay it."),
     )

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from tracer.cli.defaults import with_default
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.cli.main import add_engine_args, engine_options
 from tracer.cli.trace import take_sigterm_as_ctrl_c
 from tracer.i18n import _
@@ -36,8 +36,7 @@ STOP_S = 60  # how long quitting the TUI waits for the server and the engine loo
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine serve",
         description=_(
             "An OpenAI-compatible server: POST /v1/completions, /v1/chat/completions (streaming or not), "

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from tracer.cli.beams import request_params
 from tracer.cli.defaults import add_lang_arg
-from tracer.cli.help_format import HelpFormatter
+from tracer.cli.help_format import ArgumentParser
 from tracer.cli.main import add_engine_args, engine_options, error_line, read_prompts
 from tracer.cli.vllm_traces import resolve_trace
 from tracer.i18n import N_, _
@@ -61,8 +61,7 @@ def raise_keyboard_interrupt(signum: int, frame: object) -> None:
 
 
 def trace_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine trace",
         description=_("Generate with the step recorder, then open the replay TUI."),
     )
@@ -350,9 +349,7 @@ def print_focus(trace: Trace, console: Console) -> None:
 
 
 def replay_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, prog="nanoengine replay", description=_("Open a saved trace in the replay TUI.")
-    )
+    p = ArgumentParser(prog="nanoengine replay", description=_("Open a saved trace in the replay TUI."))
     p.add_argument("file", help=_("a trace file, or vllm:NAME for a committed vLLM trace (e.g. vllm:08_preemption)"))
     p.add_argument("--step", type=int, default=0, help=_("step index to open at (0 = the first recorded step)"))
     p.add_argument("--predict", action="store_true", help=_("quiz mode: predict each step before you see it"))
@@ -448,8 +445,7 @@ def open_replay(path: Path, start_step: int, predict: bool = False, compare: Pat
 
 
 def check_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        formatter_class=HelpFormatter,
+    p = ArgumentParser(
         prog="nanoengine check",
         description=_("Run the invariant checker on every step of a trace."),
     )
