@@ -21,7 +21,7 @@ from nanoengine.engine import LLMEngine
 from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 from tracer.kernels import KERNEL
-from tracer.kernels.build import KernelUnavailable, build, library_path
+from tracer.kernels.build import KernelUnavailable, build, cpu_flags, library_path
 from tracer.kernels.choose import with_attention_kernel
 from tracer.kernels.paged_attention import SOURCE, PagedDecodeAttention, paged_decode, paged_decode_library
 
@@ -85,6 +85,27 @@ def test_the_comparison_catches_a_kernel_that_misses_the_newest_token():
     short = paged_decode(q, kv, tables, lens - 1, 64**-0.5)
     with pytest.raises(AssertionError):
         torch.testing.assert_close(short, torch_decode(q, kv, tables, lens, 64**-0.5))
+
+
+@pytest.mark.skipif("avx512f" not in cpu_flags().split(), reason="the AVX-512 copy of the loops needs AVX-512")
+@settings(max_examples=30, deadline=None)
+@given(
+    lens=st.lists(st.integers(1, 70), min_size=1, max_size=5),
+    block_size=st.sampled_from([1, 5, 16, 32]),
+    heads=st.sampled_from([(3, 3), (2, 4), (1, 7), (2, 1)]),  # 7: more query heads than a sweep holds
+    dim=st.sampled_from([64, 128]),  # the head dims the AVX-512 copy takes
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 1000),
+)
+def test_the_avx512_loops_give_the_plain_loops_bits(lens, block_size, heads, dim, dtype, seed):
+    """attend_wide sums 16 tokens' scores at once with its lanes turned, in the order dot() adds
+    them: the same numbers, bit for bit, as the plain loops; one token less differs."""
+    q, kv, tables, lens = decode_batch(lens, block_size, heads[0], heads[1], dim, dtype, seed)
+    wide = paged_decode(q, kv, tables, lens, 0.125)
+    assert torch.equal(wide, paged_decode(q, kv, tables, lens, 0.125, plain=True))
+    if int(lens.max()) > 1:
+        shorter = lens - (lens == lens.max()).int()
+        assert not torch.equal(wide, paged_decode(q, kv, tables, shorter, 0.125, plain=True))
 
 
 @pytest.mark.parametrize("offset", [1, 3, 5])

@@ -26,14 +26,18 @@ I64, PTR = ctypes.c_int64, ctypes.c_void_p
 @functools.cache
 def paged_decode_library() -> ctypes.CDLL:
     library = load(SOURCE)
-    library.paged_decode.restype = ctypes.c_int
-    library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
+    for function in (library.paged_decode, library.paged_decode_plain):
+        function.restype = ctypes.c_int
+        function.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
     return library
 
 
-def paged_decode(q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor, scale: float) -> Tensor:
+def paged_decode(
+    q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor, scale: float, plain: bool = False
+) -> Tensor:
     """q [num_seqs, heads, dim], one query token per sequence at its last position -> [num_seqs,
-    heads, dim]. kv: one layer's [2, kv_heads, num_blocks, block_size, dim] cache."""
+    heads, dim]. kv: one layer's [2, kv_heads, num_blocks, block_size, dim] cache. plain: without the
+    kernel's AVX-512 copy of its loops (the same bits; what the tests hold that copy to)."""
     if q.dtype not in DTYPES or kv.dtype != q.dtype or q.device.type != "cpu":
         raise ValueError(f"paged_decode runs float32 or bfloat16 on the CPU, got {q.dtype} on {q.device}")
     if not kv.is_contiguous():
@@ -48,7 +52,8 @@ def paged_decode(q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor,
         )
     out = torch.empty_like(q)
     k_cache = kv.data_ptr()  # kv[0] and kv[1] by address: two views cost more than the arithmetic
-    status = paged_decode_library().paged_decode(
+    library = paged_decode_library()
+    status = (library.paged_decode_plain if plain else library.paged_decode)(
         q.data_ptr(),
         k_cache,
         k_cache + kv.stride(0) * kv.element_size(),

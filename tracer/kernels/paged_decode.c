@@ -61,6 +61,17 @@ INLINE const char *next_block(const void *head, const int32_t *table, int64_t j,
     return (const char *)head + table[j + 1 < num_blocks ? j + 1 : j] * block_bytes;
 }
 
+/* 2. softmax over each query head's scores, in place */
+INLINE void softmax(float *scores, int64_t group, int64_t len) {
+    for (int64_t g = 0; g < group; ++g) {
+        float *s = scores + g * len, max = s[0], sum = 0.f;
+        for (int64_t t = 1; t < len; ++t) max = s[t] > max ? s[t] : max;
+#pragma omp simd reduction(+ : sum) /* the scores lie where only len decides: one order */
+        for (int64_t t = 0; t < len; ++t) sum += (s[t] = sleef_expf(s[t] - max));
+        for (int64_t t = 0; t < len; ++t) s[t] /= sum;
+    }
+}
+
 /* One sequence's query heads that share one KV head: q [group, dim] floats (already scaled) ->
  * out [group, dim] floats; scores: group * len floats. The cache is read where it lies, bfloat16
  * widened number by number (a block converted to a copy first took 13 % longer). While the scores
@@ -85,13 +96,7 @@ INLINE void attend(const float *q, const char *k_head, const char *v_head, const
                     dot(q + g * dim, k + t * dim * elem_size, dim, is_bf16);
         }
     }
-    for (int64_t g = 0; g < group; ++g) { /* 2. softmax over each query head's scores */
-        float *s = scores + g * len, max = s[0], sum = 0.f;
-        for (int64_t t = 1; t < len; ++t) max = s[t] > max ? s[t] : max;
-#pragma omp simd reduction(+ : sum) /* the scores lie where only len decides: one order */
-        for (int64_t t = 0; t < len; ++t) sum += (s[t] = sleef_expf(s[t] - max));
-        for (int64_t t = 0; t < len; ++t) s[t] /= sum;
-    }
+    softmax(scores, group, len); /* 2. */
     memset(out, 0, group * dim * sizeof(float));
     for (int64_t j = 0; j < num_blocks; ++j) { /* 3. out = sum of probability x value */
         const char *v = v_head + table[j] * block_elems * elem_size;
@@ -112,6 +117,115 @@ INLINE void attend(const float *q, const char *k_head, const char *v_head, const
     }
 }
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* 16 numbers of a cache row from its d-th on, as floats (bfloat16 widened: exact) */
+INLINE __m512 load16(const char *row, int64_t d, int is_bf16) {
+    if (!is_bf16) return _mm512_loadu_ps((const float *)row + d);
+    const __m256i half = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
+/* r[t][i] -> r[i][t] for a 16 x 16 tile of floats, in registers */
+INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int b = 0; b < 4; ++b) { /* u[4a + b]: rows 4a..4a+3, their elements b, b+4, b+8, b+12 */
+        const __m512 v0 = _mm512_shuffle_f32x4(u[b], u[4 + b], 0x88);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[b], u[4 + b], 0xDD);
+        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + b], u[12 + b], 0x88);
+        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + b], u[12 + b], 0xDD);
+        r[b] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[b + 8] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[b + 4] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[b + 12] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+/* Pass 1 for m <= 16 tokens whose keys start at k: each query head's m scores at once. dot() adds
+ * a score's 16 lanes one after the other; here the tokens' lanes are turned so that lane i of all
+ * 16 tokens lies in one vector, and the 16 vectors are added in that same order: the same sums, one
+ * vector addition for 16 tokens instead of one addition each. While the first head's products are
+ * computed, the same rows of the next block's keys and of this block's values are asked for. */
+INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int64_t dim,
+                    int is_bf16, const char *next, const char *v, int64_t len, float *scores) {
+    const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
+    for (int64_t g = 0; g < group; ++g) {
+        __m512 r[16];
+        for (int64_t t = 0; t < 16; ++t) {
+            r[t] = _mm512_setzero_ps();
+            if (t >= m) continue;
+            if (g == 0) {
+                prefetch_row(next, t, row_bytes);
+                prefetch_row(v, t, row_bytes);
+            }
+            for (int64_t d = 0; d < dim; d += 16)
+                r[t] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * dim + d),
+                                       load16(k + t * row_bytes, d, is_bf16), r[t]);
+        }
+        transpose16(r);
+        __m512 sum = _mm512_setzero_ps();
+        for (int i = 0; i < 16; ++i) sum = _mm512_add_ps(sum, r[i]);
+        _mm512_mask_storeu_ps(scores + g * len, (__mmask16)((1u << m) - 1), sum);
+    }
+}
+
+/* attend() in AVX-512 vectors for head dims that are multiples of 16 up to 128: the same sums in
+ * the same order, so the same bits (tests/kernels/test_paged_decode.py holds the two equal), in
+ * 0.89x the time for bfloat16 (docs/benchmarks.md, sixteenth round). Pass 3 keeps up to 16 vectors
+ * of outputs in registers: as many query heads at a time as fit. */
+INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
+                        const int32_t *table, int64_t len, int64_t group, int64_t dim, int64_t block_size, int is_bf16,
+                        float *scores, float *out) {
+    const int64_t num_blocks = (len + block_size - 1) / block_size;
+    const int64_t row_bytes = dim * (is_bf16 ? 2 : 4), block_bytes = block_size * row_bytes;
+    for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores, 16 tokens at a time */
+        const char *k = k_head + table[j] * block_bytes, *v = v_head + table[j] * block_bytes;
+        const char *next = next_block(k_head, table, j, num_blocks, block_bytes);
+        const int64_t first = j * block_size;
+        const int64_t n = len - first < block_size ? len - first : block_size;
+        for (int64_t t = 0; t < n; t += 16)
+            score16(q, k + t * row_bytes, n - t < 16 ? n - t : 16, group, dim, is_bf16,
+                    next + t * row_bytes, v + t * row_bytes, len, scores + first + t);
+    }
+    softmax(scores, group, len); /* 2. */
+    const int64_t chunks = dim / 16, heads = 16 / chunks; /* query heads a sweep over V holds */
+    for (int64_t g0 = 0; g0 < group; g0 += heads) { /* 3. out = sum of probability x value */
+        __m512 acc[16];
+        for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < num_blocks; ++j) {
+            const char *v = v_head + table[j] * block_bytes;
+            const char *next = next_block(v_head, table, j, num_blocks, block_bytes);
+            const int64_t first = j * block_size;
+            const int64_t n = len - first < block_size ? len - first : block_size;
+            for (int64_t t = 0; t < n; ++t) {
+                prefetch_row(next, t, row_bytes);
+                for (int64_t c = 0; c < chunks; ++c) {
+                    const __m512 value = load16(v + t * row_bytes, c * 16, is_bf16);
+                    for (int64_t h = 0; h < heads && g0 + h < group; ++h)
+                        acc[h * chunks + c] = _mm512_fmadd_ps(
+                            _mm512_set1_ps(scores[(g0 + h) * len + first + t]), value,
+                            acc[h * chunks + c]);
+                }
+            }
+        }
+        for (int64_t h = 0; h < heads && g0 + h < group; ++h)
+            for (int64_t c = 0; c < chunks; ++c)
+                _mm512_storeu_ps(out + (g0 + h) * dim + c * 16, acc[h * chunks + c]);
+    }
+}
+#endif
+
 /* Whether a sequence's table covers its length and points inside the pool: a bad table (a bug in
  * a student's block manager, say) is refused instead of read out of bounds. */
 static int table_fits(const int32_t *table, int64_t len, int64_t block_size, int64_t max_blocks,
@@ -123,13 +237,42 @@ static int table_fits(const int32_t *table, int64_t len, int64_t block_size, int
     return 1;
 }
 
+/* One task's three passes, through a copy of attend made for its head dim (64: SmolLM2's and
+ * Qwen's; 128: Llama's and most Qwen's) where it has one, so that every loop's length is known;
+ * with wide, attend_wide's where the CPU has AVX-512. */
+INLINE void attend_task(const float *q, const char *k_head, const char *v_head,
+                        const int32_t *table, int64_t len, int64_t group, int64_t dim,
+                        int64_t block_size, int is_bf16, float *scores, float *out, int wide) {
+#if defined(__AVX512F__)
+    if (wide && dim == 64 && is_bf16)
+        return attend_wide(q, k_head, v_head, table, len, group, 64, block_size, 1, scores, out);
+    if (wide && dim == 64)
+        return attend_wide(q, k_head, v_head, table, len, group, 64, block_size, 0, scores, out);
+    if (wide && dim == 128 && is_bf16)
+        return attend_wide(q, k_head, v_head, table, len, group, 128, block_size, 1, scores, out);
+    if (wide && dim == 128)
+        return attend_wide(q, k_head, v_head, table, len, group, 128, block_size, 0, scores, out);
+#endif
+    (void)wide;
+    if (dim == 64 && is_bf16)
+        attend(q, k_head, v_head, table, len, group, 64, block_size, 1, scores, out);
+    else if (dim == 64)
+        attend(q, k_head, v_head, table, len, group, 64, block_size, 0, scores, out);
+    else if (dim == 128 && is_bf16)
+        attend(q, k_head, v_head, table, len, group, 128, block_size, 1, scores, out);
+    else if (dim == 128)
+        attend(q, k_head, v_head, table, len, group, 128, block_size, 0, scores, out);
+    else
+        attend(q, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, out);
+}
+
 /* Returns 0; or 1 where a buffer could not be allocated, 2 where a block table does not fit (out is
  * then incomplete). */
-int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *out,
-                 const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
-                 int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
-                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
-                 int num_threads) {
+static int decode(const void *q, const void *k_cache, const void *v_cache, void *out,
+                  const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
+                  int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
+                  int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
+                  int num_threads, int wide) {
     const int64_t group = num_heads / num_kv_heads, head_elems = num_blocks * block_size * dim;
     const int elem_size = is_bf16 ? 2 : 4;
     int failed = 0;
@@ -155,16 +298,8 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
         const char *k_head = (const char *)k_cache + h * head_elems * elem_size;
         const char *v_head = (const char *)v_cache + h * head_elems * elem_size;
         const int32_t *table = block_tables + b * max_blocks;
-        if (dim == 64 && is_bf16) /* SmolLM2's, Qwen's and Llama's head dims: known loop lengths */
-            attend(qf, k_head, v_head, table, len, group, 64, block_size, 1, scores, of);
-        else if (dim == 64)
-            attend(qf, k_head, v_head, table, len, group, 64, block_size, 0, scores, of);
-        else if (dim == 128 && is_bf16)
-            attend(qf, k_head, v_head, table, len, group, 128, block_size, 1, scores, of);
-        else if (dim == 128)
-            attend(qf, k_head, v_head, table, len, group, 128, block_size, 0, scores, of);
-        else
-            attend(qf, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, of);
+        attend_task(qf, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, of,
+                    wide);
         if (is_bf16)
             for (int64_t i = 0; i < group * dim; ++i)
                 ((uint16_t *)out)[first_head * dim + i] = to_bf16(of[i]);
@@ -173,4 +308,25 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
         free(buffer);
     }
     return failed;
+}
+
+int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *out,
+                 const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
+                 int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
+                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
+                 int num_threads) {
+    return decode(q, k_cache, v_cache, out, block_tables, seq_lens, num_seqs, num_heads,
+                  num_kv_heads, dim, num_blocks, block_size, max_blocks, scale, is_bf16,
+                  num_threads, 1);
+}
+
+/* The same without attend_wide: what the tests hold it to. */
+int paged_decode_plain(const void *q, const void *k_cache, const void *v_cache, void *out,
+                       const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
+                       int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
+                       int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
+                       int num_threads) {
+    return decode(q, k_cache, v_cache, out, block_tables, seq_lens, num_seqs, num_heads,
+                  num_kv_heads, dim, num_blocks, block_size, max_blocks, scale, is_bf16,
+                  num_threads, 0);
 }
