@@ -185,8 +185,8 @@ INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int
  * 0.89x the time for bfloat16 (docs/benchmarks.md, sixteenth round). Pass 3 keeps up to 16 vectors
  * of outputs in registers: as many query heads at a time as fit. */
 INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
-                        const int32_t *table, int64_t len, int64_t group, int64_t dim, int64_t block_size, int is_bf16,
-                        float *scores, float *out) {
+                        const int32_t *table, int64_t len, int64_t group, int64_t dim,
+                        int64_t block_size, int is_bf16, float *scores, float *out) {
     const int64_t num_blocks = (len + block_size - 1) / block_size;
     const int64_t row_bytes = dim * (is_bf16 ? 2 : 4), block_bytes = block_size * row_bytes;
     for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores, 16 tokens at a time */
