@@ -65,6 +65,7 @@ INLINE const char *next_block(const void *head, const int32_t *table, int64_t j,
 INLINE void softmax(float *scores, int64_t group, int64_t len) {
     for (int64_t g = 0; g < group; ++g) {
         float *s = scores + g * len, max = s[0], sum = 0.f;
+#pragma omp simd reduction(max : max) /* the largest is the largest in any order */
         for (int64_t t = 1; t < len; ++t) max = s[t] > max ? s[t] : max;
 #pragma omp simd reduction(+ : sum) /* the scores lie where only len decides: one order */
         for (int64_t t = 0; t < len; ++t) sum += (s[t] = sleef_expf(s[t] - max));
@@ -155,28 +156,40 @@ INLINE void transpose16(__m512 r[16]) {
 /* Pass 1 for m <= 16 tokens whose keys start at k: each query head's m scores at once. dot() adds
  * a score's 16 lanes one after the other; here the tokens' lanes are turned so that lane i of all
  * 16 tokens lies in one vector, and the 16 vectors are added in that same order: the same sums, one
- * vector addition for 16 tokens instead of one addition each. While the first head's products are
- * computed, the same rows of the next block's keys and of this block's values are asked for. */
+ * vector addition for 16 tokens instead of one addition each. Each key is widened once for up to 8
+ * query heads; while it is read, the same rows of the next block's keys and of this block's values
+ * are asked for. */
 INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int64_t dim,
                     int is_bf16, const char *next, const char *v, int64_t len, float *scores) {
     const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
-    for (int64_t g = 0; g < group; ++g) {
-        __m512 r[16];
+    for (int64_t g0 = 0; g0 < group; g0 += 8) { /* up to 8 query heads a sweep */
+        const int64_t heads = group - g0 < 8 ? group - g0 : 8;
+        __m512 lanes[8][16];
         for (int64_t t = 0; t < 16; ++t) {
-            r[t] = _mm512_setzero_ps();
-            if (t >= m) continue;
-            if (g == 0) {
-                prefetch_row(next, t, row_bytes);
-                prefetch_row(v, t, row_bytes);
+            __m512 key[8]; /* a token's key, widened once for all the heads */
+            if (t < m) {
+                if (g0 == 0) {
+                    prefetch_row(next, t, row_bytes);
+                    prefetch_row(v, t, row_bytes);
+                }
+                for (int64_t c = 0; c < dim / 16; ++c)
+                    key[c] = load16(k + t * row_bytes, c * 16, is_bf16);
             }
-            for (int64_t d = 0; d < dim; d += 16)
-                r[t] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * dim + d),
-                                       load16(k + t * row_bytes, d, is_bf16), r[t]);
+            for (int64_t h = 0; h < heads; ++h) {
+                __m512 sum = _mm512_setzero_ps();
+                if (t < m)
+                    for (int64_t c = 0; c < dim / 16; ++c)
+                        sum = _mm512_fmadd_ps(_mm512_loadu_ps(q + (g0 + h) * dim + c * 16), key[c],
+                                              sum);
+                lanes[h][t] = sum;
+            }
         }
-        transpose16(r);
-        __m512 sum = _mm512_setzero_ps();
-        for (int i = 0; i < 16; ++i) sum = _mm512_add_ps(sum, r[i]);
-        _mm512_mask_storeu_ps(scores + g * len, (__mmask16)((1u << m) - 1), sum);
+        for (int64_t h = 0; h < heads; ++h) {
+            transpose16(lanes[h]);
+            __m512 sum = _mm512_setzero_ps();
+            for (int i = 0; i < 16; ++i) sum = _mm512_add_ps(sum, lanes[h][i]);
+            _mm512_mask_storeu_ps(scores + (g0 + h) * len, (__mmask16)((1u << m) - 1), sum);
+        }
     }
 }
 
