@@ -14,7 +14,7 @@ from nanoengine.loading.engine_parts import cpu_has_bf16
 from nanoengine.model import ONEDNN
 from nanoengine.sampling_params import SamplingParams
 from tracer.bench.metrics import latencies, percentile
-from tracer.bench.report import decode_reach, decode_reach_caption, evaluate_targets, reach_share
+from tracer.bench.report import decode_reach, decode_reach_caption, evaluate_targets, reach_limit, reach_share
 from tracer.bench.run import BF16_LEFT_OUT, BF16_RUN, NO_BF16_CPU, BenchSettings, bf16_skip_reason
 from tracer.bench.workload import QUICK, STANDARD, WorkloadSpec, build_workload
 from tracer.cli.bench import bench_main
@@ -262,6 +262,26 @@ def test_decode_reach_is_the_bound_over_the_ceiling_time():
     phase["gflop"] = 300.0  # the linears fit in the bound: the roofline itself is the limit
     assert decode_reach(report)[0] == 1.0  # type: ignore[index]
     assert decode_reach({"gemm_peak": {}, "efficiency": {}}) is None
+
+
+def test_reach_limit_adds_the_kv_reads_to_the_linears():
+    """The most of its reach decode can have: the linears at the ceiling plus the phase's K/V read
+    once at the measured bandwidth (its bytes less the weights of the steps it ran)."""
+    phase = {"gflop": 1200.0, "bound_s": 6.0, "seconds": 25.0, "gbytes": 70.0, "min_steps": 100}
+    report = {
+        "gemm_peak": {"model_linears_gflop_s": {"32": 120.0}},  # the linears alone: 10 s
+        "efficiency": {"nanoengine": {"decode at batch >= 16": phase}},
+        "memory_bandwidth": {"gb_s": 20.0, "weight_mb_per_step": 500.0},  # 70 - 100 x 0.5 = 20 GB: 1 s
+    }
+    kv_gb, kv_seconds, most = reach_limit(report)  # type: ignore[misc]
+    assert (kv_gb, kv_seconds) == pytest.approx((20.0, 1.0)) and most == pytest.approx(10 / 11)
+    assert "at most 91 % of the reach" in (decode_reach_caption(report) or "")
+    report["bf16"] = {"weight_mb_per_step": 250.0}  # the bfloat16 row counts its own weights
+    report["efficiency"][BF16_RUN] = {"decode at batch >= 16": phase}
+    report["bf16"]["gemm_peak"] = {"model_linears_gflop_s": {"32": 120.0}}
+    assert reach_limit(report, BF16_RUN)[0] == pytest.approx(45.0)  # type: ignore[index]
+    del phase["gbytes"]  # an older report: the caption without the limit
+    assert reach_limit(report) is None and "at most" not in (decode_reach_caption(report) or "")
 
 
 # ---- the bfloat16 row (issue 39) -------------------------------------------------------------------

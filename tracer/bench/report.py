@@ -318,16 +318,43 @@ def decode_reach(report: dict, key: str = "nanoengine") -> tuple[float, float, d
     return phase["bound_s"] / max(phase["bound_s"], seconds), seconds, phase
 
 
+def reach_limit(report: dict, key: str = "nanoengine") -> tuple[float, float, float] | None:
+    """The largest share of its reach a run's decode at batch >= FULL_BATCH can have on this machine:
+    an engine that spent its time on nothing but the linears at the ceiling's best rate and on
+    reading the phase's K/V once at the measured bandwidth. Returns (K/V GB, their seconds, the
+    share); None without the byte counts."""
+    reach, bandwidth = decode_reach(report, key), (report.get("memory_bandwidth") or {}).get("gb_s")
+    weight_mb = ((report.get("bf16") or {}) if key == BF16_RUN else report.get("memory_bandwidth") or {}).get(
+        "weight_mb_per_step"
+    )
+    if reach is None or not bandwidth or weight_mb is None:
+        return None
+    _, seconds, phase = reach
+    if "gbytes" not in phase or "min_steps" not in phase:
+        return None
+    kv_gb = max(0.0, phase["gbytes"] - phase["min_steps"] * weight_mb / 1e3)  # the bytes less the weights
+    kv_seconds = kv_gb / bandwidth
+    return kv_gb, kv_seconds, min(1.0, max(phase["bound_s"], seconds) / (seconds + kv_seconds))
+
+
 def decode_reach_caption(report: dict, key: str = "nanoengine") -> str | None:
     reach = decode_reach(report, key)
     if reach is None:
         return None
     share, seconds, phase = reach
     who = "Reach in bfloat16" if key == BF16_RUN else "Reach"
-    return (
+    caption = (
         f"{who}: at the decode ceiling's best rate, {FULL_DECODE}'s {phase['gflop']:.0f} useful "
         f"GFLOP alone take {seconds:.2f} s against its bound of {phase['bound_s']:.2f} s: no engine running these "
         f"linears can exceed {share * 100:.0f} % of the roofline bound here"
+    )
+    limit = reach_limit(report, key)
+    if limit is None:
+        return caption
+    kv_gb, kv_seconds, most = limit
+    return (
+        f"{caption}; reading the phase's {kv_gb:.1f} GB of K/V once adds {kv_seconds:.2f} s at the measured "
+        f"bandwidth, so an engine doing nothing else reaches at most {most * 100:.0f} % of the reach"
     )
 
 
