@@ -195,8 +195,8 @@ INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int
 
 /* attend() in AVX-512 vectors for head dims that are multiples of 16 up to 128: the same sums in
  * the same order, so the same bits (tests/kernels/test_paged_decode.py holds the two equal), in
- * 0.89x the time for bfloat16 (docs/benchmarks.md, sixteenth round). Pass 3 keeps up to 16 vectors
- * of outputs in registers: as many query heads at a time as fit. */
+ * 0.7x the time for bfloat16 and 0.87x for float32 (docs/benchmarks.md, sixteenth round). Pass 3
+ * keeps up to 16 vectors of outputs in registers: as many query heads at a time as fit. */
 INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
                         const int32_t *table, int64_t len, int64_t group, int64_t dim,
                         int64_t block_size, int is_bf16, float *scores, float *out) {
@@ -256,17 +256,18 @@ static int table_fits(const int32_t *table, int64_t len, int64_t block_size, int
 INLINE void attend_task(const float *q, const char *k_head, const char *v_head,
                         const int32_t *table, int64_t len, int64_t group, int64_t dim,
                         int64_t block_size, int is_bf16, float *scores, float *out, int wide) {
+    (void)wide; /* without AVX-512 there is nothing to choose */
 #if defined(__AVX512F__)
     if (wide && dim == 64 && is_bf16)
-        return attend_wide(q, k_head, v_head, table, len, group, 64, block_size, 1, scores, out);
-    if (wide && dim == 64)
-        return attend_wide(q, k_head, v_head, table, len, group, 64, block_size, 0, scores, out);
-    if (wide && dim == 128 && is_bf16)
-        return attend_wide(q, k_head, v_head, table, len, group, 128, block_size, 1, scores, out);
-    if (wide && dim == 128)
-        return attend_wide(q, k_head, v_head, table, len, group, 128, block_size, 0, scores, out);
+        attend_wide(q, k_head, v_head, table, len, group, 64, block_size, 1, scores, out);
+    else if (wide && dim == 64)
+        attend_wide(q, k_head, v_head, table, len, group, 64, block_size, 0, scores, out);
+    else if (wide && dim == 128 && is_bf16)
+        attend_wide(q, k_head, v_head, table, len, group, 128, block_size, 1, scores, out);
+    else if (wide && dim == 128)
+        attend_wide(q, k_head, v_head, table, len, group, 128, block_size, 0, scores, out);
+    else
 #endif
-    (void)wide;
     if (dim == 64 && is_bf16)
         attend(q, k_head, v_head, table, len, group, 64, block_size, 1, scores, out);
     else if (dim == 64)
