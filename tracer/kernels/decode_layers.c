@@ -68,7 +68,7 @@ int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, vo
                       rows, s->heads, s->kv_heads, s->dim, num_slots, bf16);
         failed |= paged_decode(q, l->k_cache, l->v_cache, o, s->block_tables, s->seq_lens, rows,
                                s->heads, s->kv_heads, s->dim, s->num_blocks, s->block_size,
-                               s->max_blocks, s->scale, bf16, s->threads);
+                               s->max_blocks, s->scale, bf16, s->threads, 1);
         linear(&l->o, o, out, s);
         failed |= add_rms_norm(out, residual, l->post_attention_norm, h, rows, s->hidden,
                                l->post_attention_eps, bf16);

@@ -26,9 +26,8 @@ I64, PTR = ctypes.c_int64, ctypes.c_void_p
 @functools.cache
 def paged_decode_library() -> ctypes.CDLL:
     library = load(SOURCE)
-    for function in (library.paged_decode, library.paged_decode_plain):
-        function.restype = ctypes.c_int
-        function.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
+    library.paged_decode.restype = ctypes.c_int
+    library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float] + [ctypes.c_int] * 3
     return library
 
 
@@ -52,8 +51,7 @@ def paged_decode(
         )
     out = torch.empty_like(q)
     k_cache = kv.data_ptr()  # kv[0] and kv[1] by address: two views cost more than the arithmetic
-    library = paged_decode_library()
-    status = (library.paged_decode_plain if plain else library.paged_decode)(
+    status = paged_decode_library().paged_decode(
         q.data_ptr(),
         k_cache,
         k_cache + kv.stride(0) * kv.element_size(),
@@ -70,6 +68,7 @@ def paged_decode(
         scale,
         int(q.dtype == torch.bfloat16),
         torch.get_num_threads(),
+        int(not plain),
     )
     if status & 2:
         raise IndexError("paged_decode: a block table points outside the KV pool or is shorter than its sequence")

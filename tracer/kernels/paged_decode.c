@@ -280,13 +280,14 @@ INLINE void attend_task(const float *q, const char *k_head, const char *v_head,
         attend(q, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, out);
 }
 
-/* Returns 0; or 1 where a buffer could not be allocated, 2 where a block table does not fit (out is
- * then incomplete). */
-static int decode(const void *q, const void *k_cache, const void *v_cache, void *out,
-                  const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
-                  int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
-                  int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
-                  int num_threads, int wide) {
+/* wide: attend_wide where it applies (0: the plain loops, which the tests hold it to). Returns 0;
+ * or 1 where a buffer could not be allocated, 2 where a block table does not fit (out is then
+ * incomplete). */
+int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *out,
+                 const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
+                 int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
+                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
+                 int num_threads, int wide) {
     const int64_t group = num_heads / num_kv_heads, head_elems = num_blocks * block_size * dim;
     const int elem_size = is_bf16 ? 2 : 4;
     int failed = 0;
@@ -322,25 +323,4 @@ static int decode(const void *q, const void *k_cache, const void *v_cache, void 
         free(buffer);
     }
     return failed;
-}
-
-int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *out,
-                 const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
-                 int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
-                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
-                 int num_threads) {
-    return decode(q, k_cache, v_cache, out, block_tables, seq_lens, num_seqs, num_heads,
-                  num_kv_heads, dim, num_blocks, block_size, max_blocks, scale, is_bf16,
-                  num_threads, 1);
-}
-
-/* The same without attend_wide: what the tests hold it to. */
-int paged_decode_plain(const void *q, const void *k_cache, const void *v_cache, void *out,
-                       const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
-                       int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
-                       int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
-                       int num_threads) {
-    return decode(q, k_cache, v_cache, out, block_tables, seq_lens, num_seqs, num_heads,
-                  num_kv_heads, dim, num_blocks, block_size, max_blocks, scale, is_bf16,
-                  num_threads, 0);
 }
