@@ -14,7 +14,15 @@ from nanoengine.loading.engine_parts import cpu_has_bf16
 from nanoengine.model import ONEDNN
 from nanoengine.sampling_params import SamplingParams
 from tracer.bench.metrics import latencies, percentile
-from tracer.bench.report import decode_reach, decode_reach_caption, evaluate_targets, reach_limit, reach_share
+from tracer.bench.report import (
+    decode_reach,
+    decode_reach_caption,
+    decode_targets,
+    evaluate_targets,
+    fmt_limit,
+    reach_limit,
+    reach_share,
+)
 from tracer.bench.run import BF16_LEFT_OUT, BF16_RUN, NO_BF16_CPU, BenchSettings, bf16_skip_reason
 from tracer.bench.workload import QUICK, STANDARD, WorkloadSpec, build_workload
 from tracer.cli.bench import bench_main
@@ -280,8 +288,12 @@ def test_reach_limit_adds_the_kv_reads_to_the_linears():
     report["efficiency"][BF16_RUN] = {"decode at batch >= 16": phase}
     report["bf16"]["gemm_peak"] = {"model_linears_gflop_s": {"32": 120.0}}
     assert reach_limit(report, BF16_RUN)[0] == pytest.approx(45.0)  # type: ignore[index]
+    report["runs"] = {"nanoengine": {}}
+    (share,) = [t for t in decode_targets(report) if "share of its reach" in t.name]
+    assert share.most_here == pytest.approx(0.9091) and "(here at most 90.9 %)" in fmt_limit(share.to_dict())
     del phase["gbytes"]  # an older report: the caption without the limit
     assert reach_limit(report) is None and "at most" not in (decode_reach_caption(report) or "")
+    assert decode_targets(report)[0].most_here is None
 
 
 # ---- the bfloat16 row (issue 39) -------------------------------------------------------------------
