@@ -59,18 +59,9 @@ def decode_targets(report: dict) -> list[Target]:
     """Decode at batch >= FULL_BATCH judged by its reach (what the machine's linears allow), in the
     run's dtype and in the bfloat16 row where it ran; and bfloat16's speed-up over float32 there."""
     dtype = report.get("dtype", "float32")
-    keys = ["nanoengine"] + ([BF16_RUN] if BF16_RUN in report["runs"] else [])
-    targets = [
-        Target(
-            f"{FULL_DECODE}: share of its reach ({dtype if key == 'nanoengine' else 'bfloat16'})",
-            reach_share(report, key),
-            0.8,
-            True,
-            "share",
-            None if (limit := reach_limit(report, key)) is None else round(limit[2], 4),
-        )
-        for key in keys
-    ]
+    targets = [reach_target(report, "nanoengine", dtype)]
+    if BF16_RUN in report["runs"]:
+        targets.append(reach_target(report, BF16_RUN, "bfloat16"))
     fp32, bf16 = decode_phase(report), decode_phase(report, BF16_RUN)
     timed = dtype == "float32" and fp32.get("seconds") and bf16.get("seconds")
     over_fp32 = fp32["seconds"] / bf16["seconds"] if timed else None
@@ -129,6 +120,13 @@ def fmt_value(value: float | None, unit: str) -> str:
     if unit == "s":
         return f"{value:.2f} s"
     return f"{value:.2f}x"
+
+
+def reach_target(report: dict, key: str, dtype: str) -> Target:
+    """A run's share of its reach, with the most this machine allows beside the goal."""
+    limit = reach_limit(report, key)
+    most = None if limit is None else round(limit[2], 4)
+    return Target(f"{FULL_DECODE}: share of its reach ({dtype})", reach_share(report, key), 0.8, True, "share", most)
 
 
 def fmt_limit(target: dict) -> str:
@@ -332,10 +330,9 @@ def reach_limit(report: dict, key: str = "nanoengine") -> tuple[float, float, fl
     an engine that spent its time on nothing but the linears at the ceiling's best rate and on
     reading the phase's K/V once at the measured bandwidth. Returns (K/V GB, their seconds, the
     share); None without the byte counts."""
-    reach, bandwidth = decode_reach(report, key), (report.get("memory_bandwidth") or {}).get("gb_s")
-    weight_mb = ((report.get("bf16") or {}) if key == BF16_RUN else report.get("memory_bandwidth") or {}).get(
-        "weight_mb_per_step"
-    )
+    memory = report.get("memory_bandwidth") or {}
+    per_step = (report.get("bf16") or {}) if key == BF16_RUN else memory  # each run's own byte counts
+    reach, bandwidth, weight_mb = decode_reach(report, key), memory.get("gb_s"), per_step.get("weight_mb_per_step")
     if reach is None or not bandwidth or weight_mb is None:
         return None
     _, seconds, phase = reach
