@@ -12,6 +12,7 @@ from tracer.kernels.build import KernelUnavailable
 from tracer.kernels.decode_layers import decode_layers_library
 from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.fused_ops import fused_ops_library
+from tracer.kernels.huge_pages import mark_for_huge_pages
 from tracer.kernels.packed_linear import amx_gemv_library, packed_gemv_library
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
@@ -44,8 +45,11 @@ def with_attention_kernel(options: dict) -> dict:
 
 def build_engine(model: str, options: dict) -> LLMEngine:
     """The engine the tools run: with_attention_kernel's backend and, with the kernel, the
-    decoder's small steps fused (FusedDecoder, where the model fits it)."""
+    decoder's small steps fused (FusedDecoder, where the model fits it), and on the CPU the
+    weights marked for huge pages (huge_pages.py)."""
     engine = LLMEngine(model, **with_attention_kernel(options))
+    if engine.device.type == "cpu":
+        mark_for_huge_pages(engine.model.modules())
     fused = isinstance(engine.runner.attend, PagedDecodeAttention)
     if fused and FusedDecoder.fits(engine.model, engine.device):
         engine.runner.model = FusedDecoder(engine.model)  # type: ignore[assignment]

@@ -1,0 +1,102 @@
+"""The weights marked for 2 MiB pages (tracer/kernels/huge_pages.py): every page a weight touches,
+its ends included; moved there, no bit of any weight changes and the kernels still read them."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import torch
+
+from nanoengine.loading.build import pack_for_onednn
+from nanoengine.model import ONEDNN, Linear
+from tracer.kernels.huge_pages import HUGE_PAGE, huge_page_spans, madvise, mark_for_huge_pages, runs_of, weight_bytes
+from tracer.kernels.packed_linear import few_rows_first
+
+MADV_COLLAPSE = 25  # Linux 6.1: move written memory into huge pages now
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux's transparent huge pages")
+
+
+def mappings() -> list[tuple[int, int, str]]:
+    """This process's mappings from /proc/self/smaps: (start, end, VmFlags)."""
+    found: list[tuple[int, int, str]] = []
+    for line in open("/proc/self/smaps"):
+        span = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if span:
+            found.append((int(span[1], 16), int(span[2], 16), ""))
+        elif line.startswith("VmFlags:"):
+            found[-1] = (*found[-1][:2], line.split(":", 1)[1])
+    return found
+
+
+def marked(page: int, maps: list[tuple[int, int, str]]) -> bool:
+    """Whether every mapping the 2 MiB page at `page` lies in asks for huge pages (VmFlags hg)."""
+    parts = [flags for start, end, flags in maps if start < page + HUGE_PAGE and page < end]
+    return bool(parts) and all(" hg" in flags for flags in parts)
+
+
+def inside_one_mapping(page: int, maps: list[tuple[int, int, str]]) -> bool:
+    return any(start <= page and page + HUGE_PAGE <= end for start, end, _ in maps)
+
+
+def test_the_spans_cover_both_ends():
+    assert list(huge_page_spans(HUGE_PAGE - 1, 2)) == [0, HUGE_PAGE]
+    assert list(huge_page_spans(3 * HUGE_PAGE, HUGE_PAGE)) == [3 * HUGE_PAGE]
+    assert list(huge_page_spans(3 * HUGE_PAGE + 5, 1)) == [3 * HUGE_PAGE]
+
+
+def test_adjacent_pages_make_one_run():
+    pages = [5 * HUGE_PAGE, HUGE_PAGE, 2 * HUGE_PAGE, HUGE_PAGE, 7 * HUGE_PAGE, 6 * HUGE_PAGE]
+    assert runs_of(pages) == [range(HUGE_PAGE, 3 * HUGE_PAGE), range(5 * HUGE_PAGE, 8 * HUGE_PAGE)]
+
+
+def linears(packed: bool) -> list[Linear]:
+    """Two weights: packed by oneDNN where it lays them out, else side by side in one buffer, the
+    first smaller than a huge page and across a 2 MiB boundary (its two pages shared with others)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = ((640, 576), (3072, 576))
+    buffer = torch.zeros((8 * HUGE_PAGE) // 4)  # float32
+    offset = (-buffer.data_ptr() % HUGE_PAGE + HUGE_PAGE - 4096) // 4  # 4 kB before a boundary
+    made = []
+    for out_features, in_features in shapes:
+        linear = Linear(in_features, out_features, bias=False)
+        weight = torch.randn(out_features, in_features, generator=gen)
+        if packed:
+            linear.weight.data = weight
+            pack_for_onednn(linear)
+        else:
+            linear.weight.data = buffer[offset : offset + weight.numel()].view_as(weight).copy_(weight)
+            offset += weight.numel()
+        made.append(linear)
+    return made
+
+
+PACKED = [False, pytest.param(True, marks=pytest.mark.skipif(not ONEDNN, reason="x86 torch packs for oneDNN"))]
+
+
+@pytest.mark.parametrize("packed", PACKED)
+def test_every_page_a_weight_touches_is_marked(packed):
+    layers = linears(packed)
+    before = mappings()
+    pages = [p for layer in layers for p in huge_page_spans(*weight_bytes(layer)) if inside_one_mapping(p, before)]
+    assert len(pages) >= 2  # the 7 MB weight's own pages at least
+    assert mark_for_huge_pages(layers) >= len(set(pages)) * HUGE_PAGE
+    after = mappings()
+    assert all(marked(p, after) for p in pages)
+
+
+@pytest.mark.parametrize("packed", PACKED)
+def test_weights_moved_into_huge_pages_keep_their_bits(packed):
+    layers = linears(packed)
+    matmuls = [few_rows_first(layer, {}) for layer in layers]  # the kernels hold the addresses
+    x = torch.randn(3, 576, generator=torch.Generator().manual_seed(1))
+    before = [matmul(x) for matmul in matmuls]
+    mark_for_huge_pages(layers)
+    advise = madvise()
+    assert advise is not None
+    runs = runs_of(p for layer in layers for p in huge_page_spans(*weight_bytes(layer)))
+    if not any(advise(page, HUGE_PAGE, MADV_COLLAPSE) == 0 for run in runs for page in run[::HUGE_PAGE]):
+        pytest.skip("this system moves no memory into huge pages on request (Linux < 6.1 or THP off)")
+    assert all(torch.equal(matmul(x), y) for matmul, y in zip(matmuls, before))
