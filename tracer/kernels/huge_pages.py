@@ -68,9 +68,9 @@ def mark_for_huge_pages(modules: Iterable[torch.nn.Module]) -> int:
     A whole 2 MiB page around each weight's ends: its neighbours, other weights mostly, share it.
     One call a run of adjacent pages; where one fails (part of it not mapped), page by page."""
     advise = madvise()
-    linears = [m for m in modules if isinstance(m, Linear) and m.weight.device.type == "cpu"]
     if advise is None:
         return 0
+    linears = [m for m in modules if isinstance(m, Linear) and m.weight.device.type == "cpu"]
     marked = 0
     for run in runs_of(s for linear in linears for s in huge_page_spans(*weight_bytes(linear))):
         if advise(run.start, len(run), MADV_HUGEPAGE) == 0:
