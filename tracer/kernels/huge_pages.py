@@ -9,8 +9,8 @@ float32 and 5 % in bfloat16 with the weights in huge pages; batches of 16-32 did
 
 Why not move them at once (MADV_COLLAPSE, Linux 6.1): on that host, a virtual machine, a fresh
 2 MiB page cost ~10 ms, 0.2-3.8 s for a model, more than a short run gains. Marked, the weights
-move at khugepaged's pace (16 MB every 10 s by default) on a CPU's spare time, and a server gets
-the faster steps after its first minutes. The numbers do not move, only the pages that hold them.
+move at khugepaged's pace (16 MB every 10 s by default) on a CPU's spare time, and a long-lived
+engine gets the faster steps after its first minutes. The numbers do not move, only the pages that hold them.
 Where the system's setting is `never`, or this is not Linux, nothing changes."""
 
 from __future__ import annotations
