@@ -3,6 +3,7 @@ its ends included; moved there, no bit of any weight changes and the kernels sti
 
 from __future__ import annotations
 
+import mmap
 import re
 import sys
 
@@ -11,12 +12,33 @@ import torch
 
 from nanoengine.loading.build import pack_for_onednn
 from nanoengine.model import ONEDNN, Linear
-from tracer.kernels.huge_pages import HUGE_PAGE, huge_page_spans, madvise, mark_for_huge_pages, runs_of, weight_bytes
+from tracer.kernels.huge_pages import (
+    HUGE_PAGE,
+    MADV_HUGEPAGE,
+    huge_page_spans,
+    madvise,
+    mark_for_huge_pages,
+    runs_of,
+    weight_bytes,
+)
 from tracer.kernels.packed_linear import few_rows_first
 
 MADV_COLLAPSE = 25  # Linux 6.1: move written memory into huge pages now
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux's transparent huge pages")
+
+
+def system_takes_the_mark() -> bool:
+    """Whether this kernel accepts MADV_HUGEPAGE at all (not where built without huge pages)."""
+    advise = madvise()
+    buffer = mmap.mmap(-1, 2 * HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+    start = torch.frombuffer(buffer, dtype=torch.uint8).data_ptr()
+    return advise is not None and advise(start - start % HUGE_PAGE + HUGE_PAGE, HUGE_PAGE, MADV_HUGEPAGE) == 0
+
+
+takes_the_mark = pytest.mark.skipif(
+    sys.platform != "linux" or not system_takes_the_mark(), reason="this kernel has no transparent huge pages"
+)
 
 
 def mappings() -> list[tuple[int, int, str]]:
@@ -76,6 +98,7 @@ def linears(packed: bool) -> list[Linear]:
 PACKED = [False, pytest.param(True, marks=pytest.mark.skipif(not ONEDNN, reason="x86 torch packs for oneDNN"))]
 
 
+@takes_the_mark
 @pytest.mark.parametrize("packed", PACKED)
 def test_every_page_a_weight_touches_is_marked(packed):
     layers = linears(packed)
