@@ -61,6 +61,11 @@ INLINE const char *next_block(const void *head, const int32_t *table, int64_t j,
     return (const char *)head + table[j + 1 < num_blocks ? j + 1 : j] * block_bytes;
 }
 
+/* How many of a sequence's len tokens block j holds (the last block may be part full). */
+INLINE int64_t tokens_in_block(int64_t j, int64_t len, int64_t block_size) {
+    return len - j * block_size < block_size ? len - j * block_size : block_size;
+}
+
 /* 2. softmax over each query head's scores, in place */
 INLINE void softmax(float *scores, int64_t group, int64_t len) {
     for (int64_t g = 0; g < group; ++g) {
@@ -87,7 +92,7 @@ INLINE void attend(const float *q, const char *k_head, const char *v_head, const
         const char *k = k_head + table[j] * block_elems * elem_size;
         const char *next = next_block(k_head, table, j, num_blocks, block_elems * elem_size);
         const int64_t first = j * block_size;
-        const int64_t n = len - first < block_size ? len - first : block_size;
+        const int64_t n = tokens_in_block(j, len, block_size);
         const char *v = v_head + table[j] * block_elems * elem_size; /* for pass 3 */
         for (int64_t t = 0; t < n; ++t) {
             prefetch_row(next, t, dim * elem_size);
@@ -103,7 +108,7 @@ INLINE void attend(const float *q, const char *k_head, const char *v_head, const
         const char *v = v_head + table[j] * block_elems * elem_size;
         const char *next = next_block(v_head, table, j, num_blocks, block_elems * elem_size);
         const int64_t first = j * block_size;
-        const int64_t n = len - first < block_size ? len - first : block_size;
+        const int64_t n = tokens_in_block(j, len, block_size);
         for (int64_t t = 0; t < n; ++t) {
             prefetch_row(next, t, dim * elem_size);
             for (int64_t g = 0; g < group; ++g) {
@@ -193,7 +198,7 @@ INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int
     }
 }
 
-/* attend() in AVX-512 vectors for head dims that are multiples of 16 up to 128: the same sums in
+/* attend() in AVX-512 vectors for head dims 64 and 128 (attend_either): the same sums in
  * the same order, so the same bits (tests/kernels/test_paged_decode.py holds the two equal), in
  * 0.7x the time for bfloat16 and 0.87x for float32 (docs/benchmarks.md, sixteenth round). Pass 3
  * keeps up to 16 vectors of outputs in registers: as many query heads at a time as fit. */
@@ -206,7 +211,7 @@ INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
         const char *k = k_head + table[j] * block_bytes, *v = v_head + table[j] * block_bytes;
         const char *next = next_block(k_head, table, j, num_blocks, block_bytes);
         const int64_t first = j * block_size;
-        const int64_t n = len - first < block_size ? len - first : block_size;
+        const int64_t n = tokens_in_block(j, len, block_size);
         for (int64_t t = 0; t < n; t += 16)
             score16(q, k + t * row_bytes, n - t < 16 ? n - t : 16, group, dim, is_bf16,
                     next + t * row_bytes, v + t * row_bytes, len, scores + first + t);
@@ -220,7 +225,7 @@ INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
             const char *v = v_head + table[j] * block_bytes;
             const char *next = next_block(v_head, table, j, num_blocks, block_bytes);
             const int64_t first = j * block_size;
-            const int64_t n = len - first < block_size ? len - first : block_size;
+            const int64_t n = tokens_in_block(j, len, block_size);
             for (int64_t t = 0; t < n; ++t) {
                 prefetch_row(next, t, row_bytes);
                 for (int64_t c = 0; c < chunks; ++c) {
