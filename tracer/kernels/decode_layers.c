@@ -60,24 +60,24 @@ int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, vo
     char *o = q + rows * attention_width * size, *out = o + rows * attention_width * size;
     char *gate_up = out + rows * s->hidden * size, *act = gate_up + rows * 2 * s->intermediate * size;
     int failed = add_rms_norm(NULL, residual, layers[0].input_norm, h, rows, s->hidden,
-                              layers[0].input_eps, bf16);
+                              layers[0].input_eps, bf16, s->threads);
     for (int64_t i = 0; i < num_layers && !failed; ++i) {
         const layer_t *l = &layers[i];
         linear(&l->qkv, h, qkv, s);
         rope_write_kv(qkv, s->positions, s->cos, s->sin, s->slot_mapping, l->k_cache, l->v_cache, q,
-                      rows, s->heads, s->kv_heads, s->dim, num_slots, bf16);
+                      rows, s->heads, s->kv_heads, s->dim, num_slots, bf16, s->threads);
         failed |= paged_decode(q, l->k_cache, l->v_cache, o, s->block_tables, s->seq_lens, rows,
                                s->heads, s->kv_heads, s->dim, s->num_blocks, s->block_size,
                                s->max_blocks, s->scale, bf16, s->threads, 1);
         linear(&l->o, o, out, s);
         failed |= add_rms_norm(out, residual, l->post_attention_norm, h, rows, s->hidden,
-                               l->post_attention_eps, bf16);
+                               l->post_attention_eps, bf16, s->threads);
         linear(&l->gate_up, h, gate_up, s);
         silu_and_mul(gate_up, act, rows, s->intermediate, s->silu_run, bf16, s->threads);
         linear(&l->down, act, out, s);
         if (i + 1 < num_layers)
             failed |= add_rms_norm(out, residual, l[1].input_norm, h, rows, s->hidden,
-                                   l[1].input_eps, bf16);
+                                   l[1].input_eps, bf16, s->threads);
         else
             for (int64_t e = 0; e < rows * s->hidden; ++e) /* residual += out, rounded as torch's */
                 put(residual, e, get(residual, e, bf16) + get(out, e, bf16), bf16);

@@ -107,20 +107,33 @@ INLINE void norm_row(const void *x, void *residual, const void *weight, void *ou
     }
 }
 
+/* Rows a step needs before its norm and rotary are shared among the threads: below it, forking
+ * costs what the split saves (at 31 rows the split took 40 % off both: docs/benchmarks.md,
+ * eighteenth round). Each row's arithmetic is the same on any thread, so the bits are too. */
+enum { SPLIT_ROWS = 8 };
+
 /* residual += x (when x is given), then out = RMSNorm(residual) * weight, row by row: the
  * residual add of one sublayer and the norm in front of the next, in one pass. float32 norm as
- * Hugging Face's, then (bfloat16) rounded before the scale. */
+ * Hugging Face's, then (bfloat16) rounded before the scale. Returns 1 where a thread could not
+ * allocate its row of scratch (its rows are then left undone), else 0. */
 int add_rms_norm(const void *x, void *residual, const void *weight, void *out, int64_t rows,
-                 int64_t dim, float eps, int is_bf16) {
-    float *h = malloc(dim * sizeof(float));
-    if (h == NULL) return 1;
-    for (int64_t r = 0; r < rows; ++r)
-        if (is_bf16)
-            norm_row(x, residual, weight, out, r * dim, dim, eps, h, 1);
-        else
-            norm_row(x, residual, weight, out, r * dim, dim, eps, h, 0);
-    free(h);
-    return 0;
+                 int64_t dim, float eps, int is_bf16, int num_threads) {
+    int failed = 0;
+#pragma omp parallel num_threads(num_threads) if (rows >= SPLIT_ROWS) reduction(| : failed)
+    {
+        float *h = malloc(dim * sizeof(float));
+        failed |= h == NULL;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+            if (h == NULL) continue;
+            if (is_bf16)
+                norm_row(x, residual, weight, out, r * dim, dim, eps, h, 1);
+            else
+                norm_row(x, residual, weight, out, r * dim, dim, eps, h, 0);
+        }
+        free(h);
+    }
+    return failed;
 }
 
 /* Half a head of one token: out = x * cos + partner * sin, each product rounded, where partner is
@@ -154,8 +167,9 @@ INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, 
 void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, const void *sin,
                    const int64_t *slot_mapping, void *k_cache, void *v_cache, void *q_out,
                    int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int64_t num_slots,
-                   int is_bf16) {
+                   int is_bf16, int num_threads) {
     const int64_t width = (heads + 2 * kv_heads) * dim, elem_size = is_bf16 ? 2 : 4;
+#pragma omp parallel for num_threads(num_threads) if (tokens >= SPLIT_ROWS) schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
         const int64_t angles = positions[t] * dim, slot = slot_mapping[t];
         for (int64_t h = 0; h < heads + kv_heads; ++h) { /* q heads, then k heads */

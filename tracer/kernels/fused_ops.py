@@ -20,8 +20,8 @@ I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 @functools.cache
 def fused_ops_library() -> ctypes.CDLL:
     library = load(SOURCE)
-    library.add_rms_norm.argtypes = [PTR] * 4 + [I64, I64, ctypes.c_float, INT]
-    library.rope_write_kv.argtypes = [PTR] * 8 + [I64] * 5 + [INT]
+    library.add_rms_norm.argtypes = [PTR] * 4 + [I64, I64, ctypes.c_float, INT, INT]
+    library.rope_write_kv.argtypes = [PTR] * 8 + [I64] * 5 + [INT, INT]
     library.silu_and_mul.argtypes = [PTR, PTR, I64, I64, I64, INT, INT]
     library.add_rms_norm.restype = INT
     library.rope_write_kv.restype = library.silu_and_mul.restype = None
@@ -41,9 +41,10 @@ def add_rms_norm(x: Tensor | None, residual: Tensor, weight: Tensor, eps: float)
         dim,
         eps,
         int(residual.dtype == torch.bfloat16),
+        torch.get_num_threads(),
     )
     if failed:
-        raise MemoryError("add_rms_norm could not allocate a row")
+        raise MemoryError("add_rms_norm could not allocate a row of scratch")
     return out
 
 
@@ -75,6 +76,7 @@ def rope_write_kv(
         dim,
         num_blocks * block_size,
         int(qkv.dtype == torch.bfloat16),
+        torch.get_num_threads(),
     )
     return q
 
