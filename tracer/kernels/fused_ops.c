@@ -108,8 +108,8 @@ INLINE void norm_row(const void *x, void *residual, const void *weight, void *ou
 }
 
 /* Rows a step needs before its norm and rotary are shared among the threads: below it, forking
- * costs what the split saves (at 31 rows the split took 40 % off both: docs/benchmarks.md,
- * eighteenth round). Each row's arithmetic is the same on any thread, so the bits are too. */
+ * costs what the split saves (docs/benchmarks.md, eighteenth round). Each row's arithmetic is the
+ * same on any thread, so the bits are too. */
 enum { SPLIT_ROWS = 8 };
 
 /* residual += x (when x is given), then out = RMSNorm(residual) * weight, row by row: the
