@@ -57,6 +57,12 @@ static void configure_tiles(int64_t rows0, int64_t rows1) {
     _tile_loadconfig(&c);
 }
 
+/* GCC's tile load and store intrinsics (12.2) are asm statements that do not say they read or write
+ * memory, so the compiler may move ordinary loads and stores across them: this keeps the staged
+ * copy's stores before the tile loads that read it, and the sums' reads after the tile stores that
+ * write them (without it, a variant of the kernel loaded a stale copy). */
+static inline void compiler_barrier(void) { __asm__ volatile("" ::: "memory"); }
+
 /* bias added, rounded to bfloat16, `width` outputs of each of `rows` rows stored */
 static void store_rows(const float sum[GROUP][AMX_BLOCK], const uint16_t *bias, uint16_t *y,
                        int64_t rows, int64_t out, int64_t width) {
@@ -76,6 +82,7 @@ static const uint16_t *staged(const uint16_t *weights, uint16_t *stage) {
         __builtin_prefetch(from + b + AMX_AHEAD, 0, 2);
         _mm512_store_si512(to + b, _mm512_loadu_si512(from + b));
     }
+    compiler_barrier();
     return stage;
 }
 
@@ -108,10 +115,12 @@ static void tile_block_outputs(const uint16_t *x, const uint16_t *block, const u
     float sum[GROUP][AMX_BLOCK];
     _tile_stored(0, &sum[0][0], AMX_BLOCK * 4);
     _tile_stored(1, &sum[0][GROUP], AMX_BLOCK * 4);
+    compiler_barrier();
     store_rows(sum, bias, y, rows0, out, width);
     if (rows1) {
         _tile_stored(2, &sum[0][0], AMX_BLOCK * 4);
         _tile_stored(3, &sum[0][GROUP], AMX_BLOCK * 4);
+        compiler_barrier();
         store_rows(sum, bias, y + GROUP * out, rows1, out, width);
     }
 }
