@@ -43,6 +43,13 @@ typedef struct {
     uint8_t rows[16];
 } tile_config_t;
 
+/* GCC's tile intrinsics (12.2) are asm statements that understate the memory they touch (tile loads
+ * and stores: none; the configuration's load: its first 8 of 64 bytes), so the compiler may move
+ * ordinary loads and stores across them. This keeps the configuration's and the staged copy's stores
+ * before the instructions that read them, and the sums' reads after the tile stores that write them
+ * (without it, a variant of the kernel loaded a stale copy). */
+static inline void compiler_barrier(void) { __asm__ volatile("" ::: "memory"); }
+
 /* Tiles 0-1: group 0's sums (outputs 0-15, 16-31 of a block); 2-3: group 1's; 4, 5: the groups'
  * inputs, 32 each; 6, 7: the block's weights for those 32 inputs, two halves of 16 outputs. */
 static void configure_tiles(int64_t rows0, int64_t rows1) {
@@ -54,14 +61,9 @@ static void configure_tiles(int64_t rows0, int64_t rows1) {
         c.rows[t] = (uint8_t)(rows[t] ? rows[t] : 1);
         c.bytes_per_row[t] = 64;
     }
+    compiler_barrier();
     _tile_loadconfig(&c);
 }
-
-/* GCC's tile load and store intrinsics (12.2) are asm statements that do not say they read or write
- * memory, so the compiler may move ordinary loads and stores across them: this keeps the staged
- * copy's stores before the tile loads that read it, and the sums' reads after the tile stores that
- * write them (without it, a variant of the kernel loaded a stale copy). */
-static inline void compiler_barrier(void) { __asm__ volatile("" ::: "memory"); }
 
 /* bias added, rounded to bfloat16, `width` outputs of each of `rows` rows stored */
 static void store_rows(const float sum[GROUP][AMX_BLOCK], const uint16_t *bias, uint16_t *y,
