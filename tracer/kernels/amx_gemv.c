@@ -43,11 +43,11 @@ typedef struct {
     uint8_t rows[16];
 } tile_config_t;
 
-/* GCC's tile intrinsics (12.2) are asm statements that understate the memory they touch (tile loads
- * and stores: none; the configuration's load: its first 8 of 64 bytes), so the compiler may move
- * ordinary loads and stores across them. This keeps the configuration's and the staged copy's stores
- * before the instructions that read them, and the sums' reads after the tile stores that write them
- * (without it, a variant of the kernel loaded a stale copy). */
+/* GCC's tile intrinsics (12.2) are asm statements that understate the memory they touch (tile
+ * loads and stores: none; the configuration's load: its first 8 of 64 bytes), so the compiler may
+ * move ordinary loads and stores across them. This keeps the configuration's and the staged copy's
+ * stores before the instructions that read them, and the sums' reads after the tile stores that
+ * write them (without it, a variant of the kernel loaded a stale copy). */
 static inline void compiler_barrier(void) { __asm__ volatile("" ::: "memory"); }
 
 /* Tiles 0-1: group 0's sums (outputs 0-15, 16-31 of a block); 2-3: group 1's; 4, 5: the groups'
