@@ -102,6 +102,29 @@ def test_the_comparison_catches_a_rope_one_position_off():
     assert not same_bits(ours, torch_rope_write_kv(qkv, positions, cos, sin, slots, kv, 4).contiguous())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_norm_and_the_rotary_shared_among_threads_keep_their_bits(dtype):
+    """From 8 rows on each thread takes a share of the rows: the same bits as one thread, row by
+    row (a share that started one row off would leave rows unwritten or written twice)."""
+    results = []
+    for threads in (1, 2, 3):
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            gen = torch.Generator().manual_seed(0)
+            x, residual = (torch.randn(31, 576, generator=gen).to(dtype) for _ in range(2))
+            weight = torch.randn(576, generator=gen).to(dtype)
+            normed = add_rms_norm(x, residual, weight, 1e-5)
+            qkv, positions, cos, sin, slots, kv = rope_case(31, 9, 3, 64, dtype, 0)
+            q = rope_write_kv(qkv, positions, cos, sin, slots, kv, 9)
+            results.append((normed, residual, q, kv))
+        finally:
+            torch.set_num_threads(before)
+    one, *others = results
+    assert all(same_bits(a, b) for other in others for a, b in zip(one, other))
+    assert not same_bits(one[2][1:], one[2][:-1])  # rows differ: a row written twice would show
+
+
 class HiddenRecorder:
     """Wraps a runner's model; keeps each step's hidden states."""
 
