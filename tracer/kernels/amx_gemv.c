@@ -94,7 +94,9 @@ static void tile_block_outputs(const uint16_t *x, const uint16_t *block, const u
                           uint16_t *y, int64_t in, int64_t out, int64_t width, int64_t rows0,
                           int64_t rows1) {
     const int64_t x_stride = in * 2, w_stride = AMX_BLOCK * 2 * 2; /* bytes */
-    _Alignas(64) uint16_t stage[2][STEP_BYTES / 2]; /* one being loaded while one is written */
+    /* two in turn: a step's copy never overwrites what the step before still loads from, so the
+     * one barrier in staged() a step is enough */
+    _Alignas(64) uint16_t stage[2][STEP_BYTES / 2];
     _tile_zero(0);
     _tile_zero(1);
     if (rows1) {
@@ -114,17 +116,16 @@ static void tile_block_outputs(const uint16_t *x, const uint16_t *block, const u
             _tile_dpbf16ps(3, 5, 7);
         }
     }
-    float sum[GROUP][AMX_BLOCK];
-    _tile_stored(0, &sum[0][0], AMX_BLOCK * 4);
-    _tile_stored(1, &sum[0][GROUP], AMX_BLOCK * 4);
-    compiler_barrier();
-    store_rows(sum, bias, y, rows0, out, width);
+    float sum[2][GROUP][AMX_BLOCK]; /* each group's own: no tile store overwrites sums unread */
+    _tile_stored(0, &sum[0][0][0], AMX_BLOCK * 4);
+    _tile_stored(1, &sum[0][0][GROUP], AMX_BLOCK * 4);
     if (rows1) {
-        _tile_stored(2, &sum[0][0], AMX_BLOCK * 4);
-        _tile_stored(3, &sum[0][GROUP], AMX_BLOCK * 4);
-        compiler_barrier();
-        store_rows(sum, bias, y + GROUP * out, rows1, out, width);
+        _tile_stored(2, &sum[1][0][0], AMX_BLOCK * 4);
+        _tile_stored(3, &sum[1][0][GROUP], AMX_BLOCK * 4);
     }
+    compiler_barrier();
+    store_rows(sum[0], bias, y, rows0, out, width);
+    if (rows1) store_rows(sum[1], bias, y + GROUP * out, rows1, out, width);
 }
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none); bfloat16, `in` a
