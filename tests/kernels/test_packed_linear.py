@@ -20,6 +20,7 @@ from tracer.kernels.packed_linear import (
     Agreement,
     FewRowsLinear,
     Shape,
+    agree_all,
     amx_ready,
     cancelling_rows,
     few_rows_first,
@@ -110,6 +111,26 @@ def test_linears_of_one_shape_share_what_the_first_showed():
     with torch.inference_mode():
         first(torch.randn(3, 64))
     assert second.agreement.rows[3] and len(agreements) == 1
+
+
+def test_agree_all_checks_each_shape_at_every_row_count_so_no_step_checks_later(monkeypatch):
+    """What the bench's warm-up runs: every row count of each shape checked once, up front; then a
+    call at any of them runs the kernel with no check, and a second agree_all checks nothing."""
+    agreements: dict = {}
+    linears = [packed_linear_of(64, 64, False, seed) for seed in (0, 1)] + [packed_linear_of(64, 100, True, 2)]
+    matmuls = [few_rows_first(linear, agreements) for linear in linears] + [Linear(8, 8).forward]
+    assert agree_all(matmuls) == 2 * MAX_ROWS  # two shapes; the plain forward has no kernel
+    assert all(sorted(a.rows) == list(range(1, MAX_ROWS + 1)) for a in agreements.values())
+    assert agree_all(matmuls) == 0
+
+    def no_more_checks(self, rows):
+        raise AssertionError(f"a check at {rows} rows after agree_all")
+
+    monkeypatch.setattr(FewRowsLinear, "agreeing_chunk", no_more_checks)
+    x = torch.randn(MAX_ROWS, 64)
+    with torch.inference_mode():
+        for matmul, linear in zip(matmuls, linears):
+            assert torch.equal(matmul(x), linear(x))
 
 
 def test_more_rows_go_to_onednn_unchecked():

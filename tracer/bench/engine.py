@@ -19,6 +19,7 @@ from tracer.bench.model_only import ForwardProbe, replay_forwards
 from tracer.bench.workload import BenchRequest
 from tracer.kernels.choose import build_engine
 from tracer.kernels.fused_decoder import FusedDecoder
+from tracer.kernels.packed_linear import agree_all
 
 
 @dataclass(slots=True)
@@ -67,6 +68,11 @@ def run_requests(engine: LLMEngine, requests: list[BenchRequest], name: str = "n
 
 
 def warm_up(engine: LLMEngine, requests: list[BenchRequest]) -> None:
+    """A few short requests; first, the few-row kernels' checks at every row count (agree_all),
+    which the steps that first meet a row count would otherwise run inside the timed run."""
+    decoder = engine.runner.model
+    if isinstance(decoder, FusedDecoder):
+        agree_all(decoder.linears())
     run_requests(engine, requests, "warm-up")
 
 

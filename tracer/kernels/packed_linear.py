@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -172,6 +172,21 @@ class FewRowsLinear:
 def run_packed_gemv(x: Tensor, address: int, bias: Tensor | None, shape: Shape, chunk: int) -> Tensor:
     sizes = (shape.in_features, shape.in_padded, shape.out_features, chunk)
     return run_kernel(packed_gemv_library().packed_gemv, x, address, bias, shape, sizes)
+
+
+def agree_all(linears: Iterable[MatMul]) -> int:
+    """Run the first-use check of each shape of linear at every row count its kernel takes, now
+    rather than inside the steps that first meet those counts: what vLLM does when it captures a
+    CUDA graph for each batch size before serving, so that a timed run measures steps, not checks.
+    Returns how many checks ran (none where each was done already)."""
+    kernels = {linear.shape: linear for linear in linears if isinstance(linear, FewRowsLinear)}
+    checks = 0
+    with torch.inference_mode():
+        for linear in kernels.values():
+            for rows in range(1, linear.max_rows + 1):
+                checks += rows not in linear.agreement.rows
+                linear.agree(rows)
+    return checks
 
 
 def run_amx(x: Tensor, address: int, bias: Tensor | None, shape: Shape) -> Tensor:
