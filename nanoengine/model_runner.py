@@ -91,6 +91,7 @@ class ModelRunner:
         self.device = device
         self.eos_token_ids = eos_token_ids
         self.attend = pick_backend(config.attention_backend, device, self.block_size)
+        self.sampler = sample  # held, as vLLM holds its Sampler: a faster one may replace it
         num_kv_heads, head_dim = model.config.num_key_value_heads, head_dim_of(model.config)
         one = self.attend.cache_shape(config.num_kv_blocks, self.block_size, num_kv_heads, head_dim)
         shape = (len(model.model.layers), 2, *one)  # K and V of every layer
@@ -148,7 +149,7 @@ class ModelRunner:
         wants_logprobs = any(s.params.logprobs is not None for s in seqs)
         logprobs = logits.float().log_softmax(-1) if wants_logprobs else None  # raw: before the
         logits = process_logits(logits, seqs, self.eos_token_ids)  # sampling parameters' changes
-        token_ids = sample(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])
+        token_ids = self.sampler(logits, [s.params for s in seqs], [s.num_tokens for s in seqs])
         results = sampled_logprobs(logprobs, seqs, token_ids, inputs.discard.tolist())
         for i, seq in enumerate(seqs):
             if seq.params.prompt_logprobs is not None and seq.is_prefilling:

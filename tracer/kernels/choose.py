@@ -1,6 +1,7 @@
 """Which compiled kernels the tools hand the engine: on a CPU run, `auto` takes the paged-decode
-kernel, the fused small steps, the few-row linears (bfloat16 ones where AMX runs) and the one-call
-decode step where this machine can build them, and the engine's own torch path where not."""
+kernel, the fused small steps, the few-row linears (bfloat16 ones where AMX runs), the one-call
+decode step and greedy sampling's pick where this machine can build them, and the engine's own
+torch path where not."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tracer.kernels.build import KernelUnavailable
 from tracer.kernels.decode_layers import decode_layers_library
 from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.fused_ops import fused_ops_library
+from tracer.kernels.greedy_sample import greedy_library, sample_compiled
 from tracer.kernels.huge_pages import mark_for_huge_pages
 from tracer.kernels.packed_linear import amx_gemv_library, packed_gemv_library
 from tracer.kernels.paged_attention import PagedDecodeAttention
@@ -36,6 +38,7 @@ def with_attention_kernel(options: dict) -> dict:
         packed_gemv_library()
         amx_gemv_library()  # on every CPU; used where AMX runs
         decode_layers_library()
+        greedy_library()
         return {**options, "attention_backend": PagedDecodeAttention()}
     except KernelUnavailable as error:
         if choice == KERNEL:
@@ -45,12 +48,14 @@ def with_attention_kernel(options: dict) -> dict:
 
 def build_engine(model: str, options: dict) -> LLMEngine:
     """The engine the tools run: with_attention_kernel's backend and, with the kernel, the
-    decoder's small steps fused (FusedDecoder, where the model fits it), and on the CPU the
-    weights marked for huge pages (huge_pages.py)."""
+    decoder's small steps fused (FusedDecoder, where the model fits it) and greedy sampling's pick
+    compiled, and on the CPU the weights marked for huge pages (huge_pages.py)."""
     engine = LLMEngine(model, **with_attention_kernel(options))
     if engine.device.type == "cpu":
         mark_for_huge_pages(engine.model.modules())
     fused = isinstance(engine.runner.attend, PagedDecodeAttention)
+    if fused:
+        engine.runner.sampler = sample_compiled
     if fused and FusedDecoder.fits(engine.model, engine.device):
         engine.runner.model = FusedDecoder(engine.model)  # type: ignore[assignment]
     return engine
