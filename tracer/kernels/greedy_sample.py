@@ -1,6 +1,6 @@
 """The engine's sampler with greedy sampling's pick compiled (greedy_sample.c): the same tokens as
-nanoengine/sampler.py's `sample`, which a test holds it to, and which it hands every batch that is
-not all greedy, and every logits it cannot take."""
+nanoengine/sampler.py's `sample` (a test holds the two equal), to which it hands any batch that is
+not all greedy and any logits the kernel does not take."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def first_largest(logits: Tensor) -> Tensor:
 
 
 def takes(logits: Tensor) -> bool:
+    """Whether the kernel reads these logits as they lie: a contiguous CPU matrix of its types."""
     return (
         logits.device.type == "cpu"
         and logits.dim() == 2
