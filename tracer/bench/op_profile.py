@@ -80,14 +80,13 @@ class ScopedAttention:
 
 
 def instrument(engine: LLMEngine) -> None:
-    import nanoengine.model_runner as model_runner
     import tracer.kernels.fused_decoder as fused_decoder
 
     runner = engine.runner
     runner.attend = ScopedAttention(runner.attend)  # type: ignore[assignment]
     runner.model.forward = scoped(runner.model.forward, "model")  # type: ignore[method-assign]
     runner.model.compute_logits = scoped(runner.model.compute_logits, "model")  # type: ignore[method-assign]
-    model_runner.sample = scoped(model_runner.sample, "sampling")  # type: ignore[attr-defined]
+    runner.sampler = scoped(runner.sampler, "sampling")  # the engine's or the compiled one
     for name in FUSED_STEPS:
         setattr(fused_decoder, name, scoped(getattr(fused_ops, name), "fused"))
     FewRowsLinear.kernel = scoped(FEW_ROWS_KERNEL, "linear")  # type: ignore[method-assign]
@@ -96,11 +95,8 @@ def instrument(engine: LLMEngine) -> None:
 
 
 def uninstrument() -> None:
-    import nanoengine.model_runner as model_runner
-    import nanoengine.sampler
     import tracer.kernels.fused_decoder as fused_decoder
 
-    model_runner.sample = nanoengine.sampler.sample  # type: ignore[attr-defined]
     for name in FUSED_STEPS:
         setattr(fused_decoder, name, getattr(fused_ops, name))
     FewRowsLinear.kernel = FEW_ROWS_KERNEL  # type: ignore[method-assign]
