@@ -151,16 +151,18 @@ def record_requests(path: Path, requests, **options):
     return recorder, engine
 
 
-def drive(engine: LLMEngine, requests, max_steps: int) -> None:
-    """Step engine until every (prompt, max_tokens, arrival step) request has arrived and finished."""
-    step = 0
+def drive(engine: LLMEngine, requests, max_steps: int) -> list[int]:
+    """Step engine until every (prompt, max_tokens, arrival step) request has arrived and finished;
+    returns the request ids in the order the requests arrived."""
+    step, ids = 0, []
     while step == 0 or engine.has_unfinished() or any(a >= step for _, _, a in requests):
         for prompt, max_tokens, arrival in requests:
             if arrival == step:
-                engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+                ids.append(engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
         engine.step()
         step += 1
         assert step < max_steps, f"the engine did not finish {requests} in {max_steps} steps"
+    return ids
 
 
 def record_two_chunked(path: Path) -> Path:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import BUSY_OPTIONS, BUSY_REQUESTS
+from conftest import BUSY_OPTIONS, BUSY_REQUESTS, drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,15 +26,8 @@ def torchs_pick(logits: torch.Tensor) -> torch.Tensor:
 
 
 def busy_tokens(engine: LLMEngine) -> list[list[int]]:
-    """BUSY_REQUESTS, greedy, each arriving at its step: every request's tokens."""
-    ids, step = [], 0
-    while step == 0 or engine.has_unfinished() or any(a >= step for _, _, a in BUSY_REQUESTS):
-        for prompt, max_tokens, arrival in BUSY_REQUESTS:
-            if arrival == step:
-                ids.append(engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
-        engine.step()
-        step += 1
-    return [engine.collect(i).outputs[0].token_ids for i in ids]
+    """BUSY_REQUESTS (greedy: the default), each arriving at its step: every request's tokens."""
+    return [engine.collect(i).outputs[0].token_ids for i in drive(engine, BUSY_REQUESTS, 200)]
 
 
 @settings(max_examples=60, deadline=None)

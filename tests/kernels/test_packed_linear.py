@@ -4,12 +4,11 @@ showing that at its first call."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-from collections.abc import Iterator
 
 import pytest
 import torch
+from conftest import torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,7 +65,7 @@ def test_a_few_rows_get_onednns_bits_from_the_kernel(in_features, out_features, 
     with torch.inference_mode():
         if splits_among_threads(linear, x):
             assert kernel_first(linear).agree(rows) == 0  # no chunk gives bits summed in parts
-            with one_thread():
+            with torch_threads(1):
                 assert_kernel_gives_onednns_bits(linear, x)
         else:
             assert_kernel_gives_onednns_bits(linear, x)
@@ -82,19 +81,9 @@ def assert_kernel_gives_onednns_bits(linear: Linear, x: torch.Tensor) -> None:
     assert torch.equal(matmul.kernel(x, chunk), expected)
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def splits_among_threads(linear: Linear, x: torch.Tensor) -> bool:
     """Whether oneDNN's bits for x change with its thread count (it then sums each output in parts)."""
-    with one_thread():
+    with torch_threads(1):
         alone = linear(x)
     return not torch.equal(linear(x), alone)
 

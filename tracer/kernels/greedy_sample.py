@@ -53,7 +53,7 @@ def takes(logits: Tensor) -> bool:
 def sample_compiled(logits: Tensor, params: list[SamplingParams], num_tokens: list[int]) -> list[int]:
     """`sample`, called the same way (ModelRunner.sampler)."""
     if takes(logits) and all(p.greedy for p in params):
-        tokens = first_largest(logits)
-        if not bool((tokens < 0).any()):
-            return tokens.tolist()
+        tokens = first_largest(logits).tolist()
+        if min(tokens, default=0) >= 0:  # -1: a row with a NaN
+            return tokens
     return sample(logits, params, num_tokens)
