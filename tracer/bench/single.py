@@ -1,7 +1,9 @@
 """The single stream: one prompt, 64 new tokens, greedy, batch 1 - the first thing a newcomer runs.
 
 Each system generates the same prompt SINGLE_RUNS times (after one warm-up); the report keeps the
-median run by decode rate, with every run's rate beside it:
+median run by decode rate, with every run's rate beside it. nanoengine's float32 and bfloat16 runs
+take turns (float32, bfloat16, float32, ...): the pace of a VM drifts by ~10 % within minutes, and
+taking turns puts the same drift on both sides of the bfloat16-over-float32 ratio.
 
     TTFT      from handing over the prompt to the first new token (the prefill)
     tok/s     decode rate: (tokens after the first) / (time from the first token to the last)
@@ -9,7 +11,7 @@ median run by decode rate, with every run's rate beside it:
               no system exceeds memory bandwidth / weight bytes tokens a second (the K/V of a
               short context adds well under 1 % to the bytes and is left out)
 
-nanoengine runs in float32 and bfloat16 (each on a fresh engine), HF generate at batch 1 in the
+nanoengine runs in float32 and bfloat16 (an engine each), HF generate at batch 1 in the
 same dtypes, llama.cpp (tracer/bench/llama_cpp.py) when llama-cpp-python is installed.
 
 Beside it, the same prompt length and output in a batch of BATCH requests at once (BATCHED), for
@@ -26,7 +28,7 @@ import torch
 
 from tracer.bench.workload import BenchRequest, WorkloadSpec, build_workload
 
-SINGLE_RUNS = 3
+SINGLE_RUNS = 5
 SINGLE = WorkloadSpec(num_requests=1, min_input_len=32, max_input_len=32, min_output_len=64, max_output_len=64, seed=7)
 DTYPES = ("float32", "bfloat16")
 BATCH = 32
@@ -74,23 +76,40 @@ def single_request(vocab_size: int) -> BenchRequest:
     return build_workload(SINGLE, vocab_size)[0]
 
 
-def time_runs(generate: Callable[[], tuple[list[float], list[int]]], runs: int = SINGLE_RUNS) -> list[SingleRun]:
+Generate = Callable[[], tuple[list[float], list[int]]]
+
+
+def time_runs(generate: Generate, runs: int = SINGLE_RUNS) -> list[SingleRun]:
     """generate() returns the time the prompt was handed over followed by each token's time, and the
     token ids; one warm-up call first."""
-    generate()
-    measured = []
+    return time_in_turns([generate], runs)[0]
+
+
+def time_in_turns(generates: list[Generate], runs: int = SINGLE_RUNS) -> list[list[SingleRun]]:
+    """time_runs for several systems at once: each warmed up, then one run of each in turn, `runs`
+    times over. Returns each system's runs."""
+    for generate in generates:
+        generate()
+    measured: list[list[SingleRun]] = [[] for _ in generates]
     for _ in range(runs):
-        times, tokens = generate()
-        start, first, last = times[0], times[1], times[-1]
-        measured.append(SingleRun(first - start, (len(times) - 2) / (last - first), tokens))
+        for generate, into in zip(generates, measured):
+            times, tokens = generate()
+            start, first, last = times[0], times[1], times[-1]
+            into.append(SingleRun(first - start, (len(times) - 2) / (last - first), tokens))
     return measured
 
 
-def nanoengine_single(model: str, options: dict, request: BenchRequest, dtype: str) -> SingleResult:
-    from tracer.bench.engine import greedy_params
+def nanoengine_singles(model: str, options: dict, request: BenchRequest) -> dict[str, SingleResult]:
+    """nanoengine in each of DTYPES, an engine each, their runs taking turns."""
     from tracer.kernels.choose import build_engine
 
-    engine = build_engine(model, {**options, "dtype": dtype})
+    engines = {dtype: build_engine(model, {**options, "dtype": dtype}) for dtype in DTYPES}
+    runs = time_in_turns([generator(engine, request) for engine in engines.values()])
+    return {dtype: SingleResult("nanoengine", dtype, r) for dtype, r in zip(engines, runs)}
+
+
+def generator(engine, request: BenchRequest) -> Generate:
+    from tracer.bench.engine import greedy_params
 
     def generate() -> tuple[list[float], list[int]]:
         times = [time.perf_counter()]
@@ -100,7 +119,7 @@ def nanoengine_single(model: str, options: dict, request: BenchRequest, dtype: s
                 times.append(time.perf_counter())
         return times, engine.collect(seq_id).token_ids
 
-    return SingleResult("nanoengine", dtype, time_runs(generate))
+    return generate
 
 
 def hf_single(model: str, request: BenchRequest, dtype: str) -> SingleResult:
@@ -124,10 +143,11 @@ def run_single(
     from tracer.bench.llama_cpp import llama_cpp_single
 
     request = single_request(vocab_size)
+    log(f"single stream: nanoengine, {' and '.join(DTYPES)} in turns ...")
+    ours = nanoengine_singles(model, options, request)
     results = []
     for dtype in DTYPES:
-        log(f"single stream: nanoengine, {dtype} ...")
-        results.append(nanoengine_single(model, options, request, dtype))
+        results.append(ours[dtype])
         if not skip_hf:
             log(f"single stream: HF generate at batch 1, {dtype} ...")
             results.append(hf_single(model, request, dtype))
