@@ -209,6 +209,28 @@ def test_bad_workload_is_a_clear_error(capsys):
     assert "input lengths must satisfy" in capsys.readouterr().err
 
 
+def test_an_output_file_that_cannot_be_written_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    """Not after minutes of runs: the results would be lost. A file made to find out is removed."""
+    from tracer.bench import run
+    from tracer.cli.main import main
+
+    monkeypatch.setattr(run, "run_single_benchmark", lambda settings: pytest.fail("measured anyway"))
+    folder = tmp_path / "a folder"
+    folder.mkdir()
+    for flag, path in (("--out", folder), ("--trace-out", tmp_path / "a file" / "under a file.jsonl")):
+        (tmp_path / "a file").write_text("")
+        assert main(["bench", "--model", "tiny", "--single-only", flag, str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{flag} {path}: cannot write there" in err and "Traceback" not in err
+    fresh = tmp_path / "fresh.json"
+    monkeypatch.setattr(run, "run_single_benchmark", lambda settings: {"single": None})
+    from tracer.cli import bench
+
+    monkeypatch.setattr(bench, "emit_report", lambda report, args, table: None)
+    assert main(["bench", "--model", "tiny", "--single-only", "--out", str(fresh)]) == 0
+    assert not fresh.exists()  # made to check, removed; emit_report (here a no-op) writes it
+
+
 def test_latency_math():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     ttft, tpot = latencies([[1.5, 2.0, 2.5], [3.0]], start=1.0)

@@ -192,6 +192,9 @@ def bench_main(argv: list[str]) -> int:
 
         return sharing_main(argv[1:], prog="nanoengine bench --sharing")
     args = parse_args(argv)
+    for flag, path in (("--out", args.out), ("--trace-out", args.trace_out)):
+        if path is not None:
+            check_writable(flag, path)
     if args.serving:
         from tracer.bench.serving import print_serving_report
 
@@ -208,12 +211,29 @@ def bench_main(argv: list[str]) -> int:
     return 0
 
 
+def check_writable(flag: str, path: Path) -> None:
+    """Refuse a file the results could not be written to now, not after minutes of measuring (a
+    file this makes to find out is removed again)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with open(path, "a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as e:
+        raise ValueError(
+            f"{flag} {path}: cannot write there ({e.strerror or e}); give a file in a folder you can write to"
+        ) from None
+
+
 def emit_report(report: dict, args: argparse.Namespace, print_table: Callable[[dict], None]) -> None:
-    """Save the report's JSON with --out; print it as JSON with --json, else as tables."""
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    """Print the report as JSON with --json, else as tables; then save its JSON with --out (printed
+    first: a file that cannot be written after all loses nothing that was measured)."""
     if args.json:
         print(json.dumps(report, indent=2, allow_nan=False))
     else:
         print_table(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
