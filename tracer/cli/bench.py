@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -216,7 +217,7 @@ def check_writable(flag: str, path: Path) -> None:
     file this makes to find out is removed again)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        existed = path.exists()
+        existed = os.path.lexists(path)  # a link, even to nothing, is the user's: never removed
         with open(path, "a"):
             pass
         if not existed:
