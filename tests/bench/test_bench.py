@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -229,6 +230,29 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_measuring(tmp_p
     monkeypatch.setattr(bench, "emit_report", lambda report, args, table: None)
     assert main(["bench", "--model", "tiny", "--single-only", "--out", str(fresh)]) == 0
     assert not fresh.exists()  # made to check, removed; emit_report (here a no-op) writes it
+
+
+def test_a_named_pipe_as_out_is_refused_not_waited_on(tmp_path):
+    """Opening a pipe for writing waits for a reader: --out would hang before measuring."""
+    import signal
+
+    from tracer.cli.bench import check_writable
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+
+    def hung(signum, frame):
+        raise AssertionError("--out waited on a named pipe")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        with pytest.raises(ValueError, match="cannot write there"):
+            check_writable("--out", pipe)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert pipe.exists()  # the user's pipe stays
 
 
 def test_latency_math():

@@ -196,6 +196,10 @@ def bench_main(argv: list[str]) -> int:
     for flag, path in (("--out", args.out), ("--trace-out", args.trace_out)):
         if path is not None:
             check_writable(flag, path)
+    if args.trace_out is not None:
+        from tracer.cli.trace import out_target
+
+        out_target(args.trace_out)  # the trace command's rule: a trace never replaces a device
     if args.serving:
         from tracer.bench.serving import print_serving_report
 
@@ -218,8 +222,8 @@ def check_writable(flag: str, path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = os.path.lexists(path)  # a link, even to nothing, is the user's: never removed
-        with open(path, "a"):
-            pass
+        # O_NONBLOCK: a named pipe without a reader is refused (ENXIO) instead of waited on
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666))
         if not existed:
             path.unlink()
     except OSError as e:
@@ -235,6 +239,5 @@ def emit_report(report: dict, args: argparse.Namespace, print_table: Callable[[d
         print(json.dumps(report, indent=2, allow_nan=False))
     else:
         print_table(report)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out:  # its folder made by check_writable
         args.out.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
