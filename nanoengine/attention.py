@@ -1,5 +1,5 @@
-"""Paged attention backends. Each owns its KV-cache layout; all address K/V by slot:
-slot = block * block_size + offset."""
+"""Paged attention backends. Each owns its KV-cache layout, the block axis first in all:
+[2 (K, V), num_kv_blocks, ...]; all address K/V by slot: slot = block * block_size + offset."""
 
 from __future__ import annotations
 
@@ -35,31 +35,32 @@ class AttentionMetadata:
 
 
 class TorchAttention:
-    """Pure torch, CPU and CUDA. Cache [2 (K, V), kv_heads, num_kv_blocks, block_size, dim]: one
-    index_select gathers a sequence's blocks of K and V, laid out for a batched matmul."""
-
-    BLOCK_DIM = 2  # the block axis of one layer's [2, ...] cache
+    """Pure torch, CPU and CUDA. Cache [2 (K, V), num_kv_blocks, kv_heads, block_size, dim], as
+    vLLM's CPU backend lays it out: a block's bytes lie together, each KV head's rows in one run.
+    Seen with its first two axes swapped, one index_select gathers a sequence's blocks of K and V
+    laid out for a batched matmul."""
 
     def cache_shape(
         self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
     ) -> tuple[int, ...]:
-        return (num_kv_heads, num_kv_blocks, block_size, head_dim)
+        return (num_kv_blocks, num_kv_heads, block_size, head_dim)
 
     def write_kv(self, kv: KVCache, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
         k_cache, v_cache = kv
-        heads, _, _, dim = k_cache.shape
-        k_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, k.transpose(0, 1))
-        v_cache.view(heads, -1, dim).index_copy_(1, slot_mapping, v.transpose(0, 1))
+        blocks, rows = slot_mapping // kv.shape[3], slot_mapping % kv.shape[3]
+        k_cache[blocks, :, rows] = k  # [T, kv_heads, dim]: each token into its block's row
+        v_cache[blocks, :, rows] = v
 
     def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
         """q: [T, heads, dim] -> [T, heads, dim]."""
         out = torch.empty_like(q)
-        _, num_kv_heads, _, block_size, dim = kv.shape
+        _, _, num_kv_heads, block_size, dim = kv.shape
         group = q.shape[1] // num_kv_heads  # query heads per KV head
         gqa = group > 1
+        by_head = kv.transpose(1, 2)  # [2, kv_heads, num_kv_blocks, block_size, dim], a view
         for g in meta.decode_groups:
             B, L = g.pad.shape
-            k, v = kv.index_select(2, g.block_ids).view(2, num_kv_heads, B, L, dim)
+            k, v = by_head.index_select(2, g.block_ids).view(2, num_kv_heads, B, L, dim)
             # [kv_heads, B, group, dim]: each KV head's query heads side by side
             qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)
             scores = (qd * scale) @ k.transpose(-1, -2)
@@ -67,7 +68,7 @@ class TorchAttention:
             out[g.rows] = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)
         for i, start, n, seq_len in meta.prefills:
             table = meta.block_tables[i, : (seq_len + block_size - 1) // block_size]
-            k, v = kv.index_select(2, table).view(2, num_kv_heads, -1, dim)[:, :, :seq_len]
+            k, v = by_head.index_select(2, table).view(2, num_kv_heads, -1, dim)[:, :, :seq_len]
             # Query j sits at position seq_len - n + j and sees keys up to that position.
             # A chunk that starts at 0 is plain causal attention: no mask needed.
             mask = None
@@ -85,8 +86,6 @@ class FlashAttention:
     """flash-attn's paged varlen kernel (CUDA; block_size a multiple of 256).
 
     Cache [num_kv_blocks, block_size, kv_heads, dim]."""
-
-    BLOCK_DIM = 1  # the block axis of one layer's [2, ...] cache
 
     def cache_shape(
         self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int

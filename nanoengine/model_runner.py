@@ -107,9 +107,8 @@ class ModelRunner:
         """Copy-on-write: each (source, copy) block's K and V, in every layer."""
         if pairs:
             sources, copies = torch.tensor(pairs, device=self.device).T
-            dim = self.attend.BLOCK_DIM
-            for kv in self.kv_caches:
-                kv.index_copy_(dim, copies, kv.index_select(dim, sources))
+            for kv in self.kv_caches:  # [2, num_kv_blocks, ...] in every backend
+                kv.index_copy_(1, copies, kv.index_select(1, sources))
 
     def build_metadata(self, inputs: StepInputs) -> AttentionMetadata:
         q_lens = (inputs.query_start_loc[1:] - inputs.query_start_loc[:-1]).tolist()

@@ -66,15 +66,15 @@ def rope_case(tokens: int, heads: int, kv_heads: int, dim: int, dtype, seed: int
     cos, sin = (torch.randn(100, dim, generator=gen).to(dtype) for _ in range(2))
     num_blocks, block_size = tokens + 2, 4
     slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
-    kv = torch.zeros(2, kv_heads, num_blocks, block_size, dim, dtype=dtype)
+    kv = torch.zeros(2, num_blocks, kv_heads, block_size, dim, dtype=dtype)
     return qkv, positions, cos, sin, slots, kv
 
 
 def torch_rope_write_kv(qkv, positions, cos, sin, slots, kv, heads):
     """What nanoengine/model.py's Attention does between its qkv projection and the attention."""
-    q_k, v = qkv.unflatten(-1, (-1, kv.shape[-1])).split([qkv.shape[1] // kv.shape[-1] - kv.shape[1], kv.shape[1]], 1)
+    q_k, v = qkv.unflatten(-1, (-1, kv.shape[-1])).split([qkv.shape[1] // kv.shape[-1] - kv.shape[2], kv.shape[2]], 1)
     rope = (cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))
-    q, k = torch.split(apply_rope(q_k, rope), [heads, kv.shape[1]], 1)
+    q, k = torch.split(apply_rope(q_k, rope), [heads, kv.shape[2]], 1)
     TorchAttention().write_kv(kv, k, v, slots)
     return q
 
@@ -213,7 +213,7 @@ def test_positions_and_slots_the_kernels_would_read_out_of_bounds_are_refused():
     decoder, kv = engine.runner.model, engine.runner.kv_caches[0]
     assert isinstance(decoder, FusedDecoder)
     table = len(decoder.model.model.rotary_emb.cos)
-    num_slots = kv.shape[2] * kv.shape[3]
+    num_slots = kv.shape[1] * kv.shape[3]
     with pytest.raises(IndexError, match=f"a position lies outside the rotary table's 0..{table - 1}"):
         check_step(torch.tensor([3, table]), torch.tensor([0, 1]), table, kv)
     with pytest.raises(IndexError, match="a slot lies outside the KV cache"):

@@ -33,7 +33,7 @@ def decode_batch(lens: list[int], block_size: int, kv_heads: int, group: int, di
     gen = torch.Generator().manual_seed(seed)
     num_blocks = [(n + block_size - 1) // block_size for n in lens]
     pool = sum(num_blocks) + 3
-    kv = torch.randn(2, kv_heads, pool, block_size, dim, generator=gen).to(dtype)
+    kv = torch.randn(2, pool, kv_heads, block_size, dim, generator=gen).to(dtype)
     pages = torch.randperm(pool, generator=gen).tolist()
     tables = torch.zeros(len(lens), max(num_blocks), dtype=torch.int32)
     for i, n in enumerate(num_blocks):
@@ -125,7 +125,7 @@ def test_a_bad_block_table_is_refused_not_read_out_of_bounds(bad):
     """The torch path raises on an index outside the pool; the kernel must too, not read past it."""
     q, kv, tables, lens = decode_batch([5, 9], 4, 1, 2, 8, torch.float32, seed=3)
     if bad == "outside the pool":
-        tables[1, 2] = kv.shape[2]
+        tables[1, 2] = kv.shape[1]
     elif bad == "negative":
         tables[0, 0] = -1
     elif bad == "too short for the length":
@@ -153,7 +153,6 @@ class Recording:
 
     def __init__(self, backend):
         self.backend, self.outputs = backend, []
-        self.BLOCK_DIM = backend.BLOCK_DIM
 
     def cache_shape(self, *args):
         return self.backend.cache_shape(*args)

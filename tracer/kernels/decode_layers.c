@@ -50,7 +50,7 @@ static void linear(const linear_t *l, const void *x, void *y, const step_t *s) {
  * 0; 1 where a buffer could not be allocated, 2 where a block table does not fit. */
 int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, void *residual) {
     const int64_t rows = s->rows, qkv_width = (s->heads + 2 * s->kv_heads) * s->dim;
-    const int64_t attention_width = s->heads * s->dim, num_slots = s->num_blocks * s->block_size;
+    const int64_t attention_width = s->heads * s->dim;
     const int bf16 = s->is_bf16;
     const int64_t size = bf16 ? 2 : 4; /* bytes a number */
     char *h = malloc(rows * (2 * s->hidden + qkv_width + 2 * attention_width + 3 * s->intermediate) *
@@ -65,7 +65,7 @@ int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, vo
         const layer_t *l = &layers[i];
         linear(&l->qkv, h, qkv, s);
         rope_write_kv(qkv, s->positions, s->cos, s->sin, s->slot_mapping, l->k_cache, l->v_cache, q,
-                      rows, s->heads, s->kv_heads, s->dim, num_slots, bf16, s->threads);
+                      rows, s->heads, s->kv_heads, s->dim, s->block_size, bf16, s->threads);
         failed |= paged_decode(q, l->k_cache, l->v_cache, o, s->block_tables, s->seq_lens, rows,
                                s->heads, s->kv_heads, s->dim, s->num_blocks, s->block_size,
                                s->max_blocks, s->scale, bf16, s->threads, 1);

@@ -152,7 +152,7 @@ class DecodeLayers:
         """residual [rows, hidden]: the embedded tokens in, the last layer's residual stream out."""
         rows, hidden = residual.shape
         first, kv = self.layers[0], kv_caches[0]
-        _, kv_heads, num_blocks, block_size, dim = kv.shape
+        _, num_blocks, kv_heads, block_size, dim = kv.shape
         tables, lens = meta.block_tables.to(torch.int32).contiguous(), meta.seq_lens.to(torch.int32).contiguous()
         cos, sin = rope
         step = StepArgs(

@@ -62,7 +62,7 @@ def check_step(positions: Tensor, slot_mapping: Tensor, max_positions: int, kv: 
     tables by position and the cache by slot, as the torch path's indexing would refuse to."""
     if positions.dtype != torch.int64 or slot_mapping.dtype != torch.int64:
         raise TypeError("the fused decoder takes int64 positions and slot_mapping")
-    num_slots = kv.shape[2] * kv.shape[3]
+    num_slots = kv.shape[1] * kv.shape[3]
     if len(positions) and not (0 <= int(positions.min()) and int(positions.max()) < max_positions):
         raise IndexError(f"a position lies outside the rotary table's 0..{max_positions - 1}")
     if len(slot_mapping) and not (0 <= int(slot_mapping.min()) and int(slot_mapping.max()) < num_slots):

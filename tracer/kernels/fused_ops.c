@@ -162,19 +162,23 @@ INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, 
 /* Rotary embedding of q and k, and the new K/V written into the cache at their slots.
  * qkv [tokens, heads + 2 * kv_heads, dim], as the stacked projection made it; q_out [tokens,
  * heads, dim]; cos and sin [max_positions, dim] (sin with its first half negated, as
- * RotaryEmbedding keeps it); caches [kv_heads, slots, dim] (TorchAttention's layout, blocks
- * flattened into slots). Each pair (x[i], x[i + half]) turns by its position's angle. */
+ * RotaryEmbedding keeps it); caches [num_blocks, kv_heads, block_size, dim] (TorchAttention's
+ * layout; slot = block * block_size + row). Each pair (x[i], x[i + half]) turns by its position's
+ * angle. */
 void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, const void *sin,
                    const int64_t *slot_mapping, void *k_cache, void *v_cache, void *q_out,
-                   int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int64_t num_slots,
+                   int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
                    int is_bf16, int num_threads) {
     const int64_t width = (heads + 2 * kv_heads) * dim, elem_size = is_bf16 ? 2 : 4;
 #pragma omp parallel for num_threads(num_threads) if (tokens >= SPLIT_ROWS) schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
         const int64_t angles = positions[t] * dim, slot = slot_mapping[t];
+        /* the slot's row for KV head 0; head h's is h * block_size rows on */
+        const int64_t row = slot / block_size * kv_heads * block_size + slot % block_size;
         for (int64_t h = 0; h < heads + kv_heads; ++h) { /* q heads, then k heads */
             void *dst = h < heads ? q_out : k_cache;
-            const int64_t at = h < heads ? (t * heads + h) * dim : ((h - heads) * num_slots + slot) * dim;
+            const int64_t at =
+                h < heads ? (t * heads + h) * dim : (row + (h - heads) * block_size) * dim;
             if (is_bf16)
                 rotate(qkv, t * width + h * dim, cos, sin, angles, dst, at, dim, 1);
             else
@@ -182,7 +186,7 @@ void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, c
         }
         for (int64_t h = 0; h < kv_heads; ++h) { /* v as it is */
             const int64_t in = t * width + (heads + kv_heads + h) * dim;
-            memcpy((char *)v_cache + (h * num_slots + slot) * dim * elem_size,
+            memcpy((char *)v_cache + (row + h * block_size) * dim * elem_size,
                    (const char *)qkv + in * elem_size, dim * elem_size);
         }
     }

@@ -57,9 +57,9 @@ def rope_write_kv(
     kv: Tensor,
     heads: int,
 ) -> Tensor:
-    """q rotated, [tokens, heads, dim]; k rotated and v written into kv [2, kv_heads, blocks,
+    """q rotated, [tokens, heads, dim]; k rotated and v written into kv [2, blocks, kv_heads,
     block_size, dim] at their slots."""
-    _, kv_heads, num_blocks, block_size, dim = kv.shape
+    _, _, kv_heads, block_size, dim = kv.shape
     q = qkv.new_empty(qkv.shape[0], heads, dim)
     fused_ops_library().rope_write_kv(
         qkv.data_ptr(),
@@ -74,7 +74,7 @@ def rope_write_kv(
         heads,
         kv_heads,
         dim,
-        num_blocks * block_size,
+        block_size,
         int(qkv.dtype == torch.bfloat16),
         torch.get_num_threads(),
     )

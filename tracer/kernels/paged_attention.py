@@ -35,14 +35,14 @@ def paged_decode(
     q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor, scale: float, plain: bool = False
 ) -> Tensor:
     """q [num_seqs, heads, dim], one query token per sequence at its last position -> [num_seqs,
-    heads, dim]. kv: one layer's [2, kv_heads, num_blocks, block_size, dim] cache. plain: without the
+    heads, dim]. kv: one layer's [2, num_blocks, kv_heads, block_size, dim] cache. plain: without the
     kernel's AVX-512 copy of its loops (the same bits; what the tests hold that copy to)."""
     if q.dtype not in DTYPES or kv.dtype != q.dtype or q.device.type != "cpu":
         raise ValueError(f"paged_decode runs float32 or bfloat16 on the CPU, got {q.dtype} on {q.device}")
     if not kv.is_contiguous():
         raise ValueError("paged_decode needs a contiguous KV cache")
     q, tables, lens = q.contiguous(), block_tables.to(torch.int32).contiguous(), seq_lens.to(torch.int32).contiguous()
-    _, kv_heads, num_blocks, block_size, dim = kv.shape
+    _, num_blocks, kv_heads, block_size, dim = kv.shape
     num_seqs, heads, q_dim = q.shape
     if q_dim != dim or heads % kv_heads or tables.shape[0] != num_seqs or lens.shape != (num_seqs,):
         raise ValueError(

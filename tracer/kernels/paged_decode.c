@@ -2,7 +2,7 @@
  * values where its pages lie in the KV cache, once. The torch path (nanoengine/attention.py)
  * gathers the pages into a padded copy first and then reads that copy twice, in two matmuls.
  *
- * Layout, as TorchAttention owns it: k_cache and v_cache [kv_heads, num_blocks, block_size, dim];
+ * Layout, as TorchAttention owns it: k_cache and v_cache [num_blocks, kv_heads, block_size, dim];
  * q and out [num_seqs, heads, dim]; block_tables [num_seqs, max_blocks] int32; seq_lens int32.
  * Query head h reads KV head h / group (grouped-query attention). float32 or bfloat16; the sums,
  * the softmax and the weighted values are float32 either way.
@@ -79,21 +79,22 @@ INLINE void softmax(float *scores, int64_t group, int64_t len) {
 }
 
 /* One sequence's query heads that share one KV head: q [group, dim] floats (already scaled) ->
- * out [group, dim] floats; scores: group * len floats. The cache is read where it lies, bfloat16
+ * out [group, dim] floats; scores: group * len floats. k_head and v_head: that KV head's rows in
+ * block 0; stride: the bytes from one block to the next. The cache is read where it lies, bfloat16
  * widened number by number (a block converted to a copy first took 13 % longer). While the scores
  * pass reads a block's keys it asks for the block's values too, which pass 3 then finds in the
  * cache (docs/benchmarks.md, fifteenth round). */
 INLINE void attend(const float *q, const char *k_head, const char *v_head, const int32_t *table,
-                   int64_t len, int64_t group, int64_t dim, int64_t block_size, int is_bf16,
-                   float *scores, float *out) {
-    const int64_t block_elems = block_size * dim, num_blocks = (len + block_size - 1) / block_size;
+                   int64_t len, int64_t group, int64_t dim, int64_t block_size, int64_t stride,
+                   int is_bf16, float *scores, float *out) {
+    const int64_t num_blocks = (len + block_size - 1) / block_size;
     const int elem_size = is_bf16 ? 2 : 4;
     for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores: q . k for every cached token */
-        const char *k = k_head + table[j] * block_elems * elem_size;
-        const char *next = next_block(k_head, table, j, num_blocks, block_elems * elem_size);
+        const char *k = k_head + table[j] * stride;
+        const char *next = next_block(k_head, table, j, num_blocks, stride);
         const int64_t first = j * block_size;
         const int64_t n = tokens_in_block(j, len, block_size);
-        const char *v = v_head + table[j] * block_elems * elem_size; /* for pass 3 */
+        const char *v = v_head + table[j] * stride; /* for pass 3 */
         for (int64_t t = 0; t < n; ++t) {
             prefetch_row(next, t, dim * elem_size);
             prefetch_row(v, t, dim * elem_size);
@@ -105,8 +106,8 @@ INLINE void attend(const float *q, const char *k_head, const char *v_head, const
     softmax(scores, group, len); /* 2. */
     memset(out, 0, group * dim * sizeof(float));
     for (int64_t j = 0; j < num_blocks; ++j) { /* 3. out = sum of probability x value */
-        const char *v = v_head + table[j] * block_elems * elem_size;
-        const char *next = next_block(v_head, table, j, num_blocks, block_elems * elem_size);
+        const char *v = v_head + table[j] * stride;
+        const char *next = next_block(v_head, table, j, num_blocks, stride);
         const int64_t first = j * block_size;
         const int64_t n = tokens_in_block(j, len, block_size);
         for (int64_t t = 0; t < n; ++t) {
@@ -204,12 +205,13 @@ INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int
  * keeps up to 16 vectors of outputs in registers: as many query heads at a time as fit. */
 INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
                         const int32_t *table, int64_t len, int64_t group, int64_t dim,
-                        int64_t block_size, int is_bf16, float *scores, float *out) {
+                        int64_t block_size, int64_t stride, int is_bf16, float *scores,
+                        float *out) {
     const int64_t num_blocks = (len + block_size - 1) / block_size;
-    const int64_t row_bytes = dim * (is_bf16 ? 2 : 4), block_bytes = block_size * row_bytes;
+    const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
     for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores, 16 tokens at a time */
-        const char *k = k_head + table[j] * block_bytes, *v = v_head + table[j] * block_bytes;
-        const char *next = next_block(k_head, table, j, num_blocks, block_bytes);
+        const char *k = k_head + table[j] * stride, *v = v_head + table[j] * stride;
+        const char *next = next_block(k_head, table, j, num_blocks, stride);
         const int64_t first = j * block_size;
         const int64_t n = tokens_in_block(j, len, block_size);
         for (int64_t t = 0; t < n; t += 16)
@@ -222,8 +224,8 @@ INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
         __m512 acc[16];
         for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
         for (int64_t j = 0; j < num_blocks; ++j) {
-            const char *v = v_head + table[j] * block_bytes;
-            const char *next = next_block(v_head, table, j, num_blocks, block_bytes);
+            const char *v = v_head + table[j] * stride;
+            const char *next = next_block(v_head, table, j, num_blocks, stride);
             const int64_t first = j * block_size;
             const int64_t n = tokens_in_block(j, len, block_size);
             for (int64_t t = 0; t < n; ++t) {
@@ -259,33 +261,40 @@ static int table_fits(const int32_t *table, int64_t len, int64_t block_size, int
  * ones the tests hold the two equal at). */
 INLINE void attend_either(const float *q, const char *k_head, const char *v_head,
                           const int32_t *table, int64_t len, int64_t group, int64_t dim,
-                          int64_t block_size, int is_bf16, float *scores, float *out, int wide) {
+                          int64_t block_size, int64_t stride, int is_bf16, float *scores,
+                          float *out, int wide) {
 #if defined(__AVX512F__)
     if (wide && (dim == 64 || dim == 128)) {
-        attend_wide(q, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, out);
+        attend_wide(q, k_head, v_head, table, len, group, dim, block_size, stride, is_bf16, scores,
+                    out);
         return;
     }
 #endif
     (void)wide;
-    attend(q, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, out);
+    attend(q, k_head, v_head, table, len, group, dim, block_size, stride, is_bf16, scores, out);
 }
 
 /* One task's three passes, through a copy made for its head dim (64: SmolLM2's and Qwen's; 128:
  * Llama's and most Qwen's) where it has one, so that every loop's length is known. */
 static void attend_task(const float *q, const char *k_head, const char *v_head,
                         const int32_t *table, int64_t len, int64_t group, int64_t dim,
-                        int64_t block_size, int is_bf16, float *scores, float *out, int wide) {
+                        int64_t block_size, int64_t stride, int is_bf16, float *scores, float *out,
+                        int wide) {
     if (dim == 64 && is_bf16)
-        attend_either(q, k_head, v_head, table, len, group, 64, block_size, 1, scores, out, wide);
-    else if (dim == 64)
-        attend_either(q, k_head, v_head, table, len, group, 64, block_size, 0, scores, out, wide);
-    else if (dim == 128 && is_bf16)
-        attend_either(q, k_head, v_head, table, len, group, 128, block_size, 1, scores, out, wide);
-    else if (dim == 128)
-        attend_either(q, k_head, v_head, table, len, group, 128, block_size, 0, scores, out, wide);
-    else
-        attend_either(q, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, out,
+        attend_either(q, k_head, v_head, table, len, group, 64, block_size, stride, 1, scores, out,
                       wide);
+    else if (dim == 64)
+        attend_either(q, k_head, v_head, table, len, group, 64, block_size, stride, 0, scores, out,
+                      wide);
+    else if (dim == 128 && is_bf16)
+        attend_either(q, k_head, v_head, table, len, group, 128, block_size, stride, 1, scores, out,
+                      wide);
+    else if (dim == 128)
+        attend_either(q, k_head, v_head, table, len, group, 128, block_size, stride, 0, scores, out,
+                      wide);
+    else
+        attend_either(q, k_head, v_head, table, len, group, dim, block_size, stride, is_bf16,
+                      scores, out, wide);
 }
 
 /* wide: attend_wide where it applies (0: the plain loops, which the tests hold it to). Returns 0;
@@ -296,10 +305,14 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
                  int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
                  int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
                  int num_threads, int wide) {
-    const int64_t group = num_heads / num_kv_heads, head_elems = num_blocks * block_size * dim;
-    const int elem_size = is_bf16 ? 2 : 4;
+    const int64_t group = num_heads / num_kv_heads, elem_size = is_bf16 ? 2 : 4;
+    const int64_t head_bytes = block_size * dim * elem_size, stride = num_kv_heads * head_bytes;
     int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) reduction(| : failed)
+    /* A sequence's KV heads one after the other on one thread: they share each block's pages, so
+     * the hardware's prefetch of one head's rows brings in the next head's (docs/benchmarks.md,
+     * twenty-second round). */
+#pragma omp parallel for schedule(dynamic, num_kv_heads) num_threads(num_threads) \
+    reduction(| : failed)
     for (int64_t task = 0; task < num_seqs * num_kv_heads; ++task) {
         const int64_t b = task / num_kv_heads, h = task % num_kv_heads, len = seq_lens[b];
         const int64_t first_head = b * num_heads + h * group; /* this group's first row of q */
@@ -318,11 +331,11 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
         float *qf = buffer, *of = qf + group * dim, *scores = buffer + scores_at;
         load_floats(q, first_head * dim, group * dim, is_bf16, qf);
         for (int64_t i = 0; i < group * dim; ++i) qf[i] *= scale;
-        const char *k_head = (const char *)k_cache + h * head_elems * elem_size;
-        const char *v_head = (const char *)v_cache + h * head_elems * elem_size;
+        const char *k_head = (const char *)k_cache + h * head_bytes;
+        const char *v_head = (const char *)v_cache + h * head_bytes;
         const int32_t *table = block_tables + b * max_blocks;
-        attend_task(qf, k_head, v_head, table, len, group, dim, block_size, is_bf16, scores, of,
-                    wide);
+        attend_task(qf, k_head, v_head, table, len, group, dim, block_size, stride, is_bf16, scores,
+                    of, wide);
         if (is_bf16)
             for (int64_t i = 0; i < group * dim; ++i)
                 ((uint16_t *)out)[first_head * dim + i] = to_bf16(of[i]);
