@@ -114,6 +114,19 @@ GLOSSARY: tuple[Term, ...] = (
         "cu_seqlens_q[1:] - 1 (nanovllm/utils/context.py, nanovllm/layers/embed_head.py)",
     ),
     Term(
+        N_(
+            "the KV pool, a tensor a layer: [2 (K, V), num_kv_blocks, kv_heads, block_size, head_dim] (nanoengine/attention.py)"
+        ),
+        N_(
+            "the CPU backend's [num_blocks, num_kv_heads, block_size, 2 * head_size], each token's K and V side by side "
+            "(vllm/v1/attention/backends/cpu_attn.py); flash-attn's [2, num_blocks, block_size, num_kv_heads, head_size]"
+        ),
+        "[2, num_layers, num_blocks, block_size, num_kv_heads, head_dim] (nanovllm/engine/model_runner.py)",
+        N_(
+            "blocks, then heads, then rows, as vLLM's CPU backend orders them; K and V in two planes, as flash-attn keeps them"
+        ),
+    ),
+    Term(
         "sample, sample_one (nanoengine/sampler.py)",
         "Sampler (vllm/v1/sample/sampler.py), TopKTopPSampler (vllm/v1/sample/ops/topk_topp_sampler.py)",
         N_("Sampler (nanovllm/layers/sampler.py): temperature only"),
