@@ -115,7 +115,7 @@ GLOSSARY: tuple[Term, ...] = (
     ),
     Term(
         N_(
-            "the KV pool, a tensor a layer: [2 (K, V), num_kv_blocks, kv_heads, block_size, head_dim] (nanoengine/attention.py)"
+            "KV pool: [2 (K, V), num_kv_blocks, kv_heads, block_size, head_dim], a tensor a layer (nanoengine/attention.py)"
         ),
         N_(
             "the CPU backend's [num_blocks, num_kv_heads, block_size, 2 * head_size], each token's K and V side by side "
