@@ -35,8 +35,9 @@ class AttentionMetadata:
 
 
 class TorchAttention:
-    """Pure torch, CPU and CUDA. Cache [2 (K, V), num_kv_blocks, kv_heads, block_size, dim], as
-    vLLM's CPU backend lays it out: a block's bytes lie together, each KV head's rows in one run.
+    """Pure torch, CPU and CUDA. Cache [2 (K, V), num_kv_blocks, kv_heads, block_size, dim]: block,
+    head, row, in vLLM's CPU backend's order (which also puts each row's K and V side by side): a
+    block's bytes lie together, each KV head's rows in one run.
     Seen with its first two axes swapped, one index_select gathers a sequence's blocks of K and V
     laid out for a batched matmul."""
 
