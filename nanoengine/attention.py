@@ -37,9 +37,9 @@ class AttentionMetadata:
 class TorchAttention:
     """Pure torch, CPU and CUDA. Cache [2 (K, V), num_kv_blocks, kv_heads, block_size, dim]: block,
     head, row, in vLLM's CPU backend's order (which also puts each row's K and V side by side): a
-    block's bytes lie together, each KV head's rows in one run.
-    Seen with its first two axes swapped, one index_select gathers a sequence's blocks of K and V
-    laid out for a batched matmul."""
+    block's bytes lie together, each KV head's rows in one run. Seen with its block and head axes
+    swapped, one index_select gathers a sequence's blocks of K and V laid out for batched matmuls.
+    """
 
     def cache_shape(
         self, num_kv_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
