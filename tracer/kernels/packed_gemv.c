@@ -16,6 +16,7 @@
  * has oneDNN's bits: the caller (packed_linear.py) checks that for each shape and row count at its
  * first use, and keeps oneDNN where not. A partial sum parked in memory between tiles keeps its
  * bits, so the tiling does not change them. Built at first use by tracer/kernels/build.py. */
+#include <omp.h>
 #include <stdint.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -30,7 +31,7 @@ enum { BLOCK = 64 }; /* outputs per block of the packed layout */
 
 #ifdef __AVX512F__ /* a tile: TILE_ROWS rows x 4 vectors of sums, and 4 of weights: 32 registers */
 typedef __m512 fvec;
-enum { FLOATS = 16, TILE_ROWS = 7 };
+enum { FLOATS = 16, TILE_ROWS = 7, PARTS = BLOCK / FLOATS };
 #define FMA _mm512_fmadd_ps
 #define SET1 _mm512_set1_ps
 #define LOAD _mm512_loadu_ps
@@ -43,66 +44,82 @@ enum {
     AHEAD = 4 * STRETCH, /* how far ahead (in inputs) the weights are fetched */
 };
 
-/* part[r][o] (+)= sum over i in [start, end) of x[r, i] * w[o, i], for `rows` rows (a constant in
- * each inlined copy) and a block's 64 outputs; `first` starts the sums from zero. Tile number
- * `tile` of `tiles` asks for every tiles-th of the lines a few stretches ahead: they share that. */
+/* part[r][o] (+)= sum over i in [start, end) of x[r, i] * w[o, i], for `rows` rows and `vecs`
+ * vectors of a block's outputs (constants in each inlined copy; w and part start at the first of
+ * them); `first` starts the sums from zero. Tile number `tile` of `tiles` asks for every tiles-th of
+ * the lines a few stretches ahead: they share that. */
 INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                     int64_t start, int64_t end, int first, int tile, int tiles, const int rows) {
+                     int64_t start, int64_t end, int first, int tile, int tiles, const int rows,
+                     const int vecs) {
     fvec sum[TILE_ROWS][4];
     for (int r = 0; r < rows; ++r)
-        for (int v = 0; v < 4; ++v) sum[r][v] = first ? ZERO() : LOAD(&part[r][v * FLOATS]);
+        for (int v = 0; v < vecs; ++v) sum[r][v] = first ? ZERO() : LOAD(&part[r][v * FLOATS]);
     for (int64_t i = start; i < end; ++i) {
-        for (int line = tile; line < BLOCK / 16; line += tiles)
+        for (int line = tile; line < vecs; line += tiles)
             __builtin_prefetch(w + (i + AHEAD) * BLOCK + line * 16, 0, 2); /* into L2 */
         fvec wi[4];
-        for (int v = 0; v < 4; ++v) wi[v] = LOAD(w + i * BLOCK + v * FLOATS);
+        for (int v = 0; v < vecs; ++v) wi[v] = LOAD(w + i * BLOCK + v * FLOATS);
         for (int r = 0; r < rows; ++r) {
             const fvec xi = SET1(x[r * in + i]);
-            for (int v = 0; v < 4; ++v) sum[r][v] = FMA(xi, wi[v], sum[r][v]);
+            for (int v = 0; v < vecs; ++v) sum[r][v] = FMA(xi, wi[v], sum[r][v]);
         }
     }
     for (int r = 0; r < rows; ++r)
-        for (int v = 0; v < 4; ++v) STORE(&part[r][v * FLOATS], sum[r][v]);
+        for (int v = 0; v < vecs; ++v) STORE(&part[r][v * FLOATS], sum[r][v]);
 }
+
+#define TILE(rows)                                                                                \
+    switch (vecs) {                                                                               \
+    case 1: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 1); break;             \
+    case 2: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 2); break;             \
+    case 3: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 3); break;             \
+    default: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 4); break;            \
+    }
 
 static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                      int64_t start, int64_t end, int first, int tile, int tiles, int64_t rows) {
+                      int64_t start, int64_t end, int first, int tile, int tiles, int64_t rows,
+                      int64_t vecs) {
     switch (rows) {
-    case 1: run_tile(x, in, w, part, start, end, first, tile, tiles, 1); break;
-    case 2: run_tile(x, in, w, part, start, end, first, tile, tiles, 2); break;
-    case 3: run_tile(x, in, w, part, start, end, first, tile, tiles, 3); break;
-    case 4: run_tile(x, in, w, part, start, end, first, tile, tiles, 4); break;
-    case 5: run_tile(x, in, w, part, start, end, first, tile, tiles, 5); break;
-    case 6: run_tile(x, in, w, part, start, end, first, tile, tiles, 6); break;
-    case 7: run_tile(x, in, w, part, start, end, first, tile, tiles, 7); break;
+    case 1: TILE(1); break;
+    case 2: TILE(2); break;
+    case 3: TILE(3); break;
+    case 4: TILE(4); break;
+    case 5: TILE(5); break;
+    case 6: TILE(6); break;
+    case 7: TILE(7); break;
     }
 }
+#undef TILE
 
-/* One block's outputs for up to SLAB rows: each chunk of inputs a stretch at a time, and each
- * stretch through all the rows' tiles while its weights are in the cache. */
+/* Outputs [first, last) of one block for up to SLAB rows (first and last multiples of FLOATS, or
+ * last the block's width): each chunk of inputs a stretch at a time, and each stretch through all
+ * the rows' tiles while its weights are in the cache. */
 static void block_outputs(const float *x, const float *block, const float *bias, float *y,
-                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t width) {
+                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t first,
+                          int64_t last) {
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
     const int64_t tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
+    const int64_t vecs = (last - first + FLOATS - 1) / FLOATS;
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         for (int64_t s = start; s < end; s += STRETCH) {
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly among the tiles */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
-                tile_rows(x + r0 * in, in, block, part + r0, s, e, s == start, (int)t, (int)tiles,
-                          r1 - r0);
+                tile_rows(x + r0 * in, in, block + first, (float(*)[BLOCK])(part[r0] + first), s,
+                          e, s == start, (int)t, (int)tiles, r1 - r0, vecs);
             }
         }
         for (int64_t r = 0; r < rows; ++r)
-            for (int o = 0; o < BLOCK; ++o) sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+            for (int64_t o = first; o < last; ++o)
+                sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
     }
     for (int64_t r = 0; r < rows; ++r)
-        for (int64_t o = 0; o < width; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
+        for (int64_t o = first; o < last; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
 }
 
 #else /* AVX2 and others: the thirteenth round's loop, which gcc vectorizes (measured on AVX2) */
-enum { SLAB = 4 }; /* rows at once */
+enum { SLAB = 4, PARTS = 1 }; /* rows at once; a block is handed out whole */
 
 /* One block's 64 outputs for `rows` rows (a constant in each inlined copy): the block's weights
  * are read once for all of them. */
@@ -127,29 +144,41 @@ INLINE void rows_outputs(const float *x, const float *block, const float *bias, 
         for (int64_t o = 0; o < width; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
 }
 
+/* Outputs [first, last) of a block: AVX2 hands out whole blocks (first 0, last its width). */
 static void block_outputs(const float *x, const float *block, const float *bias, float *y,
-                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t width) {
+                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t first,
+                          int64_t last) {
+    (void)first;
     switch (rows) {
-    case 1: rows_outputs(x, block, bias, y, in, chunk, out, width, 1); break;
-    case 2: rows_outputs(x, block, bias, y, in, chunk, out, width, 2); break;
-    case 3: rows_outputs(x, block, bias, y, in, chunk, out, width, 3); break;
-    default: rows_outputs(x, block, bias, y, in, chunk, out, width, 4); break;
+    case 1: rows_outputs(x, block, bias, y, in, chunk, out, last, 1); break;
+    case 2: rows_outputs(x, block, bias, y, in, chunk, out, last, 2); break;
+    case 3: rows_outputs(x, block, bias, y, in, chunk, out, last, 3); break;
+    default: rows_outputs(x, block, bias, y, in, chunk, out, last, 4); break;
     }
 }
 #endif
 
-/* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The blocks are
- * shared among the threads; the rows go SLAB at a time. */
+/* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). Each thread
+ * takes an equal run of the blocks' vectors of outputs (with AVX-512, a block is 4 of them; with
+ * AVX2, one): 9 blocks (a 576-output linear) on 2 threads are 4.5 each, not 5 and 4. The rows go
+ * SLAB at a time. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {
-    const int64_t blocks = (out + BLOCK - 1) / BLOCK;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t width = out - b * BLOCK < BLOCK ? out - b * BLOCK : BLOCK;
-        for (int64_t r = 0; r < rows; r += SLAB)
-            block_outputs(x + r * in, weight + b * in_padded * BLOCK, bias ? bias + b * BLOCK : 0,
-                          y + r * out + b * BLOCK, rows - r < SLAB ? rows - r : SLAB, in, chunk,
-                          out, width);
+    const int64_t vecs = (out + BLOCK - 1) / BLOCK * PARTS, part = BLOCK / PARTS;
+#pragma omp parallel num_threads(threads)
+    {
+        const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t mine = t * vecs / n, end = (t + 1) * vecs / n; /* vectors [mine, end) */
+        for (int64_t b = mine / PARTS; b * PARTS < end; ++b) {
+            const int64_t width = out - b * BLOCK < BLOCK ? out - b * BLOCK : BLOCK;
+            const int64_t v0 = mine > b * PARTS ? mine - b * PARTS : 0;
+            const int64_t v1 = end < (b + 1) * PARTS ? end - b * PARTS : PARTS;
+            const int64_t first = v0 * part, last = v1 * part < width ? v1 * part : width;
+            for (int64_t r = 0; first < last && r < rows; r += SLAB)
+                block_outputs(x + r * in, weight + b * in_padded * BLOCK,
+                              bias ? bias + b * BLOCK : 0, y + r * out + b * BLOCK,
+                              rows - r < SLAB ? rows - r : SLAB, in, chunk, out, first, last);
+        }
     }
 }
 
