@@ -21,12 +21,14 @@ from tracer.kernels.choose import build_engine
 from tracer.kernels.decode_layers import DecodeLayers
 from tracer.kernels.fused_decoder import FusedDecoder, check_step
 from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
-from tracer.kernels.packed_linear import amx_ready
+from tracer.kernels.packed_linear import bf16_kernel_ready
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
 
-needs_amx = pytest.mark.skipif(not amx_ready(), reason="the bfloat16 kernel runs on CPUs with AMX")
+needs_bf16_kernel = pytest.mark.skipif(
+    not bf16_kernel_ready(), reason="the bfloat16 kernels run on CPUs with AMX or AVX512_BF16"
+)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -170,7 +172,7 @@ def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
     our_hidden, their_hidden = our_recorder.hidden, their_recorder.hidden
     assert len(our_hidden) == len(their_hidden) > 10
     assert all(same_bits(a, b) for a, b in zip(our_hidden, their_hidden))
-    if dtype == "float32" or amx_ready():  # the few-row linears took part, the LM head's too
+    if dtype == "float32" or bf16_kernel_ready():  # the few-row linears took part, the LM head's too
         decoder = our_recorder.model
         assert any(decoder.lm_head.agreement.rows.values())
         assert len(our_recorder.one_call_steps) > 5 and max(our_recorder.one_call_steps) > 1
@@ -225,7 +227,7 @@ def test_positions_and_slots_the_kernels_would_read_out_of_bounds_are_refused():
     check_step(torch.tensor([0, table - 1]), torch.tensor([0, num_slots - 1]), table, kv)
 
 
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=needs_amx)])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=needs_bf16_kernel)])
 def test_a_step_in_one_call_is_held_to_the_models_bits(monkeypatch, dtype):
     """A planted bug in decode_layers.c's arguments (each layer handed the next one's weights) must
     show in the comparison above: the one-call steps are part of what it compares."""

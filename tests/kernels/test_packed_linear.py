@@ -1,4 +1,5 @@
-"""The few-row linears (tracer/kernels/packed_gemv.c, float32; amx_gemv.c, bfloat16 on AMX): on
+"""The few-row linears (tracer/kernels/packed_gemv.c, float32; amx_gemv.c, bfloat16 on AMX;
+dpbf16_gemv.c, bfloat16 with AVX512_BF16 and no AMX): on
 oneDNN's packed weight they give oneDNN's bits, and each is trusted with a row count only after
 showing that at its first call."""
 
@@ -17,13 +18,16 @@ from nanoengine.model import ONEDNN, Linear
 from tracer.kernels import packed_linear
 from tracer.kernels.packed_linear import (
     AMX_MAX_ROWS,
+    CHUNKS,
     MAX_ROWS,
     Agreement,
     FewRowsLinear,
     Shape,
     agree_all,
     amx_ready,
+    bf16_kernel_ready,
     cancelling_rows,
+    dpbf16_ready,
     few_rows_first,
 )
 
@@ -167,8 +171,8 @@ def test_weights_no_kernel_takes_keep_the_linears_forward():
     assert few_rows_first(plain, {}) == plain.forward
     bf16 = Linear(64, 64).to(torch.bfloat16)
     pack_for_onednn(bf16)  # packed only where oneDNN has bf16 kernels
-    assert isinstance(few_rows_first(bf16, {}), FewRowsLinear) == amx_ready()
-    odd = Linear(48, 64).to(torch.bfloat16)  # AMX multiplies 32 inputs at a time
+    assert isinstance(few_rows_first(bf16, {}), FewRowsLinear) == bf16_kernel_ready()
+    odd = Linear(47, 64).to(torch.bfloat16)  # AMX multiplies 32 inputs at a time, VDPBF16PS 2
     pack_for_onednn(odd)
     assert few_rows_first(odd, {}) == odd.forward
     half = Linear(64, 64).to(torch.float16)
@@ -249,3 +253,58 @@ def test_onednns_own_tiles_are_untouched_by_the_kernel():
         for rows in (1, 3, 17, 32):
             matmul(x[:rows])
             assert torch.equal(linear(x), expected)
+
+
+needs_dpbf16 = pytest.mark.skipif(
+    amx_ready() or not dpbf16_ready(), reason="dpbf16_gemv runs on CPUs with AVX512_BF16 and no AMX"
+)
+
+
+@needs_dpbf16
+@settings(max_examples=30, deadline=None)
+@given(
+    in_features=st.sampled_from([64, 576, 1536]),
+    out_features=st.sampled_from([8, 100, 960]),
+    bias=st.booleans(),
+    rows=st.integers(1, AMX_MAX_ROWS),
+    seed=st.integers(0, 99),
+)
+def test_bfloat16_rows_get_onednns_bits_from_the_vdpbf16ps_kernel(in_features, out_features, bias, rows, seed):
+    """Outputs past a block of 64 and in a part-full one, rows past a tile of 7, inputs in chunks."""
+    linear = packed_linear_of(in_features, out_features, bias, seed, torch.bfloat16)
+    matmul = kernel_first(linear)
+    x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(seed + 1)).bfloat16()
+    with torch.inference_mode():
+        expected = linear(x)
+        assert torch.equal(matmul(x), expected)
+        chunk = matmul.agreement.rows[rows]
+        assert chunk in CHUNKS
+        assert torch.equal(matmul.kernel(x, chunk), expected)
+
+
+def pairs_summed_last_to_first(run_kernel):
+    """A planted bug: VDPBF16PS on the same products, the pairs of inputs summed last to first (each
+    block of the packed weight and each row reversed pair by pair)."""
+
+    def run(gemv, x, address, bias, shape, sizes):
+        in_features, _, out_features, _, _ = shape
+        blocks, pairs = -(-out_features // 64), in_features // 2
+        numbers = (ctypes.c_int16 * (blocks * 64 * in_features)).from_address(address)
+        weight = torch.frombuffer(numbers, dtype=torch.int16).view(blocks, pairs, 128).flip(1).contiguous()
+        rows = x.reshape(len(x), pairs, 2).flip(1).contiguous()
+        return run_kernel(gemv, rows, weight.data_ptr(), bias, shape, sizes)
+
+    return run
+
+
+@needs_dpbf16
+def test_bfloat16_pairs_summed_in_another_order_are_caught_by_the_probe(monkeypatch):
+    """Without the plant the same call agrees at chunk 512 (the test above)."""
+    linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
+    matmul = kernel_first(linear)
+    monkeypatch.setattr(packed_linear, "run_kernel", pairs_summed_last_to_first(packed_linear.run_kernel))
+    x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
+    with torch.inference_mode():
+        expected = linear(x)  # random rows rounded to bfloat16 may not show the plant at all
+        assert torch.equal(matmul(x), expected)
+    assert matmul.agreement.rows == {4: 0}  # the probe's cancelling sums did: oneDNN kept

@@ -1,7 +1,7 @@
 """Which compiled kernels the tools hand the engine: on a CPU run, `auto` takes the paged-decode
-kernel, the fused small steps, the few-row linears (bfloat16 ones where AMX runs), the one-call
-decode step and greedy sampling's pick where this machine can build them, and the engine's own
-torch path where not."""
+kernel, the fused small steps, the few-row linears (bfloat16 ones where AMX or AVX512_BF16 runs),
+the one-call decode step and greedy sampling's pick where this machine can build them, and the
+engine's own torch path where not."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.fused_ops import fused_ops_library
 from tracer.kernels.greedy_sample import greedy_library, sample_compiled
 from tracer.kernels.huge_pages import mark_for_huge_pages
-from tracer.kernels.packed_linear import amx_gemv_library, packed_gemv_library
+from tracer.kernels.packed_linear import amx_gemv_library, dpbf16_gemv_library, packed_gemv_library
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 
@@ -37,6 +37,7 @@ def with_attention_kernel(options: dict) -> dict:
         fused_ops_library()  # every library builds, or none is used
         packed_gemv_library()
         amx_gemv_library()  # on every CPU; used where AMX runs
+        dpbf16_gemv_library()  # on every CPU; used where AVX512_BF16 runs without AMX
         decode_layers_library()
         greedy_library()
         return {**options, "attention_backend": PagedDecodeAttention()}

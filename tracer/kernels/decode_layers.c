@@ -5,9 +5,11 @@
  * (docs/benchmarks.md, thirteenth round).
  *
  * float32 or bfloat16; every row one sequence's decode token; every linear packed for oneDNN and
- * read by packed_gemv (float32, with the chunk packed_linear.py agreed on) or amx_gemv (bfloat16).
- * Built at first use by tracer/kernels/build.py, from this file and the four it includes. */
+ * read by packed_gemv (float32) or, in bfloat16, amx_gemv (AMX) or dpbf16_gemv (AVX512_BF16), with
+ * the chunk packed_linear.py agreed on. Built at first use by tracer/kernels/build.py, from this
+ * file and the five it includes. */
 #include "amx_gemv.c"
+#include "dpbf16_gemv.c"
 #include "fused_ops.c"
 #include "packed_gemv.c"
 #include "paged_decode.c"
@@ -36,11 +38,14 @@ typedef struct { /* what every layer shares in this step */
     int64_t silu_run; /* fused_ops.py: silu_vector_run */
     int threads;
     int is_bf16; /* every tensor bfloat16, else float32 */
+    int amx;     /* bfloat16 linears on AMX, else by VDPBF16PS */
 } step_t;
 
 static void linear(const linear_t *l, const void *x, void *y, const step_t *s) {
-    if (s->is_bf16)
+    if (s->is_bf16 && s->amx)
         amx_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->out, s->threads);
+    else if (s->is_bf16)
+        dpbf16_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->out, l->chunk, s->threads);
     else
         packed_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->in_padded, l->out, l->chunk,
                     s->threads);

@@ -1,7 +1,7 @@
 """All of the decoder's layers for a decode step of a few sequences in one call of decode_layers.c:
 what FusedDecoder.forward's loop does, with the same functions in the same order, without ~270
 calls from Python a step. FusedDecoder takes it when every row is a decode, there are no more of
-them than the linears' kernel takes (float32: 64 with AVX-512, 8 with AVX2; bfloat16: 32 on AMX),
+them than the linears' kernel takes (float32: 64 with AVX-512, 8 with AVX2; bfloat16: 32),
 and every linear agrees with oneDNN at that many rows (checked before the first such step); the
 layer loop otherwise."""
 
@@ -19,7 +19,7 @@ from torch import Tensor
 from nanoengine.attention import AttentionMetadata, KVCache
 from tracer.kernels.build import load
 from tracer.kernels.fused_ops import silu_vector_run
-from tracer.kernels.packed_linear import FewRowsLinear
+from tracer.kernels.packed_linear import FewRowsLinear, amx_ready
 
 if TYPE_CHECKING:
     from tracer.kernels.fused_decoder import LayerParts
@@ -75,6 +75,7 @@ class StepArgs(ctypes.Structure):  # step_t
         ("silu_run", I64),
         ("threads", ctypes.c_int),
         ("is_bf16", ctypes.c_int),
+        ("amx", ctypes.c_int),
     ]
 
 
@@ -175,6 +176,7 @@ class DecodeLayers:
             silu_vector_run(),
             torch.get_num_threads(),
             int(self.dtype == torch.bfloat16),
+            int(amx_ready()),
         )
         args = self.layer_args(kv_caches, rows)
         status = decode_layers_library().decode_layers(args, len(args), ctypes.byref(step), residual.data_ptr())

@@ -1,6 +1,7 @@
 """A linear layer that sends a few rows through a kernel reading oneDNN's packed weight in place,
-and more through oneDNN: packed_gemv.c in float32, amx_gemv.c in bfloat16 on CPUs with AMX. The
-same packed weight, the same bits (see those files for the layouts and the order of the sums).
+and more through oneDNN: packed_gemv.c in float32; in bfloat16 amx_gemv.c on CPUs with AMX, and
+dpbf16_gemv.c on CPUs with AVX512_BF16 but no AMX. The same packed weight, the same bits (see those
+files for the layouts and the order of the sums).
 
 The kernel is trusted with a row count only once it has given oneDNN's bits: the first call of
 each shape of linear with that many rows runs both and compares (in float32 on random rows, which
@@ -27,6 +28,7 @@ from tracer.kernels.build import KernelUnavailable, cpu_flags, load
 
 SOURCE = Path(__file__).with_name("packed_gemv.c")
 AMX_SOURCE = Path(__file__).with_name("amx_gemv.c")
+DPBF16_SOURCE = Path(__file__).with_name("dpbf16_gemv.c")
 I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 MatMul = Callable[[Tensor], Tensor]
 
@@ -43,6 +45,7 @@ CHECKED_OUTPUTS = 512  # at least this many outputs compared before a row count 
 # sums otherwise (docs/benchmarks.md, fourteenth round).
 AMX_MAX_ROWS = 32
 AMX_BLOCK = 32  # outputs per block of the packed bfloat16 layout (amx_gemv.c)
+DPBF16_BLOCK = 64  # the same without AMX (dpbf16_gemv.c)
 K_STEP = 32  # inputs per AMX multiply: `in` must be a multiple
 
 
@@ -64,12 +67,35 @@ def amx_gemv_library() -> ctypes.CDLL:
 
 
 @functools.cache
+def dpbf16_gemv_library() -> ctypes.CDLL:
+    library = load(DPBF16_SOURCE)  # builds everywhere; without AVX512_BF16, dpbf16_gemv_ready says no
+    library.dpbf16_gemv.argtypes = [PTR] * 4 + [I64] * 4 + [INT]
+    library.dpbf16_gemv.restype = None
+    library.dpbf16_gemv_ready.restype = INT
+    return library
+
+
+@functools.cache
+def dpbf16_ready() -> bool:
+    """Whether this CPU and compiler have AVX512_BF16's VDPBF16PS (used where AMX is not ready)."""
+    try:
+        return bool(dpbf16_gemv_library().dpbf16_gemv_ready())
+    except KernelUnavailable:
+        return False
+
+
+@functools.cache
 def amx_ready() -> bool:
     """Whether this CPU and compiler have AMX's bf16 tiles, and Linux lets this process use them."""
     try:
         return bool(amx_gemv_library().amx_gemv_ready())
     except KernelUnavailable:
         return False
+
+
+def bf16_kernel_ready() -> bool:
+    """Whether a bfloat16 few-row kernel runs here: AMX's, or else VDPBF16PS's."""
+    return amx_ready() or dpbf16_ready()
 
 
 class Shape(NamedTuple):
@@ -151,11 +177,9 @@ class FewRowsLinear:
         show the order of the sums through bfloat16's rounding)."""
         if self.shape.dtype == torch.bfloat16:
             probe = self.agreement.probe = self.agreement.probe or cancelling_probe(self.shape)
-            x = cancelling_rows(self.shape, rows)
-            kernel = run_amx(x, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, self.shape)
             if len(self.agreement.rows) + 1 == AMX_MAX_ROWS:  # the last row count: let it go
                 self.agreement.probe = None
-            return K_STEP if torch.equal(kernel, probe(x)) else 0
+            return bf16_agreeing_chunk(probe, self.shape, rows)
         gen = torch.Generator().manual_seed(rows)
         calls = -(-CHECKED_OUTPUTS // (rows * self.shape.out_features))
         xs = [torch.randn(rows, self.shape.in_features, generator=gen) for _ in range(calls)]
@@ -165,8 +189,27 @@ class FewRowsLinear:
 
     def kernel(self, x: Tensor, chunk: int) -> Tensor:
         if self.shape.dtype == torch.bfloat16:
-            return run_amx(x, self.address, self.bias, self.shape)
+            return run_bf16(x, self.address, self.bias, self.shape, chunk)
         return run_packed_gemv(x, self.address, self.bias, self.shape, chunk)
+
+
+def bf16_agreeing_chunk(probe: Linear, shape: Shape, rows: int) -> int:
+    """The chunk with which the bfloat16 kernel gives oneDNN's bits on the probe, 0 if none does: on
+    AMX K_STEP (its instruction's own groups) or nothing; with VDPBF16PS the first of CHUNKS that
+    agrees on cancelling rows and on random ones."""
+    address = torch.ops.mkldnn.data_ptr(probe.weight)
+    xs = [
+        cancelling_rows(shape, rows),
+        torch.randn(rows, shape.in_features, generator=torch.Generator().manual_seed(rows)).to(shape.dtype),
+    ]
+    expected = [probe(x) for x in xs]
+    chunks = (K_STEP,) if amx_ready() else CHUNKS
+    agrees = (
+        c
+        for c in chunks
+        if all(torch.equal(run_bf16(x, address, probe.bias, shape, c), y) for x, y in zip(xs, expected))
+    )
+    return next(agrees, 0)
 
 
 def run_packed_gemv(x: Tensor, address: int, bias: Tensor | None, shape: Shape, chunk: int) -> Tensor:
@@ -190,9 +233,12 @@ def agree_all(linears: Iterable[MatMul]) -> int:
     return checks
 
 
-def run_amx(x: Tensor, address: int, bias: Tensor | None, shape: Shape) -> Tensor:
-    sizes = (shape.in_features, shape.out_features)
-    return run_kernel(amx_gemv_library().amx_gemv, x, address, bias, shape, sizes)
+def run_bf16(x: Tensor, address: int, bias: Tensor | None, shape: Shape, chunk: int) -> Tensor:
+    """amx_gemv where AMX is ready, else dpbf16_gemv (summing in chunks of `chunk` inputs)."""
+    if amx_ready():
+        return run_kernel(amx_gemv_library().amx_gemv, x, address, bias, shape, (shape.in_features, shape.out_features))
+    sizes = (shape.in_features, shape.out_features, chunk)
+    return run_kernel(dpbf16_gemv_library().dpbf16_gemv, x, address, bias, shape, sizes)
 
 
 def run_kernel(gemv: Callable, x: Tensor, address: int, bias: Tensor | None, shape: Shape, sizes: tuple) -> Tensor:
@@ -223,13 +269,17 @@ def in_padded(linear: Linear, block: int, size: int) -> int | None:
 
 def kernel_shape(linear: Linear) -> Shape | None:
     """The shape a kernel takes this linear in, or None: float32 packed for oneDNN, or bfloat16
-    packed where AMX runs, its inputs a multiple of K_STEP and unpadded."""
+    packed where AMX runs (its inputs a multiple of K_STEP) or VDPBF16PS does (an even number of
+    them), unpadded."""
     in_features, out_features, bias = linear.in_features, linear.out_features, linear.bias is not None
     if packed_as(linear, torch.float32):
         padded = in_padded(linear, BLOCK, 4)
         return None if padded is None else Shape(in_features, padded, out_features, bias, torch.float32)
     if packed_as(linear, torch.bfloat16) and in_features % K_STEP == 0 and amx_ready():
         padded = in_padded(linear, AMX_BLOCK, 2)
+        return Shape(in_features, padded, out_features, bias, torch.bfloat16) if padded == in_features else None
+    if packed_as(linear, torch.bfloat16) and in_features % 2 == 0 and not amx_ready() and dpbf16_ready():
+        padded = in_padded(linear, DPBF16_BLOCK, 2)
         return Shape(in_features, padded, out_features, bias, torch.bfloat16) if padded == in_features else None
     return None
 

@@ -1,0 +1,145 @@
+/* A bfloat16 linear layer for a few rows on CPUs with AVX512_BF16 but no AMX (AMD's Zen 4 and 5,
+ * Intel's Cooper Lake), reading the weight oneDNN has packed (nanoengine/loading/build.py:
+ * pack_for_onednn) in place: amx_gemv.c's counterpart there, packed_gemv.c's tiling.
+ *
+ * The packed layout oneDNN picks on these CPUs: blocks of 64 outputs, one after the other; inside a
+ * block, inputs in pairs, each pair's 64 outputs side by side, the pair's two weights together:
+ * w[o, i] at (o / 64) * in * 64 + (i / 2) * 128 + (o % 64) * 2 + i % 2. One 64-byte vector holds a
+ * pair of inputs for 16 outputs: what VDPBF16PS multiplies by a row's pair of inputs and adds to 16
+ * float32 sums.
+ *
+ * Each output is summed as oneDNN sums it there: pair by pair in order, one VDPBF16PS per pair,
+ * in chunks of `chunk` inputs whose sums start from zero and are added in order; then the bias,
+ * then one rounding to bfloat16. The caller (packed_linear.py) checks that for each shape and row
+ * count at its first use (and finds the chunk: 512 inputs at 576, 1024 at 1536, on a Zen 5), and
+ * keeps oneDNN where the bits differ. Built at first use by tracer/kernels/build.py; where the
+ * compiler or the CPU lacks AVX512_BF16, dpbf16_gemv_ready says no and the engine keeps oneDNN. */
+#include <stdint.h>
+
+#include "floats.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#include <omp.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+enum { DP_BLOCK = 64, DP_FLOATS = 16, DP_PARTS = DP_BLOCK / DP_FLOATS, DP_TILE_ROWS = 7 };
+enum {
+    DP_SLAB = 64,              /* rows a block's partial sums are kept for at a time */
+    DP_STRETCH = 32,           /* pairs a tile goes through before the next tile's rows take over */
+    DP_AHEAD = 4 * DP_STRETCH, /* how far ahead (in pairs) the weights are fetched */
+};
+
+int dpbf16_gemv_ready(void) { return 1; }
+
+/* part[r][o] (+)= the sums of pairs [start, end) for `rows` rows and `vecs` vectors of a block's
+ * outputs (constants in each inlined copy; w and part start at the first of them). */
+INLINE void dp_tile(const uint16_t *x, int64_t in, const uint16_t *w, float (*part)[DP_BLOCK],
+                    int64_t start, int64_t end, int first, int tile, int tiles, const int rows,
+                    const int vecs) {
+    __m512 sum[DP_TILE_ROWS][DP_PARTS];
+    for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < vecs; ++v)
+            sum[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(&part[r][v * DP_FLOATS]);
+    for (int64_t p = start; p < end; ++p) {
+        for (int line = tile; line < vecs; line += tiles) /* into L2 */
+            __builtin_prefetch(w + (p + DP_AHEAD) * 2 * DP_BLOCK + line * 2 * DP_FLOATS, 0, 2);
+        __m512bh wp[DP_PARTS];
+        for (int v = 0; v < vecs; ++v)
+            wp[v] = (__m512bh)_mm512_loadu_si512(w + p * 2 * DP_BLOCK + v * 2 * DP_FLOATS);
+        for (int r = 0; r < rows; ++r) { /* the row's pair of inputs, in every lane */
+            int32_t pair;
+            __builtin_memcpy(&pair, x + r * in + 2 * p, sizeof pair);
+            const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
+            for (int v = 0; v < vecs; ++v) sum[r][v] = _mm512_dpbf16_ps(sum[r][v], xp, wp[v]);
+        }
+    }
+    for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < vecs; ++v) _mm512_storeu_ps(&part[r][v * DP_FLOATS], sum[r][v]);
+}
+
+#define DP_TILE(rows)                                                                             \
+    switch (vecs) {                                                                               \
+    case 1: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 1); break;              \
+    case 2: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 2); break;              \
+    case 3: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 3); break;              \
+    default: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 4); break;             \
+    }
+
+static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w,
+                         float (*part)[DP_BLOCK], int64_t start, int64_t end, int first, int tile,
+                         int tiles, int64_t rows, int64_t vecs) {
+    switch (rows) {
+    case 1: DP_TILE(1); break;
+    case 2: DP_TILE(2); break;
+    case 3: DP_TILE(3); break;
+    case 4: DP_TILE(4); break;
+    case 5: DP_TILE(5); break;
+    case 6: DP_TILE(6); break;
+    case 7: DP_TILE(7); break;
+    }
+}
+#undef DP_TILE
+
+/* Outputs [first, last) of one block for up to DP_SLAB rows, as packed_gemv.c's block_outputs:
+ * each chunk a stretch at a time, each stretch through all the rows' tiles. */
+static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uint16_t *bias,
+                             uint16_t *y, int64_t rows, int64_t in, int64_t chunk, int64_t out,
+                             int64_t first, int64_t last) {
+    float sum[DP_SLAB][DP_BLOCK], part[DP_SLAB][DP_BLOCK];
+    const int64_t tiles = (rows + DP_TILE_ROWS - 1) / DP_TILE_ROWS;
+    const int64_t vecs = (last - first + DP_FLOATS - 1) / DP_FLOATS;
+    const int64_t pairs = in / 2, chunk_pairs = chunk / 2;
+    for (int64_t start = 0; start < pairs; start += chunk_pairs) {
+        const int64_t end = start + chunk_pairs < pairs ? start + chunk_pairs : pairs;
+        for (int64_t s = start; s < end; s += DP_STRETCH) {
+            const int64_t e = s + DP_STRETCH < end ? s + DP_STRETCH : end;
+            for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly among the tiles */
+                const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
+                dp_tile_rows(x + r0 * in, in, block + 2 * first,
+                             (float(*)[DP_BLOCK])(part[r0] + first), s, e, s == start, (int)t,
+                             (int)tiles, r1 - r0, vecs);
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t o = first; o < last; ++o)
+                sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+    }
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = first; o < last; ++o)
+            y[r * out + o] = to_bf16(bias ? sum[r][o] + from_bf16(bias[o]) : sum[r][o]);
+}
+
+/* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none); bfloat16, `in`
+ * and `chunk` even. Each thread takes an equal run of the blocks' vectors of outputs. */
+void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias, uint16_t *y,
+                 int64_t rows, int64_t in, int64_t out, int64_t chunk, int threads) {
+    const int64_t vecs = (out + DP_BLOCK - 1) / DP_BLOCK * DP_PARTS;
+#pragma omp parallel num_threads(threads)
+    {
+        const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t mine = t * vecs / n, end = (t + 1) * vecs / n; /* vectors [mine, end) */
+        for (int64_t b = mine / DP_PARTS; b * DP_PARTS < end; ++b) {
+            const int64_t width = out - b * DP_BLOCK < DP_BLOCK ? out - b * DP_BLOCK : DP_BLOCK;
+            const int64_t v0 = mine > b * DP_PARTS ? mine - b * DP_PARTS : 0;
+            const int64_t v1 = end < (b + 1) * DP_PARTS ? end - b * DP_PARTS : DP_PARTS;
+            const int64_t first = v0 * DP_FLOATS;
+            const int64_t last = v1 * DP_FLOATS < width ? v1 * DP_FLOATS : width;
+            for (int64_t r = 0; first < last && r < rows; r += DP_SLAB)
+                dp_block_outputs(x + r * in, weight + b * in * DP_BLOCK,
+                                 bias ? bias + b * DP_BLOCK : 0, y + r * out + b * DP_BLOCK,
+                                 rows - r < DP_SLAB ? rows - r : DP_SLAB, in, chunk, out, first,
+                                 last);
+        }
+    }
+}
+#else
+int dpbf16_gemv_ready(void) { return 0; }
+
+void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias, uint16_t *y,
+                 int64_t rows, int64_t in, int64_t out, int64_t chunk, int threads) {
+    (void)x, (void)weight, (void)bias, (void)y, (void)rows, (void)in, (void)out, (void)chunk;
+    (void)threads;
+}
+#endif
