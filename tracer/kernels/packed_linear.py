@@ -42,7 +42,8 @@ MAX_ROWS = 64 if "avx512f" in cpu_flags().split() else 8
 CHUNKS = (1024, 512, 256, 2048, 4096)
 CHECKED_OUTPUTS = 512  # at least this many outputs compared before a row count is trusted
 # bfloat16 (amx_gemv.c): oneDNN's bits up to 32 rows, in 0.79-0.85x its time; past 32 rows oneDNN
-# sums otherwise (docs/benchmarks.md, fourteenth round).
+# sums otherwise (docs/benchmarks.md, fourteenth round). dpbf16_gemv.c takes as many: 0.79-0.92x
+# oneDNN's time at 1-32 rows on a Zen 5 (twenty-third round).
 AMX_MAX_ROWS = 32
 AMX_BLOCK = 32  # outputs per block of the packed bfloat16 layout (amx_gemv.c)
 DPBF16_BLOCK = 64  # the same without AMX (dpbf16_gemv.c)
@@ -111,7 +112,7 @@ class Shape(NamedTuple):
 @dataclass(slots=True)
 class Agreement:
     """What one shape of linear has shown: for each row count, the chunk with which the kernel gave
-    oneDNN's bits (K_STEP in bfloat16, the groups AMX sums), 0 where it did not. oneDNN may sum in
+    oneDNN's bits (K_STEP in bfloat16 on AMX, the groups it sums), 0 where it did not. oneDNN may sum in
     other chunks at other row counts (512 at one row and 1024 at four, on a Xeon with AVX-512)."""
 
     rows: dict[int, int] = field(default_factory=dict)
