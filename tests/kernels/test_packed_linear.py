@@ -207,22 +207,24 @@ def test_bfloat16_rows_get_onednns_bits_from_the_amx_kernel(in_features, out_fea
         assert probe is not None
         rows_of_probe = cancelling_rows(matmul.shape, rows)
         assert torch.equal(
-            packed_linear.run_amx(rows_of_probe, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, matmul.shape),
+            packed_linear.run_bf16(
+                rows_of_probe, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, matmul.shape, packed_linear.K_STEP
+            ),
             probe(rows_of_probe),
         )
 
 
-def summed_last_to_first(run_amx):
+def summed_last_to_first(run_bf16):
     """A planted bug: the kernel on the same products, its groups of 32 inputs summed last to first
     (each block of the packed weight and each row reversed group by group)."""
 
-    def run(x, address, bias, shape):
+    def run(x, address, bias, shape, chunk):
         in_features, _, out_features, _, _ = shape
         blocks, steps = -(-out_features // 32), in_features // 32
         numbers = (ctypes.c_int16 * (blocks * 32 * in_features)).from_address(address)
         weight = torch.frombuffer(numbers, dtype=torch.int16).view(blocks, steps, 32 * 32).flip(1).contiguous()
         rows = x.reshape(len(x), steps, 32).flip(1).contiguous()
-        return run_amx(rows, weight.data_ptr(), bias, shape)
+        return run_bf16(rows, weight.data_ptr(), bias, shape, chunk)
 
     return run
 
@@ -232,7 +234,7 @@ def test_bfloat16_summed_in_another_order_is_caught_by_the_probe(monkeypatch):
     """Random rows hardly show the order of a bfloat16 linear's sums; the probe's cancelling sums do."""
     linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
     matmul = kernel_first(linear)
-    monkeypatch.setattr(packed_linear, "run_amx", summed_last_to_first(packed_linear.run_amx))
+    monkeypatch.setattr(packed_linear, "run_bf16", summed_last_to_first(packed_linear.run_bf16))
     x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
     with torch.inference_mode():
         expected = linear(x)
