@@ -214,16 +214,17 @@ def test_bfloat16_rows_get_onednns_bits_from_the_amx_kernel(in_features, out_fea
         )
 
 
-def summed_last_to_first(run_bf16):
-    """A planted bug: the kernel on the same products, its groups of 32 inputs summed last to first
-    (each block of the packed weight and each row reversed group by group)."""
+def summed_backwards(run_bf16, block: int, group: int):
+    """A planted bug: the kernel on the same products, its groups of `group` inputs summed last to
+    first (each block of `block` outputs of the packed weight and each row reversed group by group):
+    AMX's groups of 32, VDPBF16PS's pairs."""
 
     def run(x, address, bias, shape, chunk):
         in_features, _, out_features, _, _ = shape
-        blocks, steps = -(-out_features // 32), in_features // 32
-        numbers = (ctypes.c_int16 * (blocks * 32 * in_features)).from_address(address)
-        weight = torch.frombuffer(numbers, dtype=torch.int16).view(blocks, steps, 32 * 32).flip(1).contiguous()
-        rows = x.reshape(len(x), steps, 32).flip(1).contiguous()
+        blocks, steps = -(-out_features // block), in_features // group
+        numbers = (ctypes.c_int16 * (blocks * block * in_features)).from_address(address)
+        weight = torch.frombuffer(numbers, dtype=torch.int16).view(blocks, steps, block * group).flip(1).contiguous()
+        rows = x.reshape(len(x), steps, group).flip(1).contiguous()
         return run_bf16(rows, weight.data_ptr(), bias, shape, chunk)
 
     return run
@@ -234,7 +235,7 @@ def test_bfloat16_summed_in_another_order_is_caught_by_the_probe(monkeypatch):
     """Random rows hardly show the order of a bfloat16 linear's sums; the probe's cancelling sums do."""
     linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
     matmul = kernel_first(linear)
-    monkeypatch.setattr(packed_linear, "run_bf16", summed_last_to_first(packed_linear.run_bf16))
+    monkeypatch.setattr(packed_linear, "run_bf16", summed_backwards(packed_linear.run_bf16, 32, 32))
     x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
     with torch.inference_mode():
         expected = linear(x)
@@ -284,27 +285,12 @@ def test_bfloat16_rows_get_onednns_bits_from_the_vdpbf16ps_kernel(in_features, o
         assert torch.equal(matmul.kernel(x, chunk), expected)
 
 
-def pairs_summed_last_to_first(run_kernel):
-    """A planted bug: VDPBF16PS on the same products, the pairs of inputs summed last to first (each
-    block of the packed weight and each row reversed pair by pair)."""
-
-    def run(gemv, x, address, bias, shape, sizes):
-        in_features, _, out_features, _, _ = shape
-        blocks, pairs = -(-out_features // 64), in_features // 2
-        numbers = (ctypes.c_int16 * (blocks * 64 * in_features)).from_address(address)
-        weight = torch.frombuffer(numbers, dtype=torch.int16).view(blocks, pairs, 128).flip(1).contiguous()
-        rows = x.reshape(len(x), pairs, 2).flip(1).contiguous()
-        return run_kernel(gemv, rows, weight.data_ptr(), bias, shape, sizes)
-
-    return run
-
-
 @needs_dpbf16
 def test_bfloat16_pairs_summed_in_another_order_are_caught_by_the_probe(monkeypatch):
     """Without the plant the same call agrees at chunk 512 (the test above)."""
     linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
     matmul = kernel_first(linear)
-    monkeypatch.setattr(packed_linear, "run_kernel", pairs_summed_last_to_first(packed_linear.run_kernel))
+    monkeypatch.setattr(packed_linear, "run_bf16", summed_backwards(packed_linear.run_bf16, 64, 2))
     x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
     with torch.inference_mode():
         expected = linear(x)  # random rows rounded to bfloat16 may not show the plant at all

@@ -58,22 +58,23 @@ def packed_gemv_library() -> ctypes.CDLL:
     return library
 
 
+def bf16_gemv_library(source: Path, sizes: int) -> ctypes.CDLL:
+    """A bfloat16 kernel's library, called as (x, W, b, y, *sizes, threads). It builds everywhere;
+    where the CPU or the compiler lacks its instructions, its `<name>_ready` says no."""
+    library = load(source)
+    gemv, ready = getattr(library, source.stem), getattr(library, f"{source.stem}_ready")
+    gemv.argtypes, gemv.restype, ready.restype = [PTR] * 4 + [I64] * sizes + [INT], None, INT
+    return library
+
+
 @functools.cache
 def amx_gemv_library() -> ctypes.CDLL:
-    library = load(AMX_SOURCE)  # builds everywhere; without AMX, amx_gemv_ready says no
-    library.amx_gemv.argtypes = [PTR] * 4 + [I64] * 3 + [INT]
-    library.amx_gemv.restype = None
-    library.amx_gemv_ready.restype = INT
-    return library
+    return bf16_gemv_library(AMX_SOURCE, 3)  # rows, in, out
 
 
 @functools.cache
 def dpbf16_gemv_library() -> ctypes.CDLL:
-    library = load(DPBF16_SOURCE)  # builds everywhere; without AVX512_BF16, dpbf16_gemv_ready says no
-    library.dpbf16_gemv.argtypes = [PTR] * 4 + [I64] * 4 + [INT]
-    library.dpbf16_gemv.restype = None
-    library.dpbf16_gemv_ready.restype = INT
-    return library
+    return bf16_gemv_library(DPBF16_SOURCE, 4)  # rows, in, out, chunk
 
 
 @functools.cache
