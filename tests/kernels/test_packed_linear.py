@@ -182,7 +182,12 @@ def test_weights_no_kernel_takes_keep_the_linears_forward():
 needs_amx = pytest.mark.skipif(not amx_ready(), reason="the bfloat16 kernel runs on CPUs with AMX")
 
 
-@needs_amx
+needs_bf16_kernel = pytest.mark.skipif(
+    not bf16_kernel_ready(), reason="the bfloat16 kernels run on CPUs with AMX or AVX512_BF16"
+)
+
+
+@needs_bf16_kernel
 @settings(max_examples=30, deadline=None)
 @given(
     in_features=st.sampled_from([64, 576, 1536]),
@@ -191,26 +196,26 @@ needs_amx = pytest.mark.skipif(not amx_ready(), reason="the bfloat16 kernel runs
     rows=st.integers(1, AMX_MAX_ROWS),
     seed=st.integers(0, 99),
 )
-def test_bfloat16_rows_get_onednns_bits_from_the_amx_kernel(in_features, out_features, bias, rows, seed):
-    """Outputs past a block of 32, rows past a tile of 16, and the probe's sums that cancel. (oneDNN
-    sums otherwise in a few shapes, 32 inputs at one row on a Sapphire Rapids: there the check
-    keeps oneDNN, test_a_kernel_that_disagrees_is_never_used.)"""
+def test_bfloat16_rows_get_onednns_bits_from_the_kernel(in_features, out_features, bias, rows, seed):
+    """Outputs past a block (AMX's 32, VDPBF16PS's 64), rows past a tile (16, 7), inputs in chunks
+    (VDPBF16PS), and the probe's sums that cancel. (oneDNN sums otherwise in a few shapes, 32 inputs
+    at one row on a Sapphire Rapids: there the check keeps oneDNN,
+    test_a_kernel_that_disagrees_is_never_used.)"""
     linear = packed_linear_of(in_features, out_features, bias, seed, torch.bfloat16)
     matmul = kernel_first(linear)
     x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(seed + 1)).bfloat16()
     with torch.inference_mode():
         expected = linear(x)
         assert torch.equal(matmul(x), expected)
-        assert matmul.agreement.rows == {rows: packed_linear.K_STEP}
-        assert torch.equal(matmul.kernel(x, 0), expected)
+        chunk = matmul.agreement.rows[rows]
+        assert chunk == packed_linear.K_STEP if amx_ready() else chunk in CHUNKS
+        assert torch.equal(matmul.kernel(x, chunk), expected)
         probe = matmul.agreement.probe
         assert probe is not None
         rows_of_probe = cancelling_rows(matmul.shape, rows)
+        address = torch.ops.mkldnn.data_ptr(probe.weight)
         assert torch.equal(
-            packed_linear.run_bf16(
-                rows_of_probe, torch.ops.mkldnn.data_ptr(probe.weight), probe.bias, matmul.shape, packed_linear.K_STEP
-            ),
-            probe(rows_of_probe),
+            packed_linear.run_bf16(rows_of_probe, address, probe.bias, matmul.shape, chunk), probe(rows_of_probe)
         )
 
 
@@ -264,30 +269,8 @@ needs_dpbf16 = pytest.mark.skipif(
 
 
 @needs_dpbf16
-@settings(max_examples=30, deadline=None)
-@given(
-    in_features=st.sampled_from([64, 576, 1536]),
-    out_features=st.sampled_from([8, 100, 960]),
-    bias=st.booleans(),
-    rows=st.integers(1, AMX_MAX_ROWS),
-    seed=st.integers(0, 99),
-)
-def test_bfloat16_rows_get_onednns_bits_from_the_vdpbf16ps_kernel(in_features, out_features, bias, rows, seed):
-    """Outputs past a block of 64 and in a part-full one, rows past a tile of 7, inputs in chunks."""
-    linear = packed_linear_of(in_features, out_features, bias, seed, torch.bfloat16)
-    matmul = kernel_first(linear)
-    x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(seed + 1)).bfloat16()
-    with torch.inference_mode():
-        expected = linear(x)
-        assert torch.equal(matmul(x), expected)
-        chunk = matmul.agreement.rows[rows]
-        assert chunk in CHUNKS
-        assert torch.equal(matmul.kernel(x, chunk), expected)
-
-
-@needs_dpbf16
 def test_bfloat16_pairs_summed_in_another_order_are_caught_by_the_probe(monkeypatch):
-    """Without the plant the same call agrees at chunk 512 (the test above)."""
+    """Without the plant the same call agrees at chunk 512 (test_bfloat16_rows_get_onednns_bits_from_the_kernel)."""
     linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
     matmul = kernel_first(linear)
     monkeypatch.setattr(packed_linear, "run_bf16", summed_backwards(packed_linear.run_bf16, 64, 2))
