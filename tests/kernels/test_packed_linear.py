@@ -27,7 +27,6 @@ from tracer.kernels.packed_linear import (
     amx_ready,
     bf16_kernel_ready,
     cancelling_rows,
-    dpbf16_ready,
     few_rows_first,
 )
 
@@ -235,16 +234,18 @@ def summed_backwards(run_bf16, block: int, group: int):
     return run
 
 
-@needs_amx
+@needs_bf16_kernel
 def test_bfloat16_summed_in_another_order_is_caught_by_the_probe(monkeypatch):
-    """Random rows hardly show the order of a bfloat16 linear's sums; the probe's cancelling sums do."""
+    """Random rows hardly show the order of a bfloat16 linear's sums; the probe's cancelling sums do.
+    Without the plant the same call agrees (test_bfloat16_rows_get_onednns_bits_from_the_kernel)."""
     linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
     matmul = kernel_first(linear)
-    monkeypatch.setattr(packed_linear, "run_bf16", summed_backwards(packed_linear.run_bf16, 32, 32))
+    block, group = (32, 32) if amx_ready() else (64, 2)  # AMX's groups of inputs, VDPBF16PS's pairs
+    monkeypatch.setattr(packed_linear, "run_bf16", summed_backwards(packed_linear.run_bf16, block, group))
     x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
     with torch.inference_mode():
         expected = linear(x)
-        wrong = matmul.kernel(x, 0)
+        wrong = matmul.kernel(x, 512)
         assert (wrong == expected).float().mean() > 0.95  # the plant barely shows on random rows
         assert torch.equal(matmul(x), expected)  # yet the first call, probe included, catches it
     assert matmul.agreement.rows == {4: 0}
@@ -261,21 +262,3 @@ def test_onednns_own_tiles_are_untouched_by_the_kernel():
         for rows in (1, 3, 17, 32):
             matmul(x[:rows])
             assert torch.equal(linear(x), expected)
-
-
-needs_dpbf16 = pytest.mark.skipif(
-    amx_ready() or not dpbf16_ready(), reason="dpbf16_gemv runs on CPUs with AVX512_BF16 and no AMX"
-)
-
-
-@needs_dpbf16
-def test_bfloat16_pairs_summed_in_another_order_are_caught_by_the_probe(monkeypatch):
-    """Without the plant the same call agrees at chunk 512 (test_bfloat16_rows_get_onednns_bits_from_the_kernel)."""
-    linear = packed_linear_of(576, 960, True, 0, torch.bfloat16)
-    matmul = kernel_first(linear)
-    monkeypatch.setattr(packed_linear, "run_bf16", summed_backwards(packed_linear.run_bf16, 64, 2))
-    x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
-    with torch.inference_mode():
-        expected = linear(x)  # random rows rounded to bfloat16 may not show the plant at all
-        assert torch.equal(matmul(x), expected)
-    assert matmul.agreement.rows == {4: 0}  # the probe's cancelling sums did: oneDNN kept
