@@ -42,9 +42,11 @@ MAX_ROWS = 64 if "avx512f" in cpu_flags().split() else 8
 CHUNKS = (1024, 512, 256, 2048, 4096)
 CHECKED_OUTPUTS = 512  # at least this many outputs compared before a row count is trusted
 # bfloat16 (amx_gemv.c): oneDNN's bits up to 32 rows, in 0.79-0.85x its time; past 32 rows oneDNN
-# sums otherwise (docs/benchmarks.md, fourteenth round). dpbf16_gemv.c takes as many: 0.79-0.92x
-# oneDNN's time at 1-32 rows on a Zen 5 (twenty-third round).
+# sums otherwise (docs/benchmarks.md, fourteenth round). dpbf16_gemv.c: oneDNN's bits up to 64 rows
+# at least, in 0.79-0.92x its time at 1-32 rows and about its time at 33-64 (where the one-call
+# decode step it allows saves the layer loop's Python) on a Zen 5 (twenty-third round).
 AMX_MAX_ROWS = 32
+DPBF16_MAX_ROWS = 64
 AMX_BLOCK = 32  # outputs per block of the packed bfloat16 layout (amx_gemv.c)
 DPBF16_BLOCK = 64  # the same without AMX (dpbf16_gemv.c)
 K_STEP = 32  # inputs per AMX multiply: `in` must be a multiple
@@ -156,7 +158,9 @@ class FewRowsLinear:
 
     @property
     def max_rows(self) -> int:
-        return AMX_MAX_ROWS if self.shape.dtype == torch.bfloat16 else MAX_ROWS
+        if self.shape.dtype == torch.bfloat16:
+            return AMX_MAX_ROWS if amx_ready() else DPBF16_MAX_ROWS
+        return MAX_ROWS
 
     def __call__(self, x: Tensor) -> Tensor:
         rows = x.shape[0]
@@ -179,7 +183,7 @@ class FewRowsLinear:
         show the order of the sums through bfloat16's rounding)."""
         if self.shape.dtype == torch.bfloat16:
             probe = self.agreement.probe = self.agreement.probe or cancelling_probe(self.shape)
-            if len(self.agreement.rows) + 1 == AMX_MAX_ROWS:  # the last row count: let it go
+            if len(self.agreement.rows) + 1 == self.max_rows:  # the last row count: let it go
                 self.agreement.probe = None
             return bf16_agreeing_chunk(probe, self.shape, rows)
         gen = torch.Generator().manual_seed(rows)
