@@ -20,7 +20,8 @@
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
-#include <omp.h>
+
+#include "shares.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -112,20 +113,16 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
 }
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none); bfloat16, `in`
- * and `chunk` even. Each thread takes an equal run of the blocks' vectors of outputs. */
+ * and `chunk` even. The outputs are shared among the threads as shares.h says. */
 void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias, uint16_t *y,
                  int64_t rows, int64_t in, int64_t out, int64_t chunk, int threads) {
-    const int64_t vecs = (out + DP_BLOCK - 1) / DP_BLOCK * DP_PARTS;
 #pragma omp parallel num_threads(threads)
     {
-        const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t mine = t * vecs / n, end = (t + 1) * vecs / n; /* vectors [mine, end) */
-        for (int64_t b = mine / DP_PARTS; b * DP_PARTS < end; ++b) {
+        const share_t share = thread_share((out + DP_BLOCK - 1) / DP_BLOCK, DP_PARTS);
+        for (int64_t b = share.begin / DP_PARTS; b * DP_PARTS < share.end; ++b) {
+            int64_t first, last;
             const int64_t width = out - b * DP_BLOCK < DP_BLOCK ? out - b * DP_BLOCK : DP_BLOCK;
-            const int64_t v0 = mine > b * DP_PARTS ? mine - b * DP_PARTS : 0;
-            const int64_t v1 = end < (b + 1) * DP_PARTS ? end - b * DP_PARTS : DP_PARTS;
-            const int64_t first = v0 * DP_FLOATS;
-            const int64_t last = v1 * DP_FLOATS < width ? v1 * DP_FLOATS : width;
+            outputs_in_share(share, b, DP_PARTS, DP_FLOATS, width, &first, &last);
             for (int64_t r = 0; first < last && r < rows; r += DP_SLAB)
                 dp_block_outputs(x + r * in, weight + b * in * DP_BLOCK,
                                  bias ? bias + b * DP_BLOCK : 0, y + r * out + b * DP_BLOCK,

@@ -16,8 +16,9 @@
  * has oneDNN's bits: the caller (packed_linear.py) checks that for each shape and row count at its
  * first use, and keeps oneDNN where not. A partial sum parked in memory between tiles keeps its
  * bits, so the tiling does not change them. Built at first use by tracer/kernels/build.py. */
-#include <omp.h>
 #include <stdint.h>
+
+#include "shares.h"
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -158,22 +159,18 @@ static void block_outputs(const float *x, const float *block, const float *bias,
 }
 #endif
 
-/* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). Each thread
- * takes an equal run of the blocks' vectors of outputs (with AVX-512, a block is 4 of them; with
- * AVX2, one): 9 blocks (a 576-output linear) on 2 threads are 4.5 each, not 5 and 4. The rows go
- * SLAB at a time. */
+/* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The outputs are
+ * shared among the threads as shares.h says (with AVX-512 a block is 4 vectors; with AVX2 one, so
+ * whole blocks); the rows go SLAB at a time. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {
-    const int64_t vecs = (out + BLOCK - 1) / BLOCK * PARTS, part = BLOCK / PARTS;
 #pragma omp parallel num_threads(threads)
     {
-        const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t mine = t * vecs / n, end = (t + 1) * vecs / n; /* vectors [mine, end) */
-        for (int64_t b = mine / PARTS; b * PARTS < end; ++b) {
+        const share_t share = thread_share((out + BLOCK - 1) / BLOCK, PARTS);
+        for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {
+            int64_t first, last;
             const int64_t width = out - b * BLOCK < BLOCK ? out - b * BLOCK : BLOCK;
-            const int64_t v0 = mine > b * PARTS ? mine - b * PARTS : 0;
-            const int64_t v1 = end < (b + 1) * PARTS ? end - b * PARTS : PARTS;
-            const int64_t first = v0 * part, last = v1 * part < width ? v1 * part : width;
+            outputs_in_share(share, b, PARTS, BLOCK / PARTS, width, &first, &last);
             for (int64_t r = 0; first < last && r < rows; r += SLAB)
                 block_outputs(x + r * in, weight + b * in_padded * BLOCK,
                               bias ? bias + b * BLOCK : 0, y + r * out + b * BLOCK,

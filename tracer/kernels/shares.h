@@ -1,0 +1,32 @@
+/* How the few-row linears (packed_gemv.c, dpbf16_gemv.c) share a linear's outputs among their
+ * OpenMP threads: the packed weight's blocks of outputs are `parts` vectors each, and each thread
+ * takes an equal run of all the blocks' vectors, a block between two threads split by vectors: 9
+ * blocks on 2 threads are 4.5 each, not 5 and 4 (docs/benchmarks.md, twenty-third round). Each
+ * output is summed by one thread whichever, so the sharing never changes a bit. */
+#ifndef NANOENGINE_SHARES_H
+#define NANOENGINE_SHARES_H
+
+#include <omp.h>
+#include <stdint.h>
+
+typedef struct {
+    int64_t begin, end; /* this thread's vectors [begin, end), counted over all the blocks */
+} share_t;
+
+/* Inside a parallel region: the calling thread's run of blocks * parts vectors. */
+static inline share_t thread_share(int64_t blocks, int64_t parts) {
+    const int64_t vectors = blocks * parts, n = omp_get_num_threads(), t = omp_get_thread_num();
+    return (share_t){t * vectors / n, (t + 1) * vectors / n};
+}
+
+/* Block b's outputs in the share, [*first, *last) (none where first >= last): `width` outputs the
+ * block has (the last one may be part full), `per_part` a vector's. */
+static inline void outputs_in_share(share_t share, int64_t b, int64_t parts, int64_t per_part,
+                                    int64_t width, int64_t *first, int64_t *last) {
+    const int64_t v0 = share.begin > b * parts ? share.begin - b * parts : 0;
+    const int64_t v1 = share.end < (b + 1) * parts ? share.end - b * parts : parts;
+    *first = v0 * per_part;
+    *last = v1 * per_part < width ? v1 * per_part : width;
+}
+
+#endif
