@@ -33,7 +33,10 @@ def test_single_only_has_a_row_per_system_and_dtype(report, capsys):
         assert r["tok_s"] > 0 and r["ttft_ms"] > 0 and len(r["runs_tok_s"]) == report["single"]["runs"]
         assert r["tok_s"] == sorted(r["runs_tok_s"])[len(r["runs_tok_s"]) // 2]  # the median run
         assert r["of_bound"] == pytest.approx(r["tok_s"] / r["bound_tok_s"], rel=0.01, abs=1e-4)
+        assert r["gb_s"] > 0  # probed between this system's runs
     fp32, bf16 = rows[0], rows[2]
+    hf = rows[1]  # the same weight bytes as fp32: the bounds differ as the bandwidths probed in their runs
+    assert fp32["bound_tok_s"] / hf["bound_tok_s"] == pytest.approx(fp32["gb_s"] / hf["gb_s"], rel=1e-3)
     assert bf16["weight_mb"] == pytest.approx(fp32["weight_mb"] / 2, abs=0.1)  # half the bytes a step
     assert rows[1]["same_tokens"] is True  # HF's greedy tokens in float32 are nanoengine's
     batch = report["single"]["batch"]
@@ -46,7 +49,7 @@ def test_single_only_has_a_row_per_system_and_dtype(report, capsys):
 
     print_single_report(report)
     text = capsys.readouterr().out
-    for words in ("Single stream", "bound tok/s", f"A batch of {BATCH}", "single stream vs HF generate"):
+    for words in ("Single stream", "bound tok/s", "GB/s", f"A batch of {BATCH}", "single stream vs HF generate"):
         assert words in text
 
 
@@ -63,6 +66,16 @@ def test_single_targets_compare_the_median_runs():
     assert all(t.value is None for t in single_targets(None))
 
 
+def test_a_rows_bound_takes_the_bandwidth_probed_between_its_runs():
+    """The median of the bandwidths measured after the system's rounds; the bench's own where its runs
+    were not probed."""
+    runs = [SingleRun(0.1, 20.0, [1], gb_s) for gb_s in (30.0, 50.0, 36.0)]
+    probed = SingleResult("nanoengine", "float32", runs, weight_bytes=10**9).to_dict(40.0, None)
+    assert probed["gb_s"] == 36.0 and probed["bound_tok_s"] == 36.0 and probed["of_bound"] == round(20 / 36, 4)
+    unprobed = SingleResult("nanoengine", "float32", [SingleRun(0.1, 20.0, [1])], weight_bytes=10**9)
+    assert unprobed.to_dict(40.0, None)["bound_tok_s"] == 40.0
+
+
 def test_systems_timed_together_take_turns_run_by_run():
     """nanoengine's float32 and bfloat16 runs alternate, so a drift of the machine's pace falls on
     both: each warmed up once, then one run of each in turn."""
@@ -75,9 +88,14 @@ def test_systems_timed_together_take_turns_run_by_run():
 
         return generate
 
-    fp32, bf16 = time_in_turns([system("f", 0.02), system("b", 0.01)], runs=3)
-    assert calls == ["f", "b"] + ["f", "b"] * 3
-    assert [r.tokens for r in fp32] == [[3], [5], [7]] and [r.tokens for r in bf16] == [[4], [6], [8]]
+    def probe() -> float:
+        calls.append("probe")
+        return float(len(calls))
+
+    fp32, bf16 = time_in_turns([system("f", 0.02), system("b", 0.01)], runs=3, probe=probe)
+    assert calls == ["f", "b"] + ["f", "b", "probe"] * 3
+    assert [r.gb_s for r in fp32] == [r.gb_s for r in bf16] == [5.0, 8.0, 11.0]  # its round's probe
+    assert [r.tokens for r in fp32] == [[3], [6], [9]] and [r.tokens for r in bf16] == [[4], [7], [10]]
     assert [round(r.tok_s) for r in fp32 + bf16] == [50] * 3 + [100] * 3 and fp32[0].ttft_s == 0.5
 
 

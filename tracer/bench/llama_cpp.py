@@ -17,7 +17,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from tracer.bench.single import SingleResult, time_runs
+from tracer.bench.single import Probe, SingleResult, time_runs
 from tracer.bench.workload import BenchRequest
 
 
@@ -93,7 +93,7 @@ def gguf_files() -> dict[str, Path]:
     return {"F32": write_f32_gguf(q4, folder / q4.name.replace("Q4_1", "F32")), "Q4_1": q4}
 
 
-def llama_single(path: Path, request: BenchRequest, threads: int | None) -> list:
+def llama_single(path: Path, request: BenchRequest, threads: int | None, probe: Probe | None = None) -> list:
     from llama_cpp import Llama
 
     llm = Llama(model_path=str(path), n_threads=threads, n_ctx=256, verbose=False)
@@ -108,10 +108,12 @@ def llama_single(path: Path, request: BenchRequest, threads: int | None) -> list
                 break
         return times, tokens
 
-    return time_runs(generate)
+    return time_runs(generate, probe=probe)
 
 
-def llama_cpp_single(model: str, request: BenchRequest, threads: int | None) -> list[SingleResult]:
+def llama_cpp_single(
+    model: str, request: BenchRequest, threads: int | None, probe: Probe | None = None
+) -> list[SingleResult]:
     """The two GGUF rows; none when skip_reason() says why not (the caller reports it)."""
     if skip_reason(model):
         return []
@@ -120,7 +122,7 @@ def llama_cpp_single(model: str, request: BenchRequest, threads: int | None) -> 
     results = []
     for kind, path in gguf_files().items():
         result = SingleResult(f"llama.cpp {kind}", "float32" if kind == "F32" else "q4_1")
-        result.runs = llama_single(path, request, threads)
+        result.runs = llama_single(path, request, threads, probe)
         result.weight_bytes = weight_bytes(path)
         result.notes = {"gguf": path.name, "llama_cpp_python": __version__}
         results.append(result)

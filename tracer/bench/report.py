@@ -417,12 +417,13 @@ def single_table(report: dict):
     table = Table(
         title=f"Single stream: one prompt of {single['prompt_tokens']} tokens, {single['new_tokens']} new tokens, "
         f"greedy, batch 1 (median of {single['runs']} runs by tok/s)",
-        caption=f"bound: {bandwidth} GB/s memory bandwidth / the weight bytes a decode step reads"
+        caption="bound: the memory bandwidth (GB/s: the median of those measured after each round of the "
+        f"system's runs, else the bench's {bandwidth}) / the weight bytes a decode step reads"
         + (f"; llama.cpp: {escape(single['llama_cpp_skipped'])}" if single.get("llama_cpp_skipped") else ""),
     )
     table.add_column("system")
     table.add_column("dtype")
-    for name in ("TTFT ms", "tok/s", "runs tok/s", "weights MB", "bound tok/s", "of bound", "same tokens"):
+    for name in ("TTFT ms", "tok/s", "runs tok/s", "weights MB", "GB/s", "bound tok/s", "of bound", "same tokens"):
         table.add_column(name, justify="right")
     for r in single["rows"]:
         same = {True: "yes", False: "no"}.get(r.get("same_tokens"), "-")
@@ -433,6 +434,7 @@ def single_table(report: dict):
             f"{r['tok_s']:.1f}",
             ", ".join(f"{t:.1f}" for t in r["runs_tok_s"]),
             f"{r['weight_mb']:.0f}" if "weight_mb" in r else "-",
+            f"{r['gb_s']:.1f}" if "gb_s" in r else "-",
             f"{r['bound_tok_s']:.1f}" if "bound_tok_s" in r else "-",
             fmt_value(r.get("of_bound"), "share"),
             same,

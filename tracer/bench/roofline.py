@@ -18,6 +18,7 @@ is compute-bound. Measuring a decode phase against the GEMM peak alone asks it t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -59,28 +60,38 @@ def bound_seconds(flops: float, nbytes: float, peak_flops: float, bandwidth: flo
     return (memory, "memory") if memory > compute else (compute, "compute")
 
 
-def measure_memory_bandwidth(device: torch.device, nbytes: int = STREAM_BYTES) -> dict:
-    """STREAM-like rates in GB/s with torch on buffers far larger than the cache, with the threads
-    torch uses now: read (a sum), copy (a -> b) and triad (a = b + s * c). The bandwidth is the best
-    of them: the machine's limit, as the GEMM peak is the best GEMM."""
+StreamKernels = dict[str, tuple[Callable[[], object], int]]  # name -> (one call, the bytes it moves)
+
+
+def stream_kernels(device: torch.device, nbytes: int = STREAM_BYTES) -> StreamKernels:
+    """STREAM-like kernels with torch on three buffers far larger than the cache: read (a sum), copy
+    (a -> b) and triad (a = b + s * c)."""
     n = nbytes // 4
     a = torch.ones(n, device=device, dtype=torch.float32)
     b = torch.full((n,), 2.0, device=device, dtype=torch.float32)
     c = torch.full((n,), 0.5, device=device, dtype=torch.float32)
-    kernels = {
-        "read": (lambda: a.sum(), 1),
-        "copy": (lambda: b.copy_(a), 2),
-        "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3),
+    return {
+        "read": (lambda: a.sum(), 4 * n),
+        "copy": (lambda: b.copy_(a), 8 * n),
+        "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 12 * n),
     }
+
+
+def measure_memory_bandwidth(
+    device: torch.device, nbytes: int = STREAM_BYTES, kernels: StreamKernels | None = None, min_time: float = 0.5
+) -> dict:
+    """The stream kernels' rates in GB/s with the threads torch uses now; kernels: buffers kept from an
+    earlier call (stream_kernels), for measuring again and again. The bandwidth is the best of them:
+    the machine's limit, as the GEMM peak is the best GEMM."""
+    kernels = kernels or stream_kernels(device, nbytes)
     rates = {
-        name: round(moved * n * 4 / time_call(fn, device, min_time=0.5) / 1e9, 2)
-        for name, (fn, moved) in kernels.items()
+        name: round(moved / time_call(fn, device, min_time=min_time) / 1e9, 2) for name, (fn, moved) in kernels.items()
     }
     best = max(rates, key=lambda k: rates[k])
     return {
         "gb_s": rates[best],
         "kernel": best,
         "by_kernel": rates,
-        "buffer_mib": nbytes // 2**20,
+        "buffer_mib": kernels["read"][1] // 2**20,
         "threads": torch.get_num_threads(),
     }

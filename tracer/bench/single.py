@@ -9,7 +9,11 @@ taking turns puts the same drift on both sides of the bfloat16-over-float32 rati
     tok/s     decode rate: (tokens after the first) / (time from the first token to the last)
     of bound  tok/s against the batch-1 bandwidth bound: a decode step reads every weight once, so
               no system exceeds memory bandwidth / weight bytes tokens a second (the K/V of a
-              short context adds well under 1 % to the bytes and is left out)
+              short context adds well under 1 % to the bytes and is left out). The bandwidth is
+              measured after each round of runs (a probe: the roofline's stream kernels, briefly)
+              and a row's bound takes the median of its rounds: a VM's memory moves from minute
+              to minute (44-90 GB/s within an hour on one host), so a bandwidth measured minutes
+              before the runs made the share swing from 46 % to 83 % between two benches
 
 nanoengine runs in float32 and bfloat16 (an engine each), HF generate at batch 1 in the
 same dtypes, llama.cpp (tracer/bench/llama_cpp.py) when llama-cpp-python is installed.
@@ -20,6 +24,7 @@ nanoengine in float32 and llama.cpp (the standard workload's HF rows are the mai
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ import torch
 from tracer.bench.workload import BenchRequest, WorkloadSpec, build_workload
 
 SINGLE_RUNS = 5
+PROBE_S = 0.1  # each stream kernel's time in a bandwidth probe
 SINGLE = WorkloadSpec(num_requests=1, min_input_len=32, max_input_len=32, min_output_len=64, max_output_len=64, seed=7)
 DTYPES = ("float32", "bfloat16")
 BATCH = 32
@@ -40,6 +46,7 @@ class SingleRun:
     ttft_s: float
     tok_s: float
     tokens: list[int]
+    gb_s: float | None = None  # memory bandwidth measured right after its round; None: not probed
 
 
 @dataclass(slots=True)
@@ -56,6 +63,8 @@ class SingleResult:
 
     def to_dict(self, bandwidth_gb_s: float, reference: list[int] | None) -> dict:
         run = self.median
+        probed = [r.gb_s for r in self.runs if r.gb_s]
+        bandwidth_gb_s = statistics.median(probed) if probed else bandwidth_gb_s
         d: dict = {
             "system": self.system,
             "dtype": self.dtype,
@@ -65,7 +74,7 @@ class SingleResult:
         }
         if self.weight_bytes:
             bound = bandwidth_gb_s * 1e9 / self.weight_bytes
-            d.update(weight_mb=round(self.weight_bytes / 1e6, 1), bound_tok_s=round(bound, 1))
+            d.update(weight_mb=round(self.weight_bytes / 1e6, 1), gb_s=bandwidth_gb_s, bound_tok_s=round(bound, 1))
             d["of_bound"] = round(run.tok_s / bound, 4)
         if reference is not None:
             d["same_tokens"] = run.tokens == reference
@@ -77,34 +86,50 @@ def single_request(vocab_size: int) -> BenchRequest:
 
 
 Generate = Callable[[], tuple[list[float], list[int]]]
+Probe = Callable[[], float]  # the memory bandwidth now, GB/s
 
 
-def time_runs(generate: Generate, runs: int = SINGLE_RUNS) -> list[SingleRun]:
+def bandwidth_probe(device: torch.device) -> Probe:
+    """The roofline's bandwidth, measured briefly on buffers kept between calls."""
+    from tracer.bench.roofline import measure_memory_bandwidth, stream_kernels
+
+    kernels = stream_kernels(device)
+    return lambda: measure_memory_bandwidth(device, kernels=kernels, min_time=PROBE_S)["gb_s"]
+
+
+def time_runs(generate: Generate, runs: int = SINGLE_RUNS, probe: Probe | None = None) -> list[SingleRun]:
     """generate() returns the time the prompt was handed over followed by each token's time, and the
     token ids; one warm-up call first."""
-    return time_in_turns([generate], runs)[0]
+    return time_in_turns([generate], runs, probe)[0]
 
 
-def time_in_turns(generates: list[Generate], runs: int = SINGLE_RUNS) -> list[list[SingleRun]]:
+def time_in_turns(
+    generates: list[Generate], runs: int = SINGLE_RUNS, probe: Probe | None = None
+) -> list[list[SingleRun]]:
     """time_runs for several systems at once: each warmed up, then one run of each in turn, `runs`
-    times over. Returns each system's runs."""
+    times over, the bandwidth probed after each round. Returns each system's runs."""
     for generate in generates:
         generate()
     measured: list[list[SingleRun]] = [[] for _ in generates]
     for _ in range(runs):
+        round_runs = []
         for generate, into in zip(generates, measured):
             times, tokens = generate()
             start, first, last = times[0], times[1], times[-1]
-            into.append(SingleRun(first - start, (len(times) - 2) / (last - first), tokens))
+            round_runs.append(SingleRun(first - start, (len(times) - 2) / (last - first), tokens))
+            into.append(round_runs[-1])
+        gb_s = probe() if probe else None
+        for run in round_runs:
+            run.gb_s = gb_s
     return measured
 
 
-def nanoengine_singles(model: str, options: dict, request: BenchRequest) -> dict[str, SingleResult]:
+def nanoengine_singles(model: str, options: dict, request: BenchRequest, probe: Probe) -> dict[str, SingleResult]:
     """nanoengine in each of DTYPES, an engine each, their runs taking turns."""
     from tracer.kernels.choose import build_engine
 
     engines = {dtype: build_engine(model, {**options, "dtype": dtype}) for dtype in DTYPES}
-    runs = time_in_turns([generator(engine, request) for engine in engines.values()])
+    runs = time_in_turns([generator(engine, request) for engine in engines.values()], probe=probe)
     return {dtype: SingleResult("nanoengine", dtype, r) for dtype, r in zip(engines, runs)}
 
 
@@ -122,7 +147,7 @@ def generator(engine, request: BenchRequest) -> Generate:
     return generate
 
 
-def hf_single(model: str, request: BenchRequest, dtype: str) -> SingleResult:
+def hf_single(model: str, request: BenchRequest, dtype: str, probe: Probe) -> SingleResult:
     from tracer.bench.hf import generate_static, load_hf_model, pad_token_id
 
     hf_model = load_hf_model(model, torch.device("cpu"), getattr(torch, dtype))
@@ -133,7 +158,7 @@ def hf_single(model: str, request: BenchRequest, dtype: str) -> SingleResult:
         (tokens,), step_times = generate_static(hf_model, [request], pad_id)
         return [start, *step_times], tokens
 
-    return SingleResult("HF generate", dtype, time_runs(generate))
+    return SingleResult("HF generate", dtype, time_runs(generate, probe=probe))
 
 
 def run_single(
@@ -143,18 +168,19 @@ def run_single(
     from tracer.bench.llama_cpp import llama_cpp_single
 
     request = single_request(vocab_size)
+    probe = bandwidth_probe(torch.device(options.get("device", "cpu")))
     log(f"single stream: nanoengine, {' and '.join(DTYPES)} in turns ...")
-    ours = nanoengine_singles(model, options, request)
+    ours = nanoengine_singles(model, options, request, probe)
     results = []
     for dtype in DTYPES:
         results.append(ours[dtype])
         if not skip_hf:
             log(f"single stream: HF generate at batch 1, {dtype} ...")
-            results.append(hf_single(model, request, dtype))
+            results.append(hf_single(model, request, dtype, probe))
     for result in results:
         result.weight_bytes = weight_bytes[result.dtype]
     log("single stream: llama.cpp ...")
-    results.extend(llama_cpp_single(model, request, options.get("num_threads")))
+    results.extend(llama_cpp_single(model, request, options.get("num_threads"), probe))
     return results
 
 
