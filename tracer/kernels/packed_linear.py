@@ -79,22 +79,24 @@ def dpbf16_gemv_library() -> ctypes.CDLL:
     return bf16_gemv_library(DPBF16_SOURCE, 4)  # rows, in, out, chunk
 
 
+def kernel_says_ready(library: Callable[[], ctypes.CDLL], ready: str) -> bool:
+    """The kernel's own `ready` function's answer; False where the kernel cannot be built."""
+    try:
+        return bool(getattr(library(), ready)())
+    except KernelUnavailable:
+        return False
+
+
 @functools.cache
 def dpbf16_ready() -> bool:
     """Whether this CPU and compiler have AVX512_BF16's VDPBF16PS (used where AMX is not ready)."""
-    try:
-        return bool(dpbf16_gemv_library().dpbf16_gemv_ready())
-    except KernelUnavailable:
-        return False
+    return kernel_says_ready(dpbf16_gemv_library, "dpbf16_gemv_ready")
 
 
 @functools.cache
 def amx_ready() -> bool:
     """Whether this CPU and compiler have AMX's bf16 tiles, and Linux lets this process use them."""
-    try:
-        return bool(amx_gemv_library().amx_gemv_ready())
-    except KernelUnavailable:
-        return False
+    return kernel_says_ready(amx_gemv_library, "amx_gemv_ready")
 
 
 def bf16_kernel_ready() -> bool:
