@@ -16,6 +16,7 @@ NANOENGINE_API_KEY) makes every route but /health want `Authorization: Bearer KE
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import os
 import sys
@@ -129,6 +130,7 @@ def serve(args: argparse.Namespace, sock) -> int:
     aliases = tuple({args.model, engine.model_name} - {args.served_model_name or engine.model_name})
     max_body_bytes = int(args.max_body_mb * 2**20)
     server = Server(engine, sock, recorder, aliases, args.served_model_name, args.api_key, max_body_bytes)
+    freeze_startup_heap()
     if args.tui:
         assert recorder is not None and partial is not None
         return serve_with_tui(server, recorder, partial, args.trace)
@@ -149,6 +151,16 @@ def serve(args: argparse.Namespace, sock) -> int:
             recorder.close()
             publish_trace(recorder, partial, args.trace)
     return 0
+
+
+def freeze_startup_heap() -> None:
+    """What start-up built (the model, the tokenizer, the app: ~200,000 objects the garbage collector
+    tracks) set aside for good, as vLLM's freeze_gc_heap does once its server has started: otherwise
+    each full collection walks all of them, a pause of ~100 ms in the middle of serving (every ~40 s
+    of the serving bench; docs/benchmarks.md, twenty-fifth round). Collected first, so that nothing
+    already garbage is kept. Only in the server's own process: tests build many engines in one."""
+    gc.collect()
+    gc.freeze()
 
 
 def publish_trace(recorder, partial: Path, trace: Path | None) -> None:
