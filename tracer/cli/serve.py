@@ -154,7 +154,7 @@ def serve(args: argparse.Namespace, sock) -> int:
 
 
 def freeze_startup_heap() -> None:
-    """What start-up built (the model, the tokenizer, the app: ~200,000 objects the garbage collector
+    """What start-up built (the model, the tokenizer, the app: ~180,000 objects the garbage collector
     tracks) set aside for good, as vLLM's freeze_gc_heap does once its server has started: otherwise
     each full collection walks all of them, a pause of ~100 ms in the middle of serving (every ~40 s
     of the serving bench; docs/benchmarks.md, twenty-fifth round). Collected first, so that nothing
