@@ -72,10 +72,11 @@ def test_report_has_every_run_and_measure(report):
     assert {"num_steps", "model_time_s", "overhead_share", "model_only_s", "total_over_model_only"} <= set(
         report["engine"]
     )
-    assert {"elapsed_s", "overhead", "trace_bytes", "trace_steps", "recording_s", "recording_share"} <= set(
+    assert {"elapsed_s", "overhead", "trace_bytes", "trace_steps", "header_s", "recording_s", "recording_share"} <= set(
         report["tracer"]
     )
     assert report["tracer"]["recording_s"] > 0  # on the tiny model recording can cost more than its tiny steps
+    assert report["tracer"]["header_s"] > 0  # written before the first step, timed on its own
     startup = report["startup"]
     assert {"total_s", "import_s", "build_s", "first_token_s"} <= set(startup)
     # the median of three fresh processes, each listed

@@ -227,6 +227,12 @@ def overhead_table(report: dict):
                 f"{tracer['recording_s'] * 1000 / max(tracer['trace_steps'], 1):.2f} ms a step: "
                 f"building step records, checking invariants, writing JSONL",
             )
+        if "header_s" in tracer:
+            table.add_row(
+                "the trace's header",
+                f"{tracer['header_s'] * 1000:.0f} ms",
+                "once, before the first step: the tokenizer's digest, the engine's sources",
+            )
     if startup:
         text = startup.get("error") or (f"{startup['total_s']:.2f} s")
         how = (
