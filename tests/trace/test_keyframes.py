@@ -203,3 +203,49 @@ def test_older_traces_load_as_their_lines_and_check_clean(name):
     trace = load_trace(DATA / name, validate="all")
     assert isinstance(trace.steps, list) and not isinstance(trace.steps, RebuiltSteps)
     assert trace.header["schema_version"] < 4 and check_trace(trace) == []
+
+
+def test_the_recorder_leaves_archived_sequences_out_of_its_own_lines(tmp_path, one_torch_thread):
+    """Once a keyframe has listed a finished sequence, the whole lines the recorder builds (and its
+    checker) leave it out, so a step costs what the live sequences cost however many the trace has
+    seen; a reader still rebuilds every step with every sequence, and both checks find nothing."""
+    engine = make_tiny_engine(**BUSY_OPTIONS)
+    path = tmp_path / "every1.jsonl"
+    with TraceRecorder(engine, path) as recorder:
+        recorder.deltas = DeltaWriter(every=1)
+        seen = []
+        original = recorder.checker.check
+        recorder.checker.check = lambda step: seen.append(len(step["seqs"])) or original(step)  # type: ignore[method-assign]
+        drive(engine, BUSY_REQUESTS, 200)
+    whole = load_trace(path).steps
+    assert len(whole[-1]["seqs"]) == len(BUSY_REQUESTS)  # the reader: every sequence in the last step
+    assert max(seen) < len(BUSY_REQUESTS) and seen[-1] <= BUSY_OPTIONS["max_num_seqs"]
+    assert len(recorder.rows) <= BUSY_OPTIONS["max_num_seqs"]
+    assert recorder.violations == [] and check_trace(load_trace(path)) == []
+
+
+def test_a_sequence_the_checker_forgot_is_not_missing_and_may_come_back(tmp_path, one_torch_thread):
+    """The checker's forget(): a finished sequence left out of later steps is not 'missing'; listed
+    again, it continues from the row it had. Without forget the same steps break continuity."""
+    from tracer.trace.invariants.checker import InvariantChecker
+
+    path = record_scenario(tmp_path / "t.jsonl")
+    trace = load_trace(path)
+    steps = list(trace.steps)
+    done = next(
+        i for i, s in enumerate(steps) if any(r["status_before"] == r["status_after"] == "FINISHED" for r in s["seqs"])
+    )
+    gone = next(r["seq_id"] for r in steps[done]["seqs"] if r["status_after"] == "FINISHED")
+    assert done + 3 < len(steps)
+    later = [{**s, "seqs": [r for r in s["seqs"] if r["seq_id"] != gone]} for s in steps[done + 1 :]]
+
+    def check(forget: bool, back: bool) -> list:
+        checker = InvariantChecker(trace.header["config"], trace.header["requests"], trace.header["eos_token_ids"])
+        found = [v for s in steps[: done + 1] for v in checker.check(s)]
+        if forget:
+            checker.forget([gone])
+        tail = [*later[:-1], steps[-1]] if back else later
+        return found + [v for s in tail for v in checker.check(s)]
+
+    assert check(forget=True, back=False) == [] and check(forget=True, back=True) == []
+    assert any(v.invariant == "continuity" and v.seq_id == gone for v in check(forget=False, back=False))

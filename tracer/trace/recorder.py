@@ -194,9 +194,22 @@ class TraceRecorder:
         found = self.checker.check(line)
         line["violations"] = [v.to_dict() for v in found]
         self.violations.extend(found)
-        self.write_line(self.deltas.line(line, {s.seq_id for s in record.seqs}))
+        written = self.deltas.line(line, {s.seq_id for s in record.seqs})
+        self.write_line(written)
         self.num_steps += 1
         self.last_step = record.step
+        if written.get("keyframe"):
+            self.archive([row["seq_id"] for row in written["seqs"] if row["status_after"] == "FINISHED"])
+
+    def archive(self, seq_ids: list[int]) -> None:
+        """Finished sequences a keyframe has listed: a reader finds them there, so the whole lines
+        built here (and the checker) leave them out from now on, and a step's cost follows the
+        sequences still live, not every one the trace has seen (docs/benchmarks.md, twenty-fifth
+        round). One the engine lists again comes back."""
+        for seq_id in seq_ids:
+            self.rows.pop(seq_id, None)
+            self.carried.pop(seq_id, None)
+        self.checker.forget(seq_ids)
 
     def write_line(self, obj: dict) -> None:
         """One whole line, or (on an error) none: a line cut short is cut off again."""

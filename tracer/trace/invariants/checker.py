@@ -31,6 +31,7 @@ class InvariantChecker:
         self.kv = KvShadow()
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else None
         self.preempted: list[int] | None = None
+        self.forgotten: dict[int, dict] = {}  # seq_id -> its last row, for one listed again
         self.add_requests(requests)
 
     def add_requests(self, requests: Iterable[dict]) -> None:
@@ -43,6 +44,10 @@ class InvariantChecker:
 
     def check(self, step: Mapping[str, Any]) -> list[Violation]:
         self.add_requests(step.get("new_requests", ()))
+        if self.forgotten and self.prev is not None:
+            for row in step["seqs"]:
+                if row["seq_id"] in self.forgotten:
+                    self.prev[row["seq_id"]] = self.forgotten.pop(row["seq_id"])
         ctx = Context(
             step,
             {s["seq_id"]: s for s in step["seqs"]},
@@ -78,6 +83,13 @@ class InvariantChecker:
                 self.cut_back(sid, s["num_tokens_after"])
         for child, parent in children.items():
             self.take_parents_tokens(ctx, child, parent)
+
+    def forget(self, seq_ids: Iterable[int]) -> None:
+        """Sequences the next steps leave out (finished ones a recorder no longer lists): not missing
+        from them. One listed again starts from the row it had."""
+        for sid in seq_ids:
+            if self.prev is not None and sid in self.prev:
+                self.forgotten[sid] = self.prev.pop(sid)
 
     def cut_back(self, sid: int, num_tokens: int) -> None:
         """A beam search restarted from its prompt (a preemption): its first beam's tokens (and the KV
