@@ -112,15 +112,13 @@ def time_in_turns(
         generate()
     measured: list[list[SingleRun]] = [[] for _ in generates]
     for _ in range(runs):
-        round_runs = []
         for generate, into in zip(generates, measured):
             times, tokens = generate()
             start, first, last = times[0], times[1], times[-1]
-            round_runs.append(SingleRun(first - start, (len(times) - 2) / (last - first), tokens))
-            into.append(round_runs[-1])
+            into.append(SingleRun(first - start, (len(times) - 2) / (last - first), tokens))
         gb_s = probe() if probe else None
-        for run in round_runs:
-            run.gb_s = gb_s
+        for into in measured:  # this round's runs
+            into[-1].gb_s = gb_s
     return measured
 
 

@@ -44,6 +44,7 @@ class DeltaWriter:
     every: int = KEYFRAME_EVERY
     since_keyframe: int = 0
     archived: set[int] = field(default_factory=set)  # finished at the last keyframe, listed by one, not since
+    just_archived: list[int] = field(default_factory=list)  # those the last line's keyframe archived
     pool: tuple[Sequence[int], Sequence[int | None], Sequence[int]] | None = None  # the last line's
 
     def line(self, whole: StepLine, listed: Collection[int]) -> dict[str, Any]:
@@ -53,7 +54,8 @@ class DeltaWriter:
         self.archived.difference_update(listed)  # written again: the next keyframe lists it again
         if keyframe:
             rows = [r for r in whole["seqs"] if r["seq_id"] not in self.archived]
-            self.archived.update(r["seq_id"] for r in rows if r["status_after"] == "FINISHED")
+            self.just_archived = [r["seq_id"] for r in rows if r["status_after"] == "FINISHED"]
+            self.archived.update(self.just_archived)
             pool_part: dict[str, Any] = {
                 "block_size": pool["block_size"],
                 "ref_counts": pool["ref_counts"],
@@ -63,6 +65,7 @@ class DeltaWriter:
             self.since_keyframe = 0
         else:
             rows = [r for r in whole["seqs"] if r["seq_id"] in listed]
+            self.just_archived = []
             pool_part = self.pool_change(pool["block_size"], pool["ref_counts"], pool["hashes"], pool["free_block_ids"])
             self.since_keyframe += 1
         self.pool = (pool["ref_counts"], pool["hashes"], pool["free_block_ids"])

@@ -194,12 +194,10 @@ class TraceRecorder:
         found = self.checker.check(line)
         line["violations"] = [v.to_dict() for v in found]
         self.violations.extend(found)
-        written = self.deltas.line(line, {s.seq_id for s in record.seqs})
-        self.write_line(written)
+        self.write_line(self.deltas.line(line, {s.seq_id for s in record.seqs}))
         self.num_steps += 1
         self.last_step = record.step
-        if written.get("keyframe"):
-            self.archive([row["seq_id"] for row in written["seqs"] if row["status_after"] == "FINISHED"])
+        self.archive(self.deltas.just_archived)
 
     def archive(self, seq_ids: list[int]) -> None:
         """Finished sequences a keyframe has listed: a reader finds them there, so the whole lines
