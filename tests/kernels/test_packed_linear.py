@@ -10,7 +10,7 @@ import ctypes
 import pytest
 import torch
 from conftest import torch_threads
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nanoengine.loading.build import pack_for_onednn
@@ -57,6 +57,8 @@ def kernel_first(linear: Linear) -> FewRowsLinear:
     rows=st.integers(1, MAX_ROWS),
     seed=st.integers(0, 99),
 )
+@example(in_features=1536, out_features=259, bias=True, rows=1, seed=3)  # one row: its own loop
+@example(in_features=1536, out_features=259, bias=True, rows=2, seed=3)
 def test_a_few_rows_get_onednns_bits_from_the_kernel(in_features, out_features, bias, rows, seed):
     """Inputs past 1024 are summed in chunks, as oneDNN sums them; outputs past a block of 64 and
     inputs past a multiple of 16 meet the packed layout's zero padding. Where oneDNN splits each
@@ -195,6 +197,7 @@ needs_bf16_kernel = pytest.mark.skipif(
     rows=st.integers(1, DPBF16_MAX_ROWS),
     seed=st.integers(0, 99),
 )
+@example(in_features=1536, out_features=100, bias=True, rows=1, seed=5)  # one row: its own loop
 def test_bfloat16_rows_get_onednns_bits_from_the_kernel(in_features, out_features, bias, rows, seed):
     """Outputs past a block (AMX's 32, VDPBF16PS's 64), rows past a tile (16, 7), inputs in chunks
     (VDPBF16PS), and the probe's sums that cancel. (oneDNN sums otherwise in a few shapes, 32 inputs

@@ -83,14 +83,51 @@ static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w,
 }
 #undef DP_TILE
 
+/* One row's outputs [first, last) of a block (w starts at the first) straight through the pairs,
+ * as packed_gemv.c's one_row: the same sums as the tiles', so the same bits. */
+INLINE void dp_one_row(const uint16_t *x, const uint16_t *w, const uint16_t *bias, uint16_t *y,
+                       int64_t in, int64_t chunk, int64_t width, const int vecs) {
+    __m512 sum[DP_PARTS], part[DP_PARTS];
+    const int64_t pairs = in / 2, chunk_pairs = chunk / 2;
+    for (int64_t start = 0; start < pairs; start += chunk_pairs) {
+        const int64_t end = start + chunk_pairs < pairs ? start + chunk_pairs : pairs;
+        for (int v = 0; v < vecs; ++v) part[v] = _mm512_setzero_ps();
+        for (int64_t p = start; p < end; ++p) {
+            int32_t pair;
+            __builtin_memcpy(&pair, x + 2 * p, sizeof pair);
+            const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
+            for (int v = 0; v < vecs; ++v)
+                part[v] = _mm512_dpbf16_ps(
+                    part[v], xp,
+                    (__m512bh)_mm512_loadu_si512(w + p * 2 * DP_BLOCK + v * 2 * DP_FLOATS));
+        }
+        for (int v = 0; v < vecs; ++v) sum[v] = start ? _mm512_add_ps(sum[v], part[v]) : part[v];
+    }
+    float sums[DP_BLOCK];
+    for (int v = 0; v < vecs; ++v) _mm512_storeu_ps(sums + v * DP_FLOATS, sum[v]);
+    for (int64_t o = 0; o < width; ++o)
+        y[o] = to_bf16(bias ? sums[o] + from_bf16(bias[o]) : sums[o]);
+}
+
 /* Outputs [first, last) of one block for up to DP_SLAB rows, as packed_gemv.c's block_outputs:
- * each chunk a stretch at a time, each stretch through all the rows' tiles. */
+ * each chunk a stretch at a time, each stretch through all the rows' tiles; one row straight
+ * through (dp_one_row). */
 static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uint16_t *bias,
                              uint16_t *y, int64_t rows, int64_t in, int64_t chunk, int64_t out,
                              int64_t first, int64_t last) {
+    const int64_t vecs = (last - first + DP_FLOATS - 1) / DP_FLOATS;
+    if (rows == 1) {
+        const uint16_t *w = block + 2 * first, *b = bias ? bias + first : 0;
+        switch (vecs) {
+        case 1: dp_one_row(x, w, b, y + first, in, chunk, last - first, 1); break;
+        case 2: dp_one_row(x, w, b, y + first, in, chunk, last - first, 2); break;
+        case 3: dp_one_row(x, w, b, y + first, in, chunk, last - first, 3); break;
+        default: dp_one_row(x, w, b, y + first, in, chunk, last - first, 4); break;
+        }
+        return;
+    }
     float sum[DP_SLAB][DP_BLOCK], part[DP_SLAB][DP_BLOCK];
     const int64_t tiles = (rows + DP_TILE_ROWS - 1) / DP_TILE_ROWS;
-    const int64_t vecs = (last - first + DP_FLOATS - 1) / DP_FLOATS;
     const int64_t pairs = in / 2, chunk_pairs = chunk / 2;
     for (int64_t start = 0; start < pairs; start += chunk_pairs) {
         const int64_t end = start + chunk_pairs < pairs ? start + chunk_pairs : pairs;
