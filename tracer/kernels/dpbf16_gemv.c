@@ -93,6 +93,8 @@ INLINE void dp_one_row(const uint16_t *x, const uint16_t *w, const uint16_t *bia
         const int64_t end = start + chunk_pairs < pairs ? start + chunk_pairs : pairs;
         for (int v = 0; v < vecs; ++v) part[v] = _mm512_setzero_ps();
         for (int64_t p = start; p < end; ++p) {
+            for (int v = 0; v < vecs; ++v) /* into L2 */
+                __builtin_prefetch(w + (p + DP_AHEAD) * 2 * DP_BLOCK + v * 2 * DP_FLOATS, 0, 2);
             int32_t pair;
             __builtin_memcpy(&pair, x + 2 * p, sizeof pair);
             const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
