@@ -117,8 +117,8 @@ def time_in_turns(
             start, first, last = times[0], times[1], times[-1]
             into.append(SingleRun(first - start, (len(times) - 2) / (last - first), tokens))
         gb_s = probe() if probe else None
-        for into in measured:  # this round's runs
-            into[-1].gb_s = gb_s
+        for system_runs in measured:  # each one's last run is this round's
+            system_runs[-1].gb_s = gb_s
     return measured
 
 
