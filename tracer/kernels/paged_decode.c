@@ -52,8 +52,8 @@ INLINE float dot(const float *a, const void *b, int64_t n, int is_bf16) {
  * requests keep memory busy without filling the core's miss buffers at once (a whole block at a
  * time stalled the core at each block boundary). Into L2 (locality 2: prefetcht1), as the weights'
  * kernels ask: a request for L1 holds one of L1's few miss buffers until its line arrives, and
- * those capped the lines in flight; L2 keeps more. 32 sequences' attention over 30 layers took
- * 0.65x the time on the Zen 4 host (docs/benchmarks.md, twenty-seventh round). */
+ * those capped the lines in flight; L2 keeps more. 32 sequences over 30 layers: 0.63-0.69x the
+ * time in float32, 0.77-0.84x in bfloat16 (docs/benchmarks.md, twenty-seventh round). */
 INLINE void prefetch_row(const char *block, int64_t t, int64_t row_bytes) {
     for (int64_t i = t * row_bytes; i < (t + 1) * row_bytes; i += 64)
         __builtin_prefetch(block + i, 0, 2);
