@@ -21,6 +21,7 @@
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
 
+#include "constant_vecs.h"
 #include "shares.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -60,13 +61,8 @@ INLINE void dp_tile(const uint16_t *x, int64_t in, const uint16_t *w, float (*pa
         for (int v = 0; v < vecs; ++v) _mm512_storeu_ps(&part[r][v * DP_FLOATS], sum[r][v]);
 }
 
-#define DP_TILE(rows)                                                                             \
-    switch (vecs) {                                                                               \
-    case 1: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 1); break;              \
-    case 2: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 2); break;              \
-    case 3: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 3); break;              \
-    default: dp_tile(x, in, w, part, start, end, first, tile, tiles, rows, 4); break;             \
-    }
+#define DP_TILE(rows) \
+    WITH_CONSTANT_VECS(vecs, dp_tile, x, in, w, part, start, end, first, tile, tiles, rows)
 
 static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w,
                          float (*part)[DP_BLOCK], int64_t start, int64_t end, int first, int tile,
@@ -120,12 +116,7 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
     const int64_t vecs = (last - first + DP_FLOATS - 1) / DP_FLOATS;
     if (rows == 1) {
         const uint16_t *w = block + 2 * first, *b = bias ? bias + first : 0;
-        switch (vecs) {
-        case 1: dp_one_row(x, w, b, y + first, in, chunk, last - first, 1); break;
-        case 2: dp_one_row(x, w, b, y + first, in, chunk, last - first, 2); break;
-        case 3: dp_one_row(x, w, b, y + first, in, chunk, last - first, 3); break;
-        default: dp_one_row(x, w, b, y + first, in, chunk, last - first, 4); break;
-        }
+        WITH_CONSTANT_VECS(vecs, dp_one_row, x, w, b, y + first, in, chunk, last - first);
         return;
     }
     float sum[DP_SLAB][DP_BLOCK], part[DP_SLAB][DP_BLOCK];

@@ -18,6 +18,7 @@
  * bits, so the tiling does not change them. Built at first use by tracer/kernels/build.py. */
 #include <stdint.h>
 
+#include "constant_vecs.h"
 #include "shares.h"
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -69,13 +70,8 @@ INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[B
         for (int v = 0; v < vecs; ++v) STORE(&part[r][v * FLOATS], sum[r][v]);
 }
 
-#define TILE(rows)                                                                                \
-    switch (vecs) {                                                                               \
-    case 1: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 1); break;             \
-    case 2: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 2); break;             \
-    case 3: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 3); break;             \
-    default: run_tile(x, in, w, part, start, end, first, tile, tiles, rows, 4); break;            \
-    }
+#define TILE(rows) \
+    WITH_CONSTANT_VECS(vecs, run_tile, x, in, w, part, start, end, first, tile, tiles, rows)
 
 static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
                       int64_t start, int64_t end, int first, int tile, int tiles, int64_t rows,
@@ -99,7 +95,7 @@ static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[
  * docs/benchmarks.md, twenty-sixth round). The same sums as the tiles': the same bits. */
 INLINE void one_row(const float *x, const float *w, const float *bias, float *y, int64_t in,
                     int64_t chunk, int64_t width, const int vecs) {
-    fvec sum[4], part[4];
+    fvec sum[PARTS], part[PARTS];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         for (int v = 0; v < vecs; ++v) part[v] = ZERO();
@@ -129,12 +125,7 @@ static void block_outputs(const float *x, const float *block, const float *bias,
     const int64_t vecs = (last - first + FLOATS - 1) / FLOATS;
     if (rows == 1) {
         const float *w = block + first, *b = bias ? bias + first : 0;
-        switch (vecs) {
-        case 1: one_row(x, w, b, y + first, in, chunk, last - first, 1); break;
-        case 2: one_row(x, w, b, y + first, in, chunk, last - first, 2); break;
-        case 3: one_row(x, w, b, y + first, in, chunk, last - first, 3); break;
-        default: one_row(x, w, b, y + first, in, chunk, last - first, 4); break;
-        }
+        WITH_CONSTANT_VECS(vecs, one_row, x, w, b, y + first, in, chunk, last - first);
         return;
     }
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
