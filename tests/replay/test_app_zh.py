@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from rich.cells import cell_len
 
 from tracer.i18n import language, set_language
@@ -99,14 +100,21 @@ def test_no_row_is_wider_or_narrower_than_the_terminal_in_zh(zh, trace, size):
 
 
 def test_the_screen_speaks_chinese_at_the_preemption(zh, trace):
+    texts = ("第 6 步：序列 3 (D) 被抢占，退回 WAITING（序列 2 (C) 需要 1 个块", "帮助", "状态机", "KV 页", "抢占")
+
     async def run() -> list[str]:
         app = ReplayApp(trace, start_step=PREEMPTION_STEP, animations=False)
         async with app.run_test(size=SIZES["160x48"]) as pilot:
-            await pilot.pause()
+            # a busy machine can take more than one pause to lay out and paint the first screen
+            def painted() -> bool:
+                screen = "\n".join(screen_rows(app))
+                return all(text in screen for text in texts)
+
+            await wait_until(pilot, app, painted, "the Chinese screen at the preemption")
             return screen_rows(app)
 
     screen = "\n".join(asyncio.run(run()))
-    for text in ("第 6 步：序列 3 (D) 被抢占，退回 WAITING（序列 2 (C) 需要 1 个块", "帮助", "状态机", "KV 页", "抢占"):
+    for text in texts:
         assert text in screen, text
     assert "▶ RUNNING" in screen and "block_table" in screen  # statuses and identifiers stay English
 
