@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import make_tiny_engine, run_async, torch_threads
+from conftest import make_tiny_engine, run_async, torch_threads, wait_until
 from test_app_zh import english_words
 
 from nanoengine import BeamSearchParams, SamplingParams
@@ -405,14 +405,14 @@ def test_the_glossary_says_beam_search_and_copy_on_write_are_built():
 def test_the_beam_replay_runs_in_one_terminal_row_width_in_zh(zh, trace):
     """Every row exactly as wide as the terminal at the fork step in Chinese (a character takes two cells)."""
     from rich.cells import cell_len
-    from test_app_zh import screen_rows
+    from test_app_zh import CJK, screen_rows
 
     index, _ = first_step_with(trace, EventKind.COPY_ON_WRITE)
 
     async def run() -> list[str]:
         app = ReplayApp(trace, start_step=index, animations=False)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
+        async with app.run_test(size=(80, 24)) as pilot:  # painted, in Chinese, before measured
+            await wait_until(pilot, app, lambda: CJK.search("".join(screen_rows(app))), "the Chinese screen")
             return screen_rows(app)
 
     for row in asyncio.run(run()):
