@@ -51,6 +51,73 @@ static void linear(const linear_t *l, const void *x, void *y, const step_t *s) {
                     s->threads);
 }
 
+/* Outputs [first, last) of a linear's block blk for n rows into y [n][BLOCK], by the kernel
+ * linear() calls where there is no AMX; the thread goes on to block `then` (its weights asked for
+ * while this block's are read). */
+static void block_of(const linear_t *l, const void *x, int64_t blk, int64_t then, int64_t n,
+                     int64_t first, int64_t last, void *y, int bf16) {
+    if (!bf16) {
+        const float *w = l->weight, *bias = l->bias;
+        block_outputs(x, w + blk * l->in_padded * BLOCK, w + then * l->in_padded * BLOCK,
+                      bias ? bias + blk * BLOCK : 0, y, n, l->in, l->in_padded, l->chunk, BLOCK,
+                      first, last);
+        return;
+    }
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    const uint16_t *w = l->weight, *bias = l->bias;
+    dp_block_outputs(x, w + blk * l->in * DP_BLOCK, w + then * l->in * DP_BLOCK,
+                     bias ? bias + blk * DP_BLOCK : 0, y, n, l->in, l->chunk, DP_BLOCK, first,
+                     last);
+#endif
+}
+
+/* Block b's outputs [first, last) of act for rows r0 .. r0 + n: silu(gate) * up, elements before
+ * `vectorized` through SLEEF's exp (as silu_rows) */
+INLINE void silu_block(const void *gate, const void *up, void *act, int64_t r0, int64_t n,
+                       int64_t width, int64_t b, int64_t first, int64_t last, int64_t vectorized,
+                       const int bf16) {
+    int64_t split = vectorized - b * BLOCK;
+    split = split < first ? first : split > last ? last : split;
+    for (int64_t r = 0; r < n; ++r) {
+        const int64_t at = (r0 + r) * width + b * BLOCK, in = r * BLOCK;
+        for (int64_t o = first; o < split; ++o)
+            put(act, at + o, silu_times(get(gate, in + o, bf16), get(up, in + o, bf16), 1, bf16),
+                bf16);
+        for (int64_t o = split; o < last; ++o)
+            put(act, at + o, silu_times(get(gate, in + o, bf16), get(up, in + o, bf16), 0, bf16),
+                bf16);
+    }
+}
+
+/* act [rows, width] = silu(gate) * up, gate and up the gate_up linear's two halves of outputs: a
+ * thread computes a block of gate's outputs and the same block of up's and multiplies them at once,
+ * while they are in its cache. linear() then silu_and_mul() wrote gate_up out and read it back,
+ * from memory where the weights streaming through the cache had pushed it out meanwhile. The same
+ * sums and the same SiLU: the same bits. */
+static void gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
+    const int64_t width = l->out / 2, size = s->is_bf16 ? 2 : 4;
+    const int64_t vectorized = s->silu_run > 0 ? width - width % s->silu_run : 0;
+#pragma omp parallel num_threads(s->threads)
+    {
+        float gate[SLAB * BLOCK], up[SLAB * BLOCK]; /* a block's outputs, float32 or bfloat16 */
+        const share_t share = thread_share(width / BLOCK, PARTS);
+        for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {
+            int64_t first, last;
+            outputs_in_share(share, b, PARTS, BLOCK / PARTS, BLOCK, &first, &last);
+            for (int64_t r = 0; first < last && r < s->rows; r += SLAB) {
+                const int64_t n = s->rows - r < SLAB ? s->rows - r : SLAB;
+                const char *xr = (const char *)x + r * l->in * size;
+                block_of(l, xr, b, b + width / BLOCK, n, first, last, gate, s->is_bf16);
+                block_of(l, xr, b + width / BLOCK, b + 1, n, first, last, up, s->is_bf16);
+                if (s->is_bf16)
+                    silu_block(gate, up, act, r, n, width, b, first, last, vectorized, 1);
+                else
+                    silu_block(gate, up, act, r, n, width, b, first, last, vectorized, 0);
+            }
+        }
+    }
+}
+
 /* residual [rows, hidden]: the embedded tokens in, the last layer's residual stream out. Returns
  * 0; 1 where a buffer could not be allocated, 2 where a block table does not fit. */
 int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, void *residual) {
@@ -77,8 +144,12 @@ int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, vo
         linear(&l->o, o, out, s);
         failed |= add_rms_norm(out, residual, l->post_attention_norm, h, rows, s->hidden,
                                l->post_attention_eps, bf16, s->threads);
-        linear(&l->gate_up, h, gate_up, s);
-        silu_and_mul(gate_up, act, rows, s->intermediate, s->silu_run, bf16, s->threads);
+        if (!s->amx && s->intermediate % BLOCK == 0) {
+            gate_up_silu(&l->gate_up, h, act, s);
+        } else {
+            linear(&l->gate_up, h, gate_up, s);
+            silu_and_mul(gate_up, act, rows, s->intermediate, s->silu_run, bf16, s->threads);
+        }
         linear(&l->down, act, out, s);
         if (i + 1 < num_layers)
             failed |= add_rms_norm(out, residual, l[1].input_norm, h, rows, s->hidden,

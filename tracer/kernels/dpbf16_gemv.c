@@ -35,18 +35,35 @@ enum {
 
 int dpbf16_gemv_ready(void) { return 1; }
 
+/* packed_gemv.c's ahead_t, in pairs of inputs */
+typedef struct {
+    const uint16_t *near, *far; /* pair p's line is near + p * 2 * DP_BLOCK, or far + ... */
+    int64_t edge;
+} dp_ahead_t;
+
+INLINE dp_ahead_t dp_ahead_of(const uint16_t *block, const uint16_t *next, int64_t in,
+                              int64_t first) {
+    next = next ? next : block + in * DP_BLOCK;
+    return (dp_ahead_t){block + 2 * first + DP_AHEAD * 2 * DP_BLOCK,
+                        next + 2 * first + (DP_AHEAD - in / 2) * 2 * DP_BLOCK, in / 2 - DP_AHEAD};
+}
+
+INLINE const uint16_t *dp_line_ahead(dp_ahead_t a, int64_t p) {
+    return (p < a.edge ? a.near : a.far) + p * 2 * DP_BLOCK;
+}
+
 /* part[r][o] (+)= the sums of pairs [start, end) for `rows` rows and `vecs` vectors of a block's
  * outputs (constants in each inlined copy; w and part start at the first of them). */
-INLINE void dp_tile(const uint16_t *x, int64_t in, const uint16_t *w, float (*part)[DP_BLOCK],
-                    int64_t start, int64_t end, int first, int tile, int tiles, const int rows,
-                    const int vecs) {
+INLINE void dp_tile(const uint16_t *x, int64_t in, const uint16_t *w, dp_ahead_t ahead,
+                    float (*part)[DP_BLOCK], int64_t start, int64_t end, int first, int tile,
+                    int tiles, const int rows, const int vecs) {
     __m512 sum[DP_TILE_ROWS][DP_PARTS];
     for (int r = 0; r < rows; ++r)
         for (int v = 0; v < vecs; ++v)
             sum[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(&part[r][v * DP_FLOATS]);
     for (int64_t p = start; p < end; ++p) {
         for (int line = tile; line < vecs; line += tiles) /* into L2 */
-            __builtin_prefetch(w + (p + DP_AHEAD) * 2 * DP_BLOCK + line * 2 * DP_FLOATS, 0, 2);
+            __builtin_prefetch(dp_line_ahead(ahead, p) + line * 2 * DP_FLOATS, 0, 2);
         __m512bh wp[DP_PARTS];
         for (int v = 0; v < vecs; ++v)
             wp[v] = (__m512bh)_mm512_loadu_si512(w + p * 2 * DP_BLOCK + v * 2 * DP_FLOATS);
@@ -62,9 +79,9 @@ INLINE void dp_tile(const uint16_t *x, int64_t in, const uint16_t *w, float (*pa
 }
 
 #define DP_TILE(rows) \
-    WITH_CONSTANT_VECS(vecs, dp_tile, x, in, w, part, start, end, first, tile, tiles, rows)
+    WITH_CONSTANT_VECS(vecs, dp_tile, x, in, w, ahead, part, start, end, first, tile, tiles, rows)
 
-static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w,
+static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w, dp_ahead_t ahead,
                          float (*part)[DP_BLOCK], int64_t start, int64_t end, int first, int tile,
                          int tiles, int64_t rows, int64_t vecs) {
     switch (rows) {
@@ -81,8 +98,9 @@ static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w,
 
 /* One row's outputs [first, last) of a block (w starts at the first) straight through the pairs,
  * as packed_gemv.c's one_row: the same sums as the tiles', so the same bits. */
-INLINE void dp_one_row(const uint16_t *x, const uint16_t *w, const uint16_t *bias, uint16_t *y,
-                       int64_t in, int64_t chunk, int64_t width, const int vecs) {
+INLINE void dp_one_row(const uint16_t *x, const uint16_t *w, dp_ahead_t ahead,
+                       const uint16_t *bias, uint16_t *y, int64_t in, int64_t chunk, int64_t width,
+                       const int vecs) {
     __m512 sum[DP_PARTS], part[DP_PARTS];
     const int64_t pairs = in / 2, chunk_pairs = chunk / 2;
     for (int64_t start = 0; start < pairs; start += chunk_pairs) {
@@ -90,7 +108,7 @@ INLINE void dp_one_row(const uint16_t *x, const uint16_t *w, const uint16_t *bia
         for (int v = 0; v < vecs; ++v) part[v] = _mm512_setzero_ps();
         for (int64_t p = start; p < end; ++p) {
             for (int v = 0; v < vecs; ++v) /* into L2 */
-                __builtin_prefetch(w + (p + DP_AHEAD) * 2 * DP_BLOCK + v * 2 * DP_FLOATS, 0, 2);
+                __builtin_prefetch(dp_line_ahead(ahead, p) + v * 2 * DP_FLOATS, 0, 2);
             int32_t pair;
             __builtin_memcpy(&pair, x + 2 * p, sizeof pair);
             const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
@@ -110,13 +128,14 @@ INLINE void dp_one_row(const uint16_t *x, const uint16_t *w, const uint16_t *bia
 /* Outputs [first, last) of one block for up to DP_SLAB rows, as packed_gemv.c's block_outputs:
  * each chunk a stretch at a time, each stretch through all the rows' tiles; one row straight
  * through (dp_one_row). */
-static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uint16_t *bias,
-                             uint16_t *y, int64_t rows, int64_t in, int64_t chunk, int64_t out,
-                             int64_t first, int64_t last) {
+static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uint16_t *next,
+                             const uint16_t *bias, uint16_t *y, int64_t rows, int64_t in,
+                             int64_t chunk, int64_t out, int64_t first, int64_t last) {
     const int64_t vecs = (last - first + DP_FLOATS - 1) / DP_FLOATS;
+    const dp_ahead_t ahead = dp_ahead_of(block, next, in, first);
     if (rows == 1) {
         const uint16_t *w = block + 2 * first, *b = bias ? bias + first : 0;
-        WITH_CONSTANT_VECS(vecs, dp_one_row, x, w, b, y + first, in, chunk, last - first);
+        WITH_CONSTANT_VECS(vecs, dp_one_row, x, w, ahead, b, y + first, in, chunk, last - first);
         return;
     }
     float sum[DP_SLAB][DP_BLOCK], part[DP_SLAB][DP_BLOCK];
@@ -128,7 +147,7 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
             const int64_t e = s + DP_STRETCH < end ? s + DP_STRETCH : end;
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly among the tiles */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
-                dp_tile_rows(x + r0 * in, in, block + 2 * first,
+                dp_tile_rows(x + r0 * in, in, block + 2 * first, ahead,
                              (float(*)[DP_BLOCK])(part[r0] + first), s, e, s == start, (int)t,
                              (int)tiles, r1 - r0, vecs);
             }
@@ -154,7 +173,7 @@ void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias
             const int64_t width = out - b * DP_BLOCK < DP_BLOCK ? out - b * DP_BLOCK : DP_BLOCK;
             outputs_in_share(share, b, DP_PARTS, DP_FLOATS, width, &first, &last);
             for (int64_t r = 0; first < last && r < rows; r += DP_SLAB)
-                dp_block_outputs(x + r * in, weight + b * in * DP_BLOCK,
+                dp_block_outputs(x + r * in, weight + b * in * DP_BLOCK, 0,
                                  bias ? bias + b * DP_BLOCK : 0, y + r * out + b * DP_BLOCK,
                                  rows - r < DP_SLAB ? rows - r : DP_SLAB, in, chunk, out, first,
                                  last);

@@ -192,13 +192,18 @@ void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, c
     }
 }
 
-/* out[r, i] = silu(gate) * up, e^-gate by SLEEF's algorithm or the C library's */
+/* silu(gate) * up, rounded where torch rounds; e^-gate by SLEEF's algorithm or the C library's */
+INLINE float silu_times(float gate, float up, const int sleef, const int is_bf16) {
+    const float e = sleef ? sleef_expf(-gate) : expf(-gate);
+    return round_to(gate / (1.f + e), is_bf16) * up;
+}
+
+/* out[r, i] = silu(gate) * up */
 INLINE void silu_one(const void *gate_up, void *out, int64_t r, int64_t width, int64_t i,
                      const int sleef, const int is_bf16) {
     const float gate = get(gate_up, r * 2 * width + i, is_bf16);
     const float up = get(gate_up, r * 2 * width + width + i, is_bf16);
-    const float e = sleef ? sleef_expf(-gate) : expf(-gate);
-    put(out, r * width + i, round_to(gate / (1.f + e), is_bf16) * up, is_bf16);
+    put(out, r * width + i, silu_times(gate, up, sleef, is_bf16), is_bf16);
 }
 
 /* Like torch's silu, element by element: its vector loop (SLEEF's exp) runs over each row in runs

@@ -46,19 +46,38 @@ enum {
     AHEAD = 4 * STRETCH, /* how far ahead (in inputs) the weights are fetched */
 };
 
+/* Where the weights AHEAD inputs after input i lie: in this block before input `edge`, from there
+ * in the block this thread goes through next, which need not follow it in memory (decode_layers.c:
+ * gate_up_silu goes from a block of gate's outputs to the same block of up's). */
+typedef struct {
+    const float *near, *far; /* input i's line is near + i * BLOCK, or far + i * BLOCK */
+    int64_t edge;
+} ahead_t;
+
+/* block (its outputs from the first) is followed by next (NULL: the block after it in memory) */
+INLINE ahead_t ahead_of(const float *block, const float *next, int64_t in_padded, int64_t first) {
+    next = next ? next : block + in_padded * BLOCK;
+    return (ahead_t){block + first + AHEAD * BLOCK, next + first + (AHEAD - in_padded) * BLOCK,
+                     in_padded - AHEAD};
+}
+
+INLINE const float *line_ahead(ahead_t a, int64_t i) {
+    return (i < a.edge ? a.near : a.far) + i * BLOCK;
+}
+
 /* part[r][o] (+)= sum over i in [start, end) of x[r, i] * w[o, i], for `rows` rows and `vecs`
  * vectors of a block's outputs (constants in each inlined copy; w and part start at the first of
  * them); `first` starts the sums from zero. Tile number `tile` of `tiles` asks for every tiles-th of
  * the lines a few stretches ahead: they share that. */
-INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                     int64_t start, int64_t end, int first, int tile, int tiles, const int rows,
-                     const int vecs) {
+INLINE void run_tile(const float *x, int64_t in, const float *w, ahead_t ahead,
+                     float (*part)[BLOCK], int64_t start, int64_t end, int first, int tile,
+                     int tiles, const int rows, const int vecs) {
     fvec sum[TILE_ROWS][4];
     for (int r = 0; r < rows; ++r)
         for (int v = 0; v < vecs; ++v) sum[r][v] = first ? ZERO() : LOAD(&part[r][v * FLOATS]);
     for (int64_t i = start; i < end; ++i) {
         for (int line = tile; line < vecs; line += tiles)
-            __builtin_prefetch(w + (i + AHEAD) * BLOCK + line * 16, 0, 2); /* into L2 */
+            __builtin_prefetch(line_ahead(ahead, i) + line * 16, 0, 2); /* into L2 */
         fvec wi[4];
         for (int v = 0; v < vecs; ++v) wi[v] = LOAD(w + i * BLOCK + v * FLOATS);
         for (int r = 0; r < rows; ++r) {
@@ -71,11 +90,11 @@ INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[B
 }
 
 #define TILE(rows) \
-    WITH_CONSTANT_VECS(vecs, run_tile, x, in, w, part, start, end, first, tile, tiles, rows)
+    WITH_CONSTANT_VECS(vecs, run_tile, x, in, w, ahead, part, start, end, first, tile, tiles, rows)
 
-static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                      int64_t start, int64_t end, int first, int tile, int tiles, int64_t rows,
-                      int64_t vecs) {
+static void tile_rows(const float *x, int64_t in, const float *w, ahead_t ahead,
+                      float (*part)[BLOCK], int64_t start, int64_t end, int first, int tile,
+                      int tiles, int64_t rows, int64_t vecs) {
     switch (rows) {
     case 1: TILE(1); break;
     case 2: TILE(2); break;
@@ -93,15 +112,15 @@ static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[
  * so there is nothing for the tiles to keep in the cache, and their stretches only slowed the
  * reading (the model's linears at one row read 40.3 against 34.8 GB/s on the Zen 4 host of
  * docs/benchmarks.md, twenty-sixth round). The same sums as the tiles': the same bits. */
-INLINE void one_row(const float *x, const float *w, const float *bias, float *y, int64_t in,
-                    int64_t chunk, int64_t width, const int vecs) {
+INLINE void one_row(const float *x, const float *w, ahead_t ahead, const float *bias, float *y,
+                    int64_t in, int64_t chunk, int64_t width, const int vecs) {
     fvec sum[PARTS], part[PARTS];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         for (int v = 0; v < vecs; ++v) part[v] = ZERO();
         for (int64_t i = start; i < end; ++i) {
             for (int v = 0; v < vecs; ++v) /* into L2 */
-                __builtin_prefetch(w + (i + AHEAD) * BLOCK + v * FLOATS, 0, 2);
+                __builtin_prefetch(line_ahead(ahead, i) + v * FLOATS, 0, 2);
             const fvec xi = SET1(x[i]);
             for (int v = 0; v < vecs; ++v)
                 part[v] = FMA(xi, LOAD(w + i * BLOCK + v * FLOATS), part[v]);
@@ -119,13 +138,14 @@ INLINE void one_row(const float *x, const float *w, const float *bias, float *y,
 /* Outputs [first, last) of one block for up to SLAB rows (first and last multiples of FLOATS, or
  * last the block's width): each chunk of inputs a stretch at a time, and each stretch through all
  * the rows' tiles while its weights are in the cache; one row straight through (one_row). */
-static void block_outputs(const float *x, const float *block, const float *bias, float *y,
-                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t first,
-                          int64_t last) {
+static void block_outputs(const float *x, const float *block, const float *next,
+                          const float *bias, float *y, int64_t rows, int64_t in, int64_t in_padded,
+                          int64_t chunk, int64_t out, int64_t first, int64_t last) {
     const int64_t vecs = (last - first + FLOATS - 1) / FLOATS;
+    const ahead_t ahead = ahead_of(block, next, in_padded, first);
     if (rows == 1) {
         const float *w = block + first, *b = bias ? bias + first : 0;
-        WITH_CONSTANT_VECS(vecs, one_row, x, w, b, y + first, in, chunk, last - first);
+        WITH_CONSTANT_VECS(vecs, one_row, x, w, ahead, b, y + first, in, chunk, last - first);
         return;
     }
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
@@ -136,8 +156,9 @@ static void block_outputs(const float *x, const float *block, const float *bias,
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly among the tiles */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
-                tile_rows(x + r0 * in, in, block + first, (float(*)[BLOCK])(part[r0] + first), s,
-                          e, s == start, (int)t, (int)tiles, r1 - r0, vecs);
+                tile_rows(x + r0 * in, in, block + first, ahead,
+                          (float(*)[BLOCK])(part[r0] + first), s, e, s == start, (int)t,
+                          (int)tiles, r1 - r0, vecs);
             }
         }
         for (int64_t r = 0; r < rows; ++r)
@@ -175,10 +196,10 @@ INLINE void rows_outputs(const float *x, const float *block, const float *bias, 
 }
 
 /* Outputs [first, last) of a block: AVX2 hands out whole blocks (first 0, last its width). */
-static void block_outputs(const float *x, const float *block, const float *bias, float *y,
-                          int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t first,
-                          int64_t last) {
-    (void)first;
+static void block_outputs(const float *x, const float *block, const float *next,
+                          const float *bias, float *y, int64_t rows, int64_t in, int64_t in_padded,
+                          int64_t chunk, int64_t out, int64_t first, int64_t last) {
+    (void)next, (void)in_padded, (void)first; /* no weights asked for ahead here */
     switch (rows) {
     case 1: rows_outputs(x, block, bias, y, in, chunk, out, last, 1); break;
     case 2: rows_outputs(x, block, bias, y, in, chunk, out, last, 2); break;
@@ -201,9 +222,10 @@ void packed_gemv(const float *x, const float *weight, const float *bias, float *
             const int64_t width = out - b * BLOCK < BLOCK ? out - b * BLOCK : BLOCK;
             outputs_in_share(share, b, PARTS, BLOCK / PARTS, width, &first, &last);
             for (int64_t r = 0; first < last && r < rows; r += SLAB)
-                block_outputs(x + r * in, weight + b * in_padded * BLOCK,
+                block_outputs(x + r * in, weight + b * in_padded * BLOCK, 0,
                               bias ? bias + b * BLOCK : 0, y + r * out + b * BLOCK,
-                              rows - r < SLAB ? rows - r : SLAB, in, chunk, out, first, last);
+                              rows - r < SLAB ? rows - r : SLAB, in, in_padded, chunk, out, first,
+                              last);
         }
     }
 }
