@@ -2,7 +2,8 @@
  * fused_decoder.py's loop does layer by layer, with the same functions in the same order (so the
  * same bits), without going back to Python between them. At one sequence that loop makes ~270
  * calls a step, and each costs 15-25 us of Python around a few microseconds of C
- * (docs/benchmarks.md, thirteenth round).
+ * (docs/benchmarks.md, thirteenth round). One step is fused further: the gate_up linear and SiLU
+ * (gate_up_silu; twenty-eighth round).
  *
  * float32 or bfloat16; every row one sequence's decode token; every linear packed for oneDNN and
  * read by packed_gemv (float32) or, in bfloat16, amx_gemv (AMX) or dpbf16_gemv (AVX512_BF16), with
