@@ -72,21 +72,19 @@ static void block_of(const linear_t *l, const void *x, int64_t blk, int64_t then
 #endif
 }
 
-/* Block b's outputs [first, last) of act for rows r0 .. r0 + n: silu(gate) * up, elements before
- * `vectorized` through SLEEF's exp (as silu_rows) */
-INLINE void silu_block(const void *gate, const void *up, void *act, int64_t r0, int64_t n,
+/* Block b's outputs [first, last) of act for rows r0 .. r0 + n: silu(gate) * up, gate and up the
+ * block's outputs [n][BLOCK]; as silu_and_mul, the row's elements before `vectorized` through
+ * SLEEF's exp */
+INLINE void silu_block(const char *gate, const char *up, char *act, int64_t r0, int64_t n,
                        int64_t width, int64_t b, int64_t first, int64_t last, int64_t vectorized,
                        const int bf16) {
-    int64_t split = vectorized - b * BLOCK;
-    split = split < first ? first : split > last ? last : split;
+    const int64_t size = bf16 ? 2 : 4, column = b * BLOCK + first;
+    int64_t sleef = vectorized - column; /* of this block's [first, last) */
+    sleef = sleef < 0 ? 0 : sleef > last - first ? last - first : sleef;
     for (int64_t r = 0; r < n; ++r) {
-        const int64_t at = (r0 + r) * width + b * BLOCK, in = r * BLOCK;
-        for (int64_t o = first; o < split; ++o)
-            put(act, at + o, silu_times(get(gate, in + o, bf16), get(up, in + o, bf16), 1, bf16),
-                bf16);
-        for (int64_t o = split; o < last; ++o)
-            put(act, at + o, silu_times(get(gate, in + o, bf16), get(up, in + o, bf16), 0, bf16),
-                bf16);
+        const int64_t at = (r * BLOCK + first) * size;
+        silu_span(gate + at, up + at, act + ((r0 + r) * width + column) * size, last - first, sleef,
+                  bf16);
     }
 }
 
@@ -97,10 +95,10 @@ INLINE void silu_block(const void *gate, const void *up, void *act, int64_t r0, 
  * sums and the same SiLU: the same bits. */
 static void gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
     const int64_t width = l->out / 2, size = s->is_bf16 ? 2 : 4;
-    const int64_t vectorized = s->silu_run > 0 ? width - width % s->silu_run : 0;
+    const int64_t vectorized = silu_vectorized(width, s->silu_run);
 #pragma omp parallel num_threads(s->threads)
     {
-        float gate[SLAB * BLOCK], up[SLAB * BLOCK]; /* a block's outputs, float32 or bfloat16 */
+        _Alignas(64) char gate[SLAB * BLOCK * sizeof(float)], up[sizeof gate]; /* a block's */
         const share_t share = thread_share(width / BLOCK, PARTS);
         for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {
             int64_t first, last;

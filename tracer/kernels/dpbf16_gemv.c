@@ -35,7 +35,9 @@ enum {
 
 int dpbf16_gemv_ready(void) { return 1; }
 
-/* packed_gemv.c's ahead_t, in pairs of inputs */
+/* packed_gemv.c's ahead_t, in pairs of inputs. Kept typed in each kernel: one byte-addressed
+ * struct shared by both measured 1.8-2.3 % slower decode steps at >= 16 rows (docs/benchmarks.md,
+ * twenty-eighth round). */
 typedef struct {
     const uint16_t *near, *far; /* pair p's line is near + p * 2 * DP_BLOCK, or far + ... */
     int64_t edge;

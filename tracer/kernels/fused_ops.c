@@ -198,22 +198,29 @@ INLINE float silu_times(float gate, float up, const int sleef, const int is_bf16
     return round_to(gate / (1.f + e), is_bf16) * up;
 }
 
-/* out[r, i] = silu(gate) * up */
-INLINE void silu_one(const void *gate_up, void *out, int64_t r, int64_t width, int64_t i,
-                     const int sleef, const int is_bf16) {
-    const float gate = get(gate_up, r * 2 * width + i, is_bf16);
-    const float up = get(gate_up, r * 2 * width + width + i, is_bf16);
-    put(out, r * width + i, silu_times(gate, up, sleef, is_bf16), is_bf16);
+/* out[i] = silu(gate[i]) * up[i] for n elements, like torch's silu element by element: its vector
+ * loop (SLEEF's exp) takes the first `vectorized` of them, the C library's expf the rest. Two
+ * loops: a choice made inside one loop would keep it scalar. */
+INLINE void silu_span(const void *gate, const void *up, void *out, int64_t n, int64_t vectorized,
+                      const int is_bf16) {
+    for (int64_t i = 0; i < vectorized; ++i)
+        put(out, i, silu_times(get(gate, i, is_bf16), get(up, i, is_bf16), 1, is_bf16), is_bf16);
+    for (int64_t i = vectorized; i < n; ++i)
+        put(out, i, silu_times(get(gate, i, is_bf16), get(up, i, is_bf16), 0, is_bf16), is_bf16);
 }
 
-/* Like torch's silu, element by element: its vector loop (SLEEF's exp) runs over each row in runs
- * of `run` elements (two vectors), and the elements left over take the C library's expf. Two
- * loops: a choice made inside one loop would keep it scalar. */
+/* The elements of a row of `width` that torch's vector loop takes: whole runs of `run` */
+static inline int64_t silu_vectorized(int64_t width, int64_t run) {
+    return run > 0 ? width - width % run : 0;
+}
+
+/* Row r of silu_and_mul */
 INLINE void silu_rows(const void *gate_up, void *out, int64_t r, int64_t width, int64_t run,
                       const int is_bf16) {
-    const int64_t vectorized = run > 0 ? width - width % run : 0;
-    for (int64_t i = 0; i < vectorized; ++i) silu_one(gate_up, out, r, width, i, 1, is_bf16);
-    for (int64_t i = vectorized; i < width; ++i) silu_one(gate_up, out, r, width, i, 0, is_bf16);
+    const int64_t size = is_bf16 ? 2 : 4;
+    const char *gate = (const char *)gate_up + r * 2 * width * size;
+    silu_span(gate, gate + width * size, (char *)out + r * width * size, width,
+              silu_vectorized(width, run), is_bf16);
 }
 
 /* out = silu(gate) * up, gate_up [rows, 2 * width] as the stacked projection made it; run: the
