@@ -262,6 +262,7 @@ def test_a_build_is_cached_per_source(monkeypatch, tmp_path):
     assert build(SOURCE) == first and first.stat().st_mtime_ns == built_at  # not compiled again
     edited = tmp_path / "paged_decode.c"
     edited.write_text(SOURCE.read_text() + "\n/* edited */\n")
+    (tmp_path / "rotary.h").write_text(SOURCE.with_name("rotary.h").read_text())
     header = tmp_path / "floats.h"
     header.write_text(SOURCE.with_name("floats.h").read_text())
     cc = os.environ.get("CC", "cc")

@@ -2,8 +2,9 @@
  * fused_decoder.py's loop does layer by layer, with the same functions in the same order (so the
  * same bits), without going back to Python between them. At one sequence that loop makes ~270
  * calls a step, and each costs 15-25 us of Python around a few microseconds of C
- * (docs/benchmarks.md, thirteenth round). One step is fused further: the gate_up linear and SiLU
- * (gate_up_silu; twenty-eighth round).
+ * (docs/benchmarks.md, thirteenth round). Two steps are fused further: the gate_up linear and SiLU
+ * (gate_up_silu; twenty-eighth round), and the rotary with the K/V write into attention's tasks,
+ * each turning and writing its own token (paged_decode.c: place_token; twenty-ninth round).
  *
  * float32 or bfloat16; every row one sequence's decode token; every linear packed for oneDNN and
  * read by packed_gemv (float32) or, in bfloat16, amx_gemv (AMX) or dpbf16_gemv (AVX512_BF16), with
@@ -124,22 +125,22 @@ int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, vo
     const int64_t attention_width = s->heads * s->dim;
     const int bf16 = s->is_bf16;
     const int64_t size = bf16 ? 2 : 4; /* bytes a number */
-    char *h = malloc(rows * (2 * s->hidden + qkv_width + 2 * attention_width + 3 * s->intermediate) *
+    char *h = malloc(rows * (2 * s->hidden + qkv_width + attention_width + 3 * s->intermediate) *
                      size);
     if (h == NULL) return 1;
-    char *qkv = h + rows * s->hidden * size, *q = qkv + rows * qkv_width * size;
-    char *o = q + rows * attention_width * size, *out = o + rows * attention_width * size;
-    char *gate_up = out + rows * s->hidden * size, *act = gate_up + rows * 2 * s->intermediate * size;
+    char *qkv = h + rows * s->hidden * size, *o = qkv + rows * qkv_width * size;
+    char *out = o + rows * attention_width * size, *gate_up = out + rows * s->hidden * size;
+    char *act = gate_up + rows * 2 * s->intermediate * size;
+    const fresh_t fresh = {qkv, s->cos, s->sin, s->positions, s->slot_mapping};
     int failed = add_rms_norm(NULL, residual, layers[0].input_norm, h, rows, s->hidden,
                               layers[0].input_eps, bf16, s->threads);
     for (int64_t i = 0; i < num_layers && !failed; ++i) {
         const layer_t *l = &layers[i];
         linear(&l->qkv, h, qkv, s);
-        rope_write_kv(qkv, s->positions, s->cos, s->sin, s->slot_mapping, l->k_cache, l->v_cache, q,
-                      rows, s->heads, s->kv_heads, s->dim, s->block_size, bf16, s->threads);
-        failed |= paged_decode(q, l->k_cache, l->v_cache, o, s->block_tables, s->seq_lens, rows,
-                               s->heads, s->kv_heads, s->dim, s->num_blocks, s->block_size,
-                               s->max_blocks, s->scale, bf16, s->threads, 1);
+        failed |= decode_attention(NULL, l->k_cache, l->v_cache, o, s->block_tables, s->seq_lens,
+                                   rows, s->heads, s->kv_heads, s->dim, s->num_blocks,
+                                   s->block_size, s->max_blocks, s->scale, bf16, s->threads, 1,
+                                   &fresh);
         linear(&l->o, o, out, s);
         failed |= add_rms_norm(out, residual, l->post_attention_norm, h, rows, s->hidden,
                                l->post_attention_eps, bf16, s->threads);

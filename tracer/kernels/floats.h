@@ -1,6 +1,6 @@
-/* What both kernels need of a float: bfloat16 to and from float32 as torch converts, and e^x as
- * torch's vectorized exp computes it (SLEEF's expf_u10 with fused multiply-adds), written out so
- * that a loop calling it still vectorizes. */
+/* What the kernels need of a float: bfloat16 to and from float32 as torch converts, an element of
+ * either kind of array as a float and back, and e^x as torch's vectorized exp computes it (SLEEF's
+ * expf_u10 with fused multiply-adds), written out so that a loop calling it still vectorizes. */
 #ifndef NANOENGINE_FLOATS_H
 #define NANOENGINE_FLOATS_H
 
@@ -20,6 +20,22 @@ static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch doe
     bits += 0x7FFF + ((bits >> 16) & 1);
     return (uint16_t)(bits >> 16);
 }
+
+/* element i of a float32 or bfloat16 array, as a float */
+static inline float get(const void *a, int64_t i, int is_bf16) {
+    return is_bf16 ? from_bf16(((const uint16_t *)a)[i]) : ((const float *)a)[i];
+}
+
+/* store f as element i, rounded to the array's type */
+static inline void put(void *a, int64_t i, float f, int is_bf16) {
+    if (is_bf16)
+        ((uint16_t *)a)[i] = to_bf16(f);
+    else
+        ((float *)a)[i] = f;
+}
+
+/* x rounded to the tensor type, as torch holds every intermediate result */
+static inline float round_to(float x, int is_bf16) { return is_bf16 ? from_bf16(to_bf16(x)) : x; }
 
 static inline __attribute__((always_inline)) float sleef_expf(float d) {
     const float q = (d * 1.442695040888963407359924681001892137f + 12582912.f) - 12582912.f;

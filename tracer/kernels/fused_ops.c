@@ -13,22 +13,7 @@
 #include <string.h>
 
 #include "floats.h"
-
-/* element i of a float32 or bfloat16 array, as a float */
-static inline float get(const void *a, int64_t i, int is_bf16) {
-    return is_bf16 ? from_bf16(((const uint16_t *)a)[i]) : ((const float *)a)[i];
-}
-
-/* store f as element i, rounded to the array's type */
-static inline void put(void *a, int64_t i, float f, int is_bf16) {
-    if (is_bf16)
-        ((uint16_t *)a)[i] = to_bf16(f);
-    else
-        ((float *)a)[i] = f;
-}
-
-/* x rounded to the tensor type, as torch holds every intermediate result */
-static inline float round_to(float x, int is_bf16) { return is_bf16 ? from_bf16(to_bf16(x)) : x; }
+#include "rotary.h"
 
 /* The body of each step is written once for both types; `is_bf16` is a constant in each copy, so
  * the compiler vectorizes each loop for its type. */
@@ -134,29 +119,6 @@ int add_rms_norm(const void *x, void *residual, const void *weight, void *out, i
         free(h);
     }
     return failed;
-}
-
-/* Half a head of one token: out = x * cos + partner * sin, each product rounded, where partner is
- * the other half (first half: the second, negated in sin's table; second half: the first). */
-INLINE void rotate_half(const void *x, int64_t in, int64_t partner, const void *cos,
-                        const void *sin, int64_t angles, void *out, int64_t at, int64_t half,
-                        const int is_bf16) {
-#pragma omp simd
-    for (int64_t d = 0; d < half; ++d) {
-        const float a = round_to(get(x, in + d, is_bf16) * get(cos, angles + d, is_bf16), is_bf16);
-        const float b = round_to(get(x, partner + d, is_bf16) * get(sin, angles + d, is_bf16), is_bf16);
-        put(out, at + d, a + b, is_bf16);
-    }
-}
-
-/* One head of one token: x turned by its position's angles. A half at a time: each loop reads its
- * partner at a fixed offset, with no choice per element (a quarter less time than one loop over
- * the head: docs/benchmarks.md, eighteenth round). */
-INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, int64_t angles,
-                   void *out, int64_t at, int64_t dim, const int is_bf16) {
-    const int64_t half = dim / 2;
-    rotate_half(x, in, in + half, cos, sin, angles, out, at, half, is_bf16);
-    rotate_half(x, in + half, in, cos, sin, angles + half, out, at + half, half, is_bf16);
 }
 
 /* Rotary embedding of q and k, and the new K/V written into the cache at their slots.

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "floats.h"
+#include "rotary.h"
 
 /* Inlined into each caller, so a head dim known there (64, 128) fixes every loop's trip count: the
  * compiler unrolls them, which took a quarter off the kernel's time at head dim 64. */
@@ -28,12 +29,6 @@ static void load_floats(const void *src, int64_t offset, int64_t n, int is_bf16,
     for (int64_t i = 0; i < n; ++i) dst[i] = from_bf16(s[i]);
 }
 
-/* Element i of a cache row, as a float: bfloat16 widens exactly, so reading it in place gives the
- * same numbers as a converted copy would. */
-INLINE float element(const void *row, int64_t i, int is_bf16) {
-    return is_bf16 ? from_bf16(((const uint16_t *)row)[i]) : ((const float *)row)[i];
-}
-
 /* a . b, summed in one fixed order whatever the pointers' alignment (so a request gets the same
  * numbers in any batch): 16 running sums, one per vector lane, added up last. */
 INLINE float dot(const float *a, const void *b, int64_t n, int is_bf16) {
@@ -42,8 +37,8 @@ INLINE float dot(const float *a, const void *b, int64_t n, int is_bf16) {
     for (; d + 16 <= n; d += 16)
 #pragma omp simd
         for (int i = 0; i < 16; ++i)
-            lanes[i] = __builtin_fmaf(a[d + i], element(b, d + i, is_bf16), lanes[i]);
-    for (; d < n; ++d) sum = __builtin_fmaf(a[d], element(b, d, is_bf16), sum);
+            lanes[i] = __builtin_fmaf(a[d + i], get(b, d + i, is_bf16), lanes[i]);
+    for (; d < n; ++d) sum = __builtin_fmaf(a[d], get(b, d, is_bf16), sum);
     for (int i = 0; i < 16; ++i) sum += lanes[i];
     return sum;
 }
@@ -122,7 +117,7 @@ INLINE void attend(const float *q, const char *k_head, const char *v_head, const
 #pragma omp simd
                 for (int64_t d = 0; d < dim; ++d)
                     out[g * dim + d] =
-                        __builtin_fmaf(p, element(row, d, is_bf16), out[g * dim + d]);
+                        __builtin_fmaf(p, get(row, d, is_bf16), out[g * dim + d]);
             }
         }
     }
@@ -307,14 +302,47 @@ static void attend_task(const float *q, const char *k_head, const char *v_head,
                       scores, out, wide, k_after);
 }
 
-/* wide: attend_wide where it applies (0: the plain loops, which the tests hold it to). Returns 0;
- * or 1 where a buffer could not be allocated, 2 where a block table does not fit (out is then
- * incomplete). */
-int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *out,
-                 const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
-                 int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
-                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
-                 int num_threads, int wide) {
+/* A decode step's new tokens as the stacked q/k/v projection made them, for the attention tasks to
+ * place themselves (decode_layers.c): qkv [num_seqs, heads + 2 * kv_heads, dim], cos and sin
+ * [max_positions, dim] (sin's first half negated), each sequence's position and slot. */
+typedef struct {
+    const void *qkv, *cos, *sin;
+    const int64_t *positions, *slot_mapping;
+} fresh_t;
+
+/* What rope_write_kv does for one task's share of its sequence's token: the group's query heads
+ * turned into q [group, dim] (the tensor's type, as rope_write_kv's q_out holds them), the KV
+ * head's key turned and written at the token's slot, its value copied beside it. The task's own
+ * attention then reads that key from the cache like every other (no other task reads this
+ * sequence's KV head). */
+static void place_token(const fresh_t *f, int64_t b, int64_t h, int64_t heads, int64_t kv_heads,
+                        int64_t dim, int64_t block_size, void *k_cache, void *v_cache, void *q,
+                        int is_bf16) {
+    const int64_t group = heads / kv_heads, in = b * (heads + 2 * kv_heads) * dim;
+    const int64_t angles = f->positions[b] * dim, slot = f->slot_mapping[b];
+    const int64_t row = slot / block_size * kv_heads * block_size + slot % block_size;
+    const int64_t at = (row + h * block_size) * dim, elem_size = is_bf16 ? 2 : 4;
+    for (int64_t g = 0; g <= group; ++g) { /* the group's query heads, then the key */
+        const int64_t head = g < group ? h * group + g : heads + h;
+        void *dst = g < group ? q : k_cache;
+        const int64_t to = g < group ? g * dim : at;
+        if (is_bf16)
+            rotate(f->qkv, in + head * dim, f->cos, f->sin, angles, dst, to, dim, 1);
+        else
+            rotate(f->qkv, in + head * dim, f->cos, f->sin, angles, dst, to, dim, 0);
+    }
+    memcpy((char *)v_cache + at * elem_size,
+           (const char *)f->qkv + (in + (heads + kv_heads + h) * dim) * elem_size, dim * elem_size);
+}
+
+/* paged_decode; with fresh (not NULL), each task first places its token (place_token) and q is not
+ * read: the rotary and the K/V write done where attention reads them, not in a pass of their own
+ * over the step (docs/benchmarks.md, twenty-ninth round). */
+static int decode_attention(const void *q, void *k_cache, void *v_cache, void *out,
+                            const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
+                            int64_t num_heads, int64_t num_kv_heads, int64_t dim,
+                            int64_t num_blocks, int64_t block_size, int64_t max_blocks, float scale,
+                            int is_bf16, int num_threads, int wide, const fresh_t *fresh) {
     const int64_t group = num_heads / num_kv_heads, elem_size = is_bf16 ? 2 : 4;
     const int64_t head_bytes = block_size * dim * elem_size, stride = num_kv_heads * head_bytes;
     int failed = 0;
@@ -339,7 +367,10 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
             continue;
         }
         float *qf = buffer, *of = qf + group * dim, *scores = buffer + scores_at;
-        load_floats(q, first_head * dim, group * dim, is_bf16, qf);
+        if (fresh) /* q into of, which attend() then writes over */
+            place_token(fresh, b, h, num_heads, num_kv_heads, dim, block_size, k_cache, v_cache,
+                        of, is_bf16);
+        load_floats(fresh ? of : q, fresh ? 0 : first_head * dim, group * dim, is_bf16, qf);
         for (int64_t i = 0; i < group * dim; ++i) qf[i] *= scale;
         const char *k_head = (const char *)k_cache + h * head_bytes;
         const char *v_head = (const char *)v_cache + h * head_bytes;
@@ -355,4 +386,17 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, void *
         free(buffer);
     }
     return failed;
+}
+
+/* wide: attend_wide where it applies (0: the plain loops, which the tests hold it to). Returns 0;
+ * or 1 where a buffer could not be allocated, 2 where a block table does not fit (out is then
+ * incomplete). */
+int paged_decode(const void *q, void *k_cache, void *v_cache, void *out,
+                 const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
+                 int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
+                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
+                 int num_threads, int wide) {
+    return decode_attention(q, k_cache, v_cache, out, block_tables, seq_lens, num_seqs, num_heads,
+                            num_kv_heads, dim, num_blocks, block_size, max_blocks, scale, is_bf16,
+                            num_threads, wide, NULL);
 }
