@@ -133,6 +133,35 @@ INLINE __m512 load16(const char *row, int64_t d, int is_bf16) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
+/* 32 numbers of a cache row from its d-th on, for pass 3: float32 as two vectors of 16 in order;
+ * bfloat16 as one 64-byte load, the numbers at even places widened into v[0] (a shift) and those at
+ * odd places into v[1] (a mask): three instructions for 32 numbers instead of six. Each output
+ * number still sums its own products in token order, wherever its lane is: the same bits, once
+ * store32 has put them back in order. */
+INLINE void load32(const char *row, int64_t d, int is_bf16, __m512 v[2]) {
+    if (!is_bf16) {
+        v[0] = _mm512_loadu_ps((const float *)row + d);
+        v[1] = _mm512_loadu_ps((const float *)row + d + 16);
+        return;
+    }
+    const __m512i x = _mm512_loadu_si512((const uint16_t *)row + d);
+    v[0] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    v[1] = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000)));
+}
+
+/* 32 floats to dst as load32 laid them out: bfloat16's even and odd places put back in order */
+INLINE void store32(float *dst, const __m512 v[2], int is_bf16) {
+    if (!is_bf16) {
+        _mm512_storeu_ps(dst, v[0]);
+        _mm512_storeu_ps(dst + 16, v[1]);
+        return;
+    }
+    const __m512i low = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+    _mm512_storeu_ps(dst, _mm512_permutex2var_ps(v[0], low, v[1]));
+    _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(v[0], high, v[1]));
+}
+
 /* r[t][i] -> r[i][t] for a 16 x 16 tile of floats, in registers */
 INLINE void transpose16(__m512 r[16]) {
     __m512 t[16], u[16];
@@ -234,18 +263,20 @@ INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
             for (int64_t t = 0; t < n; ++t) {
                 prefetch_row(next, t, row_bytes);
                 if (k_next_task) prefetch_row(k_next_task, t, row_bytes);
-                for (int64_t c = 0; c < chunks; ++c) {
-                    const __m512 value = load16(v + t * row_bytes, c * 16, is_bf16);
-                    for (int64_t h = 0; h < heads && g0 + h < group; ++h)
-                        acc[h * chunks + c] = _mm512_fmadd_ps(
-                            _mm512_set1_ps(scores[(g0 + h) * len + first + t]), value,
-                            acc[h * chunks + c]);
+                for (int64_t c = 0; c < chunks; c += 2) {
+                    __m512 value[2];
+                    load32(v + t * row_bytes, c * 16, is_bf16, value);
+                    for (int64_t u = 0; u < 2; ++u)
+                        for (int64_t h = 0; h < heads && g0 + h < group; ++h)
+                            acc[h * chunks + c + u] = _mm512_fmadd_ps(
+                                _mm512_set1_ps(scores[(g0 + h) * len + first + t]), value[u],
+                                acc[h * chunks + c + u]);
                 }
             }
         }
         for (int64_t h = 0; h < heads && g0 + h < group; ++h)
-            for (int64_t c = 0; c < chunks; ++c)
-                _mm512_storeu_ps(out + (g0 + h) * dim + c * 16, acc[h * chunks + c]);
+            for (int64_t c = 0; c < chunks; c += 2)
+                store32(out + (g0 + h) * dim + c * 16, acc + h * chunks + c, is_bf16);
     }
 }
 #endif
