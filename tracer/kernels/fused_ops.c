@@ -131,26 +131,16 @@ void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, c
                    const int64_t *slot_mapping, void *k_cache, void *v_cache, void *q_out,
                    int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
                    int is_bf16, int num_threads) {
-    const int64_t width = (heads + 2 * kv_heads) * dim, elem_size = is_bf16 ? 2 : 4;
+    const int64_t width = (heads + 2 * kv_heads) * dim;
 #pragma omp parallel for num_threads(num_threads) if (tokens >= SPLIT_ROWS) schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
-        const int64_t angles = positions[t] * dim, slot = slot_mapping[t];
-        /* the slot's row for KV head 0; head h's is h * block_size rows on */
-        const int64_t row = slot / block_size * kv_heads * block_size + slot % block_size;
-        for (int64_t h = 0; h < heads + kv_heads; ++h) { /* q heads, then k heads */
-            void *dst = h < heads ? q_out : k_cache;
-            const int64_t at =
-                h < heads ? (t * heads + h) * dim : (row + (h - heads) * block_size) * dim;
-            if (is_bf16)
-                rotate(qkv, t * width + h * dim, cos, sin, angles, dst, at, dim, 1);
-            else
-                rotate(qkv, t * width + h * dim, cos, sin, angles, dst, at, dim, 0);
-        }
-        for (int64_t h = 0; h < kv_heads; ++h) { /* v as it is */
-            const int64_t in = t * width + (heads + kv_heads + h) * dim;
-            memcpy((char *)v_cache + (row + h * block_size) * dim * elem_size,
-                   (const char *)qkv + in * elem_size, dim * elem_size);
-        }
+        const int64_t angles = positions[t] * dim;
+        for (int64_t h = 0; h < heads; ++h)
+            turn_head(qkv, t * width + h * dim, cos, sin, angles, q_out, (t * heads + h) * dim, dim,
+                      is_bf16);
+        for (int64_t h = 0; h < kv_heads; ++h)
+            write_kv_head(qkv, t * width, heads, kv_heads, h, dim, cos, sin, angles,
+                          slot_mapping[t], block_size, k_cache, v_cache, is_bf16);
     }
 }
 

@@ -350,20 +350,12 @@ static void place_token(const fresh_t *f, int64_t b, int64_t h, int64_t heads, i
                         int64_t dim, int64_t block_size, void *k_cache, void *v_cache, void *q,
                         int is_bf16) {
     const int64_t group = heads / kv_heads, in = b * (heads + 2 * kv_heads) * dim;
-    const int64_t angles = f->positions[b] * dim, slot = f->slot_mapping[b];
-    const int64_t row = slot / block_size * kv_heads * block_size + slot % block_size;
-    const int64_t at = (row + h * block_size) * dim, elem_size = is_bf16 ? 2 : 4;
-    for (int64_t g = 0; g <= group; ++g) { /* the group's query heads, then the key */
-        const int64_t head = g < group ? h * group + g : heads + h;
-        void *dst = g < group ? q : k_cache;
-        const int64_t to = g < group ? g * dim : at;
-        if (is_bf16)
-            rotate(f->qkv, in + head * dim, f->cos, f->sin, angles, dst, to, dim, 1);
-        else
-            rotate(f->qkv, in + head * dim, f->cos, f->sin, angles, dst, to, dim, 0);
-    }
-    memcpy((char *)v_cache + at * elem_size,
-           (const char *)f->qkv + (in + (heads + kv_heads + h) * dim) * elem_size, dim * elem_size);
+    const int64_t angles = f->positions[b] * dim;
+    for (int64_t g = 0; g < group; ++g)
+        turn_head(f->qkv, in + (h * group + g) * dim, f->cos, f->sin, angles, q, g * dim, dim,
+                  is_bf16);
+    write_kv_head(f->qkv, in, heads, kv_heads, h, dim, f->cos, f->sin, angles, f->slot_mapping[b],
+                  block_size, k_cache, v_cache, is_bf16);
 }
 
 /* paged_decode; with fresh (not NULL), each task first places its token (place_token) and q is not

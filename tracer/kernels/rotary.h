@@ -1,8 +1,11 @@
 /* The rotary embedding of one head of one token, as the model's RotaryEmbedding turns it, each
- * product rounded where torch rounds it: used by fused_ops.c's rope_write_kv (a step's tokens in
- * one pass) and paged_decode.c's place_token (each attention task its own token's heads). */
+ * product rounded where torch rounds it, and a token's new K/V written at its slot: used by
+ * fused_ops.c's rope_write_kv (a step's tokens in one pass) and paged_decode.c's place_token (each
+ * attention task its own token's heads). */
 #ifndef NANOENGINE_ROTARY_H
 #define NANOENGINE_ROTARY_H
+
+#include <string.h>
 
 #include "floats.h"
 
@@ -30,6 +33,29 @@ INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, 
     const int64_t half = dim / 2;
     rotate_half(x, in, in + half, cos, sin, angles, out, at, half, is_bf16);
     rotate_half(x, in + half, in, cos, sin, angles + half, out, at + half, half, is_bf16);
+}
+
+/* rotate, with the element type fixed in each branch (so each loop vectorizes for its type) */
+static inline void turn_head(const void *x, int64_t in, const void *cos, const void *sin,
+                             int64_t angles, void *out, int64_t at, int64_t dim, int is_bf16) {
+    if (is_bf16)
+        rotate(x, in, cos, sin, angles, out, at, dim, 1);
+    else
+        rotate(x, in, cos, sin, angles, out, at, dim, 0);
+}
+
+/* KV head h of a token whose stacked q/k/v row starts at qkv's element `in`: its key turned and
+ * written at the token's slot, its value copied beside it. Caches [num_blocks, kv_heads,
+ * block_size, dim] (TorchAttention's layout; slot = block * block_size + row). */
+static inline void write_kv_head(const void *qkv, int64_t in, int64_t heads, int64_t kv_heads,
+                                 int64_t h, int64_t dim, const void *cos, const void *sin,
+                                 int64_t angles, int64_t slot, int64_t block_size, void *k_cache,
+                                 void *v_cache, int is_bf16) {
+    const int64_t row = slot / block_size * kv_heads * block_size + slot % block_size; /* head 0 */
+    const int64_t at = (row + h * block_size) * dim, size = is_bf16 ? 2 : 4;
+    turn_head(qkv, in + (heads + h) * dim, cos, sin, angles, k_cache, at, dim, is_bf16);
+    const char *v = (const char *)qkv + (in + (heads + kv_heads + h) * dim) * size;
+    memcpy((char *)v_cache + at * size, v, dim * size);
 }
 
 #endif
