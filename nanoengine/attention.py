@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 KVCache = Tensor  # one layer's K and V caches, [2, ...] in the backend's own layout
+Decode = tuple[int, int, int]  # a sequence with 1 query token: (batch index, row, seq_len)
 
 
 @dataclass(slots=True)
@@ -29,9 +30,32 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
     max_query_len: int
     max_seq_len: int
-    # For the torch backend: decodes (1 query token) batched by length, prefill chunks one by one.
-    decode_groups: list[DecodeGroup]
+    # On the CPU, for backends that plan from them: decodes (1 query token) and prefill chunks
+    decodes: list[Decode]
     prefills: list[tuple[int, int, int, int]]  # (batch index, first row, num query tokens, seq_len)
+    # The torch backend's plan: decodes batched by length. Made at the step's first layer (all
+    # layers get the step's one metadata), not by the runner: a step that never attends through
+    # the torch backend (a faster kernel's) never pays for it.
+    decode_groups: list[DecodeGroup] | None = None
+
+
+def group_by_length(
+    decodes: list[Decode], min_group: int = 8, max_groups: int = 4
+) -> list[list[Decode]]:
+    """Split decode sequences, sorted by length, into a few groups: less K/V padding to gather."""
+    decodes = sorted(decodes, key=lambda d: d[2])
+    num_groups = max(1, min(max_groups, len(decodes) // min_group))
+    cuts = [len(decodes) * g // num_groups for g in range(num_groups + 1)]
+    return [decodes[start:end] for start, end in zip(cuts, cuts[1:]) if start < end]
+
+
+def decode_group(decodes: list[Decode], block_tables: Tensor, block_size: int) -> DecodeGroup:
+    """One group's rows, block tables and padding, on block_tables' device."""
+    seqs, rows, lens = zip(*decodes)
+    num_blocks = (max(lens) + block_size - 1) // block_size
+    pad = torch.arange(num_blocks * block_size)[None, :] >= torch.tensor(lens)[:, None]
+    block_ids = block_tables[list(seqs), :num_blocks].flatten()
+    return DecodeGroup(block_tables.new_tensor(rows), block_ids, pad.to(block_ids.device))
 
 
 class TorchAttention:
@@ -59,6 +83,9 @@ class TorchAttention:
         group = q.shape[1] // num_kv_heads  # query heads per KV head
         gqa = group > 1
         by_head = kv.transpose(1, 2)  # [2, kv_heads, num_kv_blocks, block_size, dim], a view
+        if meta.decode_groups is None:
+            groups = group_by_length(meta.decodes)
+            meta.decode_groups = [decode_group(g, meta.block_tables, block_size) for g in groups]
         for g in meta.decode_groups:
             B, L = g.pad.shape
             k, v = by_head.index_select(2, g.block_ids).view(2, num_kv_heads, B, L, dim)

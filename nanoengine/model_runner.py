@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nanoengine.attention import AttentionMetadata, DecodeGroup
+from nanoengine.attention import AttentionMetadata
 from nanoengine.config import EngineConfig
 from nanoengine.loading.engine_parts import pick_backend
 from nanoengine.logits_processors import process_logits
@@ -24,16 +24,6 @@ def compute_slot_mapping(
     """Where each token's K/V goes:
     slot = block_table[pos // block_size] * block_size + pos % block_size."""
     return block_tables[seq_index, positions // block_size] * block_size + positions % block_size
-
-
-def group_by_length(
-    seqs: list[int], seq_lens: list[int], min_group: int = 8, max_groups: int = 4
-) -> list[list[int]]:
-    """Split decode sequences, sorted by length, into a few groups: less K/V padding to gather."""
-    seqs = sorted(seqs, key=seq_lens.__getitem__)
-    num_groups = max(1, min(max_groups, len(seqs) // min_group))
-    cuts = [len(seqs) * g // num_groups for g in range(num_groups + 1)]
-    return [seqs[start:end] for start, end in zip(cuts, cuts[1:]) if start < end]
 
 
 @dataclass(slots=True)
@@ -114,9 +104,6 @@ class ModelRunner:
         q_lens = (inputs.query_start_loc[1:] - inputs.query_start_loc[:-1]).tolist()
         seq_lens = inputs.seq_lens.tolist()
         starts = inputs.query_start_loc.tolist()
-        decode_seqs = [i for i, n in enumerate(q_lens) if n == 1]
-        by_length = group_by_length(decode_seqs, seq_lens)
-        groups = [self.decode_group(g, starts, inputs) for g in by_length]
         return AttentionMetadata(
             slot_mapping=inputs.slot_mapping.to(self.device),
             query_start_loc=inputs.query_start_loc.to(self.device, torch.int32),
@@ -124,17 +111,9 @@ class ModelRunner:
             block_tables=inputs.block_tables.to(self.device, torch.int32),
             max_query_len=max(q_lens),
             max_seq_len=max(seq_lens),
-            decode_groups=groups,
+            decodes=[(i, starts[i], seq_lens[i]) for i, n in enumerate(q_lens) if n == 1],
             prefills=[(i, starts[i], n, seq_lens[i]) for i, n in enumerate(q_lens) if n != 1],
         )
-
-    def decode_group(self, seqs: list[int], starts: list[int], inputs: StepInputs) -> DecodeGroup:
-        lens = inputs.seq_lens[seqs]
-        num_blocks = (int(lens.max()) + self.block_size - 1) // self.block_size
-        pad = torch.arange(num_blocks * self.block_size)[None, :] >= lens[:, None]
-        rows = torch.tensor([starts[i] for i in seqs], device=self.device)
-        block_ids = inputs.block_tables[seqs, :num_blocks].flatten().to(self.device)
-        return DecodeGroup(rows, block_ids, pad.to(self.device))
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], inputs: StepInputs) -> list[Sampled]:

@@ -15,7 +15,7 @@ from conftest import BUSY_OPTIONS, BUSY_REQUESTS, make_tiny_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanoengine.attention import AttentionMetadata, DecodeGroup, TorchAttention
+from nanoengine.attention import AttentionMetadata, TorchAttention
 from nanoengine.beam_search import BeamSearchParams
 from nanoengine.engine import LLMEngine
 from nanoengine.llm import LLM
@@ -43,11 +43,7 @@ def decode_batch(lens: list[int], block_size: int, kv_heads: int, group: int, di
 
 
 def torch_decode(q, kv, tables, lens, scale):
-    """The engine's own decode path on the same inputs: one group, padded to the longest."""
-    block_size = kv.shape[3]
-    num_blocks = (int(lens.max()) + block_size - 1) // block_size
-    pad = torch.arange(num_blocks * block_size)[None, :] >= lens[:, None]
-    group = DecodeGroup(torch.arange(len(lens)), tables[:, :num_blocks].flatten().long(), pad)
+    """The engine's own decode path on the same inputs (one group at these batch sizes)."""
     meta = AttentionMetadata(
         slot_mapping=torch.zeros(len(lens), dtype=torch.long),
         query_start_loc=torch.arange(len(lens) + 1, dtype=torch.int32),
@@ -55,7 +51,7 @@ def torch_decode(q, kv, tables, lens, scale):
         block_tables=tables,
         max_query_len=1,
         max_seq_len=int(lens.max()),
-        decode_groups=[group],
+        decodes=[(i, i, n) for i, n in enumerate(lens.tolist())],
         prefills=[],
     )
     return TorchAttention()(q, kv, meta, scale)

@@ -86,12 +86,12 @@ class PagedDecodeAttention(TorchAttention):
         self.decodes: tuple[Tensor, Tensor, Tensor] | None = None
 
     def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
-        if not meta.decode_groups or q.dtype not in DTYPES:
+        if not meta.decodes or q.dtype not in DTYPES:
             return super().__call__(q, kv, meta, scale)
         rows, tables, lens = self.decode_rows(meta)
         if not meta.prefills:  # every row a decode: no torch pass at all
             return paged_decode(q, kv, tables, lens, scale)
-        out = super().__call__(q, kv, replace(meta, decode_groups=[]), scale)  # prefills only
+        out = super().__call__(q, kv, replace(meta, decodes=[], decode_groups=[]), scale)  # prefills only
         out[rows] = paged_decode(q[rows], kv, tables, lens, scale)
         return out
 
