@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import LlamaConfig, Qwen3Config
 
+import nanoengine.attention as attention
 from nanoengine.attention import TorchAttention
 from nanoengine.beam_search import BeamSearchParams
 from nanoengine.llm import LLM
@@ -182,6 +183,17 @@ def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
             for rows in (1, 3, 12):
                 hidden = our_hidden[-1].repeat(rows, 1)[:rows]
                 assert same_bits(decoder.compute_logits(hidden), decoder.model.compute_logits(hidden))
+
+
+def test_steps_in_one_call_never_plan_the_torch_backends_decode_groups(monkeypatch):
+    """The runner leaves the decode groups to the torch backend, which plans them when it is first
+    called in a step: the one-call steps never call it, and mixed steps give their decodes to the
+    kernel, so no decode is ever grouped (a prefill-only step plans its empty list)."""
+    plans = []
+    group_by_length = attention.group_by_length
+    monkeypatch.setattr(attention, "group_by_length", lambda decodes: plans.append(decodes) or group_by_length(decodes))
+    _, recorder = run_busy(True, "float32")
+    assert len(recorder.one_call_steps) > 5 and plans and not any(plans)
 
 
 def test_beams_through_the_fused_decoder_find_the_models_beams():
