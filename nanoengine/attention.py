@@ -33,9 +33,9 @@ class AttentionMetadata:
     # On the CPU, for backends that plan from them: decodes (1 query token) and prefill chunks
     decodes: list[Decode]
     prefills: list[tuple[int, int, int, int]]  # (batch index, first row, num query tokens, seq_len)
-    # The torch backend's plan: decodes batched by length. Made at the step's first layer (all
-    # layers get the step's one metadata), not by the runner: a step that never attends through
-    # the torch backend (a faster kernel's) never pays for it.
+    # The torch backend's plan: decodes batched by length, made at the step's first layer (every
+    # layer gets the step's one metadata), not by the runner: a step that a faster kernel runs
+    # without this backend never pays for it.
     decode_groups: list[DecodeGroup] | None = None
 
 
