@@ -24,8 +24,6 @@
 #include "constant_vecs.h"
 #include "shares.h"
 
-#define INLINE static inline __attribute__((always_inline))
-
 enum { DP_BLOCK = 64, DP_FLOATS = 16, DP_PARTS = DP_BLOCK / DP_FLOATS, DP_TILE_ROWS = 7 };
 enum {
     DP_SLAB = 64,              /* rows a block's partial sums are kept for at a time */

@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 
+/* inlined into each caller: a trip count or an element type known there fixes the callee's loops */
+#define INLINE static inline __attribute__((always_inline))
+
 static inline float from_bf16(uint16_t x) {
     uint32_t bits = (uint32_t)x << 16;
     float f;
@@ -37,7 +40,7 @@ static inline void put(void *a, int64_t i, float f, int is_bf16) {
 /* x rounded to the tensor type, as torch holds every intermediate result */
 static inline float round_to(float x, int is_bf16) { return is_bf16 ? from_bf16(to_bf16(x)) : x; }
 
-static inline __attribute__((always_inline)) float sleef_expf(float d) {
+INLINE float sleef_expf(float d) {
     const float q = (d * 1.442695040888963407359924681001892137f + 12582912.f) - 12582912.f;
     float s = __builtin_fmaf(q, -0.693145751953125f, d);
     s = __builtin_fmaf(q, -1.428606765330187045e-06f, s);

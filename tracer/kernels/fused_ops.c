@@ -17,7 +17,6 @@
 
 /* The body of each step is written once for both types; `is_bf16` is a constant in each copy, so
  * the compiler vectorizes each loop for its type. */
-#define INLINE static inline __attribute__((always_inline))
 
 INLINE float add_residual(const void *x, void *residual, int64_t i, const int is_bf16) {
     float h = get(residual, i, is_bf16);

@@ -11,7 +11,6 @@
 
 #include "floats.h"
 
-#define INLINE static inline __attribute__((always_inline))
 #define LANES 32 /* logits compared at once: two vectors of AVX-512, four of AVX2 */
 
 INLINE float logit(const void *row, int64_t i, const int is_bf16) {

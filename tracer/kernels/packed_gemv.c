@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "constant_vecs.h"
+#include "floats.h"
 #include "shares.h"
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -29,7 +30,6 @@
 #pragma GCC target("prefer-vector-width=512")
 
 enum { BLOCK = 64 }; /* outputs per block of the packed layout */
-#define INLINE static inline __attribute__((always_inline))
 
 #ifdef __AVX512F__ /* a tile: TILE_ROWS rows x 4 vectors of sums, and 4 of weights: 32 registers */
 typedef __m512 fvec;

@@ -96,11 +96,11 @@ class PagedDecodeAttention(TorchAttention):
         return out
 
     def decode_rows(self, meta: AttentionMetadata) -> tuple[Tensor, Tensor, Tensor]:
-        """The decode sequences' rows, block tables and lengths: worked out once a step (the
-        metadata is built once a step and passed to every layer)."""
+        """The decode sequences' rows, block tables and lengths, from the runner's list of the
+        step's decodes: gathered once a step (the metadata is built once a step and passed to every
+        layer)."""
         if meta is not self.step_meta or self.decodes is None:
-            q_lens = meta.query_start_loc[1:] - meta.query_start_loc[:-1]
-            seqs = (q_lens == 1).nonzero().flatten()
-            rows = meta.query_start_loc[seqs].long()
-            self.step_meta, self.decodes = meta, (rows, meta.block_tables[seqs], meta.seq_lens[seqs])
+            seqs, rows, _ = map(list, zip(*meta.decodes))  # (batch index, row, seq_len) each
+            decodes = torch.tensor(rows), meta.block_tables[seqs], meta.seq_lens[seqs]
+            self.step_meta, self.decodes = meta, decodes
         return self.decodes

@@ -9,8 +9,6 @@
 
 #include "floats.h"
 
-#define INLINE static inline __attribute__((always_inline))
-
 /* Half a head of one token: out = x * cos + partner * sin, each product rounded, where partner is
  * the other half (first half: the second, negated in sin's table; second half: the first). */
 INLINE void rotate_half(const void *x, int64_t in, int64_t partner, const void *cos,
