@@ -7,15 +7,19 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BUSY_OPTIONS, BUSY_REQUESTS, make_tiny_engine
+from conftest import BUSY_OPTIONS, BUSY_REQUESTS, make_tiny_engine, torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config
 
 import nanoengine.attention as attention
 from nanoengine.attention import TorchAttention
 from nanoengine.beam_search import BeamSearchParams
+from nanoengine.engine import LLMEngine
 from nanoengine.llm import LLM
+from nanoengine.loading.build import build_model
+from nanoengine.loading.tiny import tiny_config
 from nanoengine.model import CausalLM, RMSNorm, apply_rope
 from nanoengine.sampling_params import SamplingParams
 from tracer.kernels.choose import build_engine
@@ -145,14 +149,24 @@ class HiddenRecorder:
         return self.model.compute_logits(hidden)
 
 
+def note_one_call_steps(decoder: FusedDecoder, rows: list[int]) -> None:
+    """Each step that takes decode_layers.c's one call appends its row count to rows."""
+    run = decoder.one_call.run
+
+    def counted(*args):
+        rows.append(len(args[0]))
+        return run(*args)
+
+    decoder.one_call.run = counted  # type: ignore[method-assign]
+
+
 def run_busy(fused: bool, dtype: str) -> tuple[list, HiddenRecorder]:
     """The busy workload (chunked prefill, preemption, prefix hits), greedy, through the kernel."""
     engine = make_tiny_engine(**{**BUSY_OPTIONS, "attention_backend": PagedDecodeAttention(), "dtype": dtype})
     model = FusedDecoder(engine.model) if fused else engine.model
     recorder = engine.runner.model = HiddenRecorder(model)  # type: ignore[assignment]
-    if fused:  # count the steps that take decode_layers.c's one call
-        run = model.one_call.run
-        model.one_call.run = lambda *args: (recorder.one_call_steps.append(len(args[0])), run(*args))[1]
+    if fused:
+        note_one_call_steps(model, recorder.one_call_steps)
     ids, step = [], 0
     while step == 0 or engine.has_unfinished():
         for prompt, max_tokens, arrival in BUSY_REQUESTS:
@@ -183,6 +197,41 @@ def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
             for rows in (1, 3, 12):
                 hidden = our_hidden[-1].repeat(rows, 1)[:rows]
                 assert same_bits(decoder.compute_logits(hidden), decoder.model.compute_logits(hidden))
+
+
+def wide_mlp_folder(folder, intermediate_size: int):
+    """The tiny model with a wider MLP, random weights, as a model folder."""
+    config = tiny_config()
+    config.intermediate_size = intermediate_size
+    model = build_model(config, None, 64, torch.device("cpu"), torch.float32)
+    config.save_pretrained(folder)
+    save_file({k: v.clone() for k, v in model.state_dict().items()}, folder / "model.safetensors")
+    return folder
+
+
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=needs_bf16_kernel)])
+def test_one_row_reads_whole_blocks_side_by_side_to_the_bit(tmp_path, dtype):
+    """At one row the few-row linears read up to four of a thread's whole blocks of 64 outputs side
+    by side (packed_gemv.c: one_row_runs; decode_layers.c: gate_up_silu_one_row, each block's gate
+    and up together). An MLP of 11 blocks on 2 threads gives each thread five whole blocks, in runs
+    of three and two, and half of the sixth, which it reads alone. One request decoding alone, so
+    every decode step is one row in one call: the model's hidden states to the bit."""
+    folder = wide_mlp_folder(tmp_path / "wide", intermediate_size=11 * 64)
+    hidden, one_call_steps = [], []
+    for fused in (True, False):
+        engine = LLMEngine(str(folder), attention_backend=PagedDecodeAttention(), dtype=dtype)
+        model = FusedDecoder(engine.model) if fused else engine.model
+        recorder = engine.runner.model = HiddenRecorder(model)  # type: ignore[assignment]
+        if fused:
+            note_one_call_steps(model, one_call_steps)
+        with torch_threads(2):
+            engine.add_request("the cat sat", SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+            while engine.has_unfinished():
+                engine.step()
+        hidden.append(recorder.hidden)
+    assert one_call_steps and set(one_call_steps) == {1}
+    assert len(hidden[0]) == len(hidden[1]) == 6
+    assert all(same_bits(a, b) for a, b in zip(*hidden))
 
 
 def test_steps_in_one_call_never_plan_the_torch_backends_decode_groups(monkeypatch):

@@ -96,33 +96,79 @@ static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w, dp_ah
 }
 #undef DP_TILE
 
-/* One row's outputs [first, last) of a block (w starts at the first) straight through the pairs,
- * as packed_gemv.c's one_row: the same sums as the tiles', so the same bits. */
-INLINE void dp_one_row(const uint16_t *x, const uint16_t *w, dp_ahead_t ahead,
-                       const uint16_t *bias, uint16_t *y, int64_t in, int64_t chunk, int64_t width,
-                       const int vecs) {
-    __m512 sum[DP_PARTS], part[DP_PARTS];
+/* One row through `streams` blocks side by side, each block's outputs [first, last) straight
+ * through the pairs, as packed_gemv.c's one_row: the same sums as the tiles', so the same bits. */
+typedef struct {
+    const uint16_t *w, *bias; /* from the block's first output on; bias NULL for none */
+    dp_ahead_t ahead;
+    uint16_t *y;
+} dp_stream_t;
+
+enum { DP_STREAMS = 4 }; /* blocks one row reads side by side, at most */
+
+INLINE void dp_one_row(const uint16_t *x, const dp_stream_t *s, int64_t in, int64_t chunk,
+                       int64_t width, const int streams, const int vecs) {
+    __m512 sum[DP_STREAMS][DP_PARTS], part[DP_STREAMS][DP_PARTS];
     const int64_t pairs = in / 2, chunk_pairs = chunk / 2;
     for (int64_t start = 0; start < pairs; start += chunk_pairs) {
         const int64_t end = start + chunk_pairs < pairs ? start + chunk_pairs : pairs;
-        for (int v = 0; v < vecs; ++v) part[v] = _mm512_setzero_ps();
+        for (int k = 0; k < streams; ++k)
+            for (int v = 0; v < vecs; ++v) part[k][v] = _mm512_setzero_ps();
         for (int64_t p = start; p < end; ++p) {
-            for (int v = 0; v < vecs; ++v) /* into L2 */
-                __builtin_prefetch(dp_line_ahead(ahead, p) + v * 2 * DP_FLOATS, 0, 2);
+            for (int k = 0; k < streams; ++k)
+                for (int v = 0; v < vecs; ++v) /* into L2 */
+                    __builtin_prefetch(dp_line_ahead(s[k].ahead, p) + v * 2 * DP_FLOATS, 0, 2);
             int32_t pair;
             __builtin_memcpy(&pair, x + 2 * p, sizeof pair);
             const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
-            for (int v = 0; v < vecs; ++v)
-                part[v] = _mm512_dpbf16_ps(
-                    part[v], xp,
-                    (__m512bh)_mm512_loadu_si512(w + p * 2 * DP_BLOCK + v * 2 * DP_FLOATS));
+            for (int k = 0; k < streams; ++k)
+                for (int v = 0; v < vecs; ++v) {
+                    const uint16_t *w = s[k].w + p * 2 * DP_BLOCK + v * 2 * DP_FLOATS;
+                    part[k][v] = _mm512_dpbf16_ps(part[k][v], xp, (__m512bh)_mm512_loadu_si512(w));
+                }
         }
-        for (int v = 0; v < vecs; ++v) sum[v] = start ? _mm512_add_ps(sum[v], part[v]) : part[v];
+        for (int k = 0; k < streams; ++k)
+            for (int v = 0; v < vecs; ++v)
+                sum[k][v] = start ? _mm512_add_ps(sum[k][v], part[k][v]) : part[k][v];
     }
-    float sums[DP_BLOCK];
-    for (int v = 0; v < vecs; ++v) _mm512_storeu_ps(sums + v * DP_FLOATS, sum[v]);
-    for (int64_t o = 0; o < width; ++o)
-        y[o] = to_bf16(bias ? sums[o] + from_bf16(bias[o]) : sums[o]);
+    for (int k = 0; k < streams; ++k) {
+        float sums[DP_BLOCK];
+        for (int v = 0; v < vecs; ++v) _mm512_storeu_ps(sums + v * DP_FLOATS, sum[k][v]);
+        for (int64_t o = 0; o < width; ++o)
+            s[k].y[o] = to_bf16(s[k].bias ? sums[o] + from_bf16(s[k].bias[o]) : sums[o]);
+    }
+}
+
+/* One row through n whole blocks side by side, as packed_gemv.c's one_row_blocks. */
+static void dp_one_row_blocks(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
+                              const int64_t *blocks, uint16_t *const *y, int n, int64_t in,
+                              int64_t chunk) {
+    dp_stream_t s[DP_STREAMS];
+    for (int k = 0; k < n; ++k) {
+        const uint16_t *w = weight + blocks[k] * in * DP_BLOCK;
+        s[k] = (dp_stream_t){w, bias ? bias + blocks[k] * DP_BLOCK : 0, dp_ahead_of(w, 0, in, 0),
+                             y[k]};
+    }
+    switch (n) {
+    case 1: dp_one_row(x, s, in, chunk, DP_BLOCK, 1, DP_PARTS); break;
+    case 2: dp_one_row(x, s, in, chunk, DP_BLOCK, 2, DP_PARTS); break;
+    case 3: dp_one_row(x, s, in, chunk, DP_BLOCK, 3, DP_PARTS); break;
+    default: dp_one_row(x, s, in, chunk, DP_BLOCK, 4, DP_PARTS); break;
+    }
+}
+
+/* One row through whole blocks [b0, b1) in DP_STREAMS runs side by side, as packed_gemv.c's
+ * one_row_runs. */
+static void dp_one_row_runs(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
+                            uint16_t *y, int64_t b0, int64_t b1, int64_t in, int64_t chunk) {
+    const int64_t per = (b1 - b0 + DP_STREAMS - 1) / DP_STREAMS; /* blocks a run */
+    for (int64_t j = 0; j < per; ++j) {
+        int64_t blocks[DP_STREAMS];
+        uint16_t *ys[DP_STREAMS];
+        int n = 0;
+        for (int64_t b = b0 + j; b < b1; b += per, ++n) blocks[n] = b, ys[n] = y + b * DP_BLOCK;
+        dp_one_row_blocks(x, weight, bias, blocks, ys, n, in, chunk);
+    }
 }
 
 /* Outputs [first, last) of one block for up to DP_SLAB rows, as packed_gemv.c's block_outputs:
@@ -134,8 +180,8 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
     const int64_t vecs = (last - first + DP_FLOATS - 1) / DP_FLOATS;
     const dp_ahead_t ahead = dp_ahead_of(block, next, in, first);
     if (rows == 1) {
-        const uint16_t *w = block + 2 * first, *b = bias ? bias + first : 0;
-        WITH_CONSTANT_VECS(vecs, dp_one_row, x, w, ahead, b, y + first, in, chunk, last - first);
+        const dp_stream_t s = {block + 2 * first, bias ? bias + first : 0, ahead, y + first};
+        WITH_CONSTANT_VECS(vecs, dp_one_row, x, &s, in, chunk, last - first, 1);
         return;
     }
     float sum[DP_SLAB][DP_BLOCK], part[DP_SLAB][DP_BLOCK];
@@ -162,13 +208,20 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
 }
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none); bfloat16, `in`
- * and `chunk` even. The outputs are shared among the threads as shares.h says. */
+ * and `chunk` even. The outputs are shared among the threads as shares.h says; one row reads the
+ * blocks a thread holds whole DP_STREAMS at a time, as packed_gemv does. */
 void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias, uint16_t *y,
                  int64_t rows, int64_t in, int64_t out, int64_t chunk, int threads) {
 #pragma omp parallel num_threads(threads)
     {
         const share_t share = thread_share((out + DP_BLOCK - 1) / DP_BLOCK, DP_PARTS);
+        int64_t b0 = 0, b1 = 0; /* the blocks read side by side */
+        if (rows == 1) {
+            whole_blocks(share, DP_PARTS, out / DP_BLOCK, &b0, &b1);
+            dp_one_row_runs(x, weight, bias, y, b0, b1, in, chunk);
+        }
         for (int64_t b = share.begin / DP_PARTS; b * DP_PARTS < share.end; ++b) {
+            if (b >= b0 && b < b1) continue; /* read above */
             int64_t first, last;
             const int64_t width = out - b * DP_BLOCK < DP_BLOCK ? out - b * DP_BLOCK : DP_BLOCK;
             outputs_in_share(share, b, DP_PARTS, DP_FLOATS, width, &first, &last);

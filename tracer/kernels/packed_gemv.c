@@ -107,31 +107,83 @@ static void tile_rows(const float *x, int64_t in, const float *w, ahead_t ahead,
 }
 #undef TILE
 
-/* One row's outputs [first, last) of a block (w starts at the first), summed straight through the
- * inputs, the weights asked for as far ahead as the tiles ask: at one row each weight is used once,
- * so there is nothing for the tiles to keep in the cache, and their stretches only slowed the
- * reading (the model's linears at one row read 40.3 against 34.8 GB/s on the Zen 4 host of
- * docs/benchmarks.md, twenty-sixth round). The same sums as the tiles': the same bits. */
-INLINE void one_row(const float *x, const float *w, ahead_t ahead, const float *bias, float *y,
-                    int64_t in, int64_t chunk, int64_t width, const int vecs) {
-    fvec sum[PARTS], part[PARTS];
+/* One row through `streams` blocks side by side (a constant in each inlined copy, as vecs is), each
+ * block's outputs [first, last) summed straight through the inputs, the weights asked for as far
+ * ahead as the tiles ask: at one row each weight is used once, so there is nothing for the tiles to
+ * keep in the cache, and their stretches only slowed the reading (the model's linears at one row
+ * read 40.3 against 34.8 GB/s on the Zen 4 host of docs/benchmarks.md, twenty-sixth round). The
+ * same sums as the tiles': the same bits. Several blocks at once because a core reading one run of
+ * memory did not keep it busy: four runs side by side read 1.1-1.3x as fast on that host (thirty-
+ * first round). */
+typedef struct {
+    const float *w, *bias; /* from the block's first output on; bias NULL for none */
+    ahead_t ahead;
+    float *y;
+} stream_t;
+
+enum { STREAMS = 4 }; /* blocks one row reads side by side, at most */
+
+INLINE void one_row(const float *x, const stream_t *s, int64_t in, int64_t chunk, int64_t width,
+                    const int streams, const int vecs) {
+    fvec sum[STREAMS][PARTS], part[STREAMS][PARTS];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
-        for (int v = 0; v < vecs; ++v) part[v] = ZERO();
+        for (int k = 0; k < streams; ++k)
+            for (int v = 0; v < vecs; ++v) part[k][v] = ZERO();
         for (int64_t i = start; i < end; ++i) {
-            for (int v = 0; v < vecs; ++v) /* into L2 */
-                __builtin_prefetch(line_ahead(ahead, i) + v * FLOATS, 0, 2);
+            for (int k = 0; k < streams; ++k)
+                for (int v = 0; v < vecs; ++v) /* into L2 */
+                    __builtin_prefetch(line_ahead(s[k].ahead, i) + v * FLOATS, 0, 2);
             const fvec xi = SET1(x[i]);
-            for (int v = 0; v < vecs; ++v)
-                part[v] = FMA(xi, LOAD(w + i * BLOCK + v * FLOATS), part[v]);
+            for (int k = 0; k < streams; ++k)
+                for (int v = 0; v < vecs; ++v)
+                    part[k][v] = FMA(xi, LOAD(s[k].w + i * BLOCK + v * FLOATS), part[k][v]);
         }
-        for (int v = 0; v < vecs; ++v) sum[v] = start ? _mm512_add_ps(sum[v], part[v]) : part[v];
+        for (int k = 0; k < streams; ++k)
+            for (int v = 0; v < vecs; ++v)
+                sum[k][v] = start ? _mm512_add_ps(sum[k][v], part[k][v]) : part[k][v];
     }
-    for (int v = 0; v < vecs; ++v) { /* the last vector may hold fewer than FLOATS outputs */
-        const int64_t n = width - v * FLOATS < FLOATS ? width - v * FLOATS : FLOATS;
-        const __mmask16 keep = (__mmask16)((1u << n) - 1);
-        if (bias) sum[v] = _mm512_add_ps(sum[v], _mm512_maskz_loadu_ps(keep, bias + v * FLOATS));
-        _mm512_mask_storeu_ps(y + v * FLOATS, keep, sum[v]);
+    for (int k = 0; k < streams; ++k)
+        for (int v = 0; v < vecs; ++v) { /* the last vector may hold fewer than FLOATS outputs */
+            const int64_t n = width - v * FLOATS < FLOATS ? width - v * FLOATS : FLOATS;
+            const __mmask16 keep = (__mmask16)((1u << n) - 1);
+            if (s[k].bias)
+                sum[k][v] = _mm512_add_ps(sum[k][v],
+                                          _mm512_maskz_loadu_ps(keep, s[k].bias + v * FLOATS));
+            _mm512_mask_storeu_ps(s[k].y + v * FLOATS, keep, sum[k][v]);
+        }
+}
+
+/* One row through n whole blocks of a weight side by side (1 <= n <= STREAMS): the block ids in
+ * blocks, each one's 64 outputs to its own y. */
+static void one_row_blocks(const float *x, const float *weight, const float *bias,
+                           const int64_t *blocks, float *const *y, int n, int64_t in,
+                           int64_t in_padded, int64_t chunk) {
+    stream_t s[STREAMS];
+    for (int k = 0; k < n; ++k) {
+        const float *w = weight + blocks[k] * in_padded * BLOCK;
+        s[k] = (stream_t){w, bias ? bias + blocks[k] * BLOCK : 0, ahead_of(w, 0, in_padded, 0),
+                          y[k]};
+    }
+    switch (n) {
+    case 1: one_row(x, s, in, chunk, BLOCK, 1, PARTS); break;
+    case 2: one_row(x, s, in, chunk, BLOCK, 2, PARTS); break;
+    case 3: one_row(x, s, in, chunk, BLOCK, 3, PARTS); break;
+    default: one_row(x, s, in, chunk, BLOCK, 4, PARTS); break;
+    }
+}
+
+/* One row through whole blocks [b0, b1) in STREAMS runs read side by side: each run's j-th block
+ * with the others' j-th. */
+static void one_row_runs(const float *x, const float *weight, const float *bias, float *y,
+                         int64_t b0, int64_t b1, int64_t in, int64_t in_padded, int64_t chunk) {
+    const int64_t per = (b1 - b0 + STREAMS - 1) / STREAMS; /* blocks a run */
+    for (int64_t j = 0; j < per; ++j) {
+        int64_t blocks[STREAMS];
+        float *ys[STREAMS];
+        int n = 0;
+        for (int64_t b = b0 + j; b < b1; b += per, ++n) blocks[n] = b, ys[n] = y + b * BLOCK;
+        one_row_blocks(x, weight, bias, blocks, ys, n, in, in_padded, chunk);
     }
 }
 
@@ -144,8 +196,8 @@ static void block_outputs(const float *x, const float *block, const float *next,
     const int64_t vecs = (last - first + FLOATS - 1) / FLOATS;
     const ahead_t ahead = ahead_of(block, next, in_padded, first);
     if (rows == 1) {
-        const float *w = block + first, *b = bias ? bias + first : 0;
-        WITH_CONSTANT_VECS(vecs, one_row, x, w, ahead, b, y + first, in, chunk, last - first);
+        const stream_t s = {block + first, bias ? bias + first : 0, ahead, y + first};
+        WITH_CONSTANT_VECS(vecs, one_row, x, &s, in, chunk, last - first, 1);
         return;
     }
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
@@ -211,13 +263,22 @@ static void block_outputs(const float *x, const float *block, const float *next,
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The outputs are
  * shared among the threads as shares.h says (with AVX-512 a block is 4 vectors; with AVX2 one, so
- * whole blocks); the rows go SLAB at a time. */
+ * whole blocks); the rows go SLAB at a time. With AVX-512 one row reads the blocks a thread holds
+ * whole STREAMS at a time (one_row_runs), and a block it holds part of alone. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {
 #pragma omp parallel num_threads(threads)
     {
         const share_t share = thread_share((out + BLOCK - 1) / BLOCK, PARTS);
+        int64_t b0 = 0, b1 = 0; /* the blocks read side by side */
+#ifdef __AVX512F__
+        if (rows == 1) {
+            whole_blocks(share, PARTS, out / BLOCK, &b0, &b1);
+            one_row_runs(x, weight, bias, y, b0, b1, in, in_padded, chunk);
+        }
+#endif
         for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {
+            if (b >= b0 && b < b1) continue; /* read above */
             int64_t first, last;
             const int64_t width = out - b * BLOCK < BLOCK ? out - b * BLOCK : BLOCK;
             outputs_in_share(share, b, PARTS, BLOCK / PARTS, width, &first, &last);

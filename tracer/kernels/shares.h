@@ -29,4 +29,13 @@ static inline void outputs_in_share(share_t share, int64_t b, int64_t parts, int
     *last = v1 * per_part < width ? v1 * per_part : width;
 }
 
+/* The blocks a share holds whole, [*begin, *end): every vector of a block with all its outputs
+ * (the first `full` blocks have them). */
+static inline void whole_blocks(share_t share, int64_t parts, int64_t full, int64_t *begin,
+                                int64_t *end) {
+    *begin = (share.begin + parts - 1) / parts;
+    *end = share.end / parts < full ? share.end / parts : full;
+    *end = *end > *begin ? *end : *begin;
+}
+
 #endif
