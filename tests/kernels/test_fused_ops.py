@@ -210,12 +210,13 @@ def wide_mlp_folder(folder, intermediate_size: int):
 
 
 @pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=needs_bf16_kernel)])
-def test_one_row_reads_whole_blocks_side_by_side_to_the_bit(tmp_path, dtype):
-    """At one row the few-row linears read up to four of a thread's whole blocks of 64 outputs side
-    by side (packed_gemv.c: one_row_runs; decode_layers.c: gate_up_silu_one_row, each block's gate
-    and up together). An MLP of 11 blocks on 2 threads gives each thread five whole blocks, in runs
-    of three and two, and half of the sixth, which it reads alone. One request decoding alone, so
-    every decode step is one row in one call: the model's hidden states to the bit."""
+def test_a_few_rows_read_whole_blocks_side_by_side_to_the_bit(tmp_path, dtype):
+    """Up to four rows, the few-row linears read several of a thread's whole blocks of 64 outputs
+    side by side (packed_gemv.c: few_rows_runs; decode_layers.c: gate_up_silu_few_rows, each
+    block's gate and up together). An MLP of 11 blocks on 2 threads gives each thread five whole
+    blocks, in runs of unequal length, and half of the sixth, which it reads alone. Four requests
+    that stop one after the other decode 4, 3, 2 and then 1 row a step, each step in one call: the
+    model's hidden states to the bit."""
     folder = wide_mlp_folder(tmp_path / "wide", intermediate_size=11 * 64)
     hidden, one_call_steps = [], []
     for fused in (True, False):
@@ -225,12 +226,13 @@ def test_one_row_reads_whole_blocks_side_by_side_to_the_bit(tmp_path, dtype):
         if fused:
             note_one_call_steps(model, one_call_steps)
         with torch_threads(2):
-            engine.add_request("the cat sat", SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+            for prompt, max_tokens in (("the cat", 3), ("a dog ran", 4), ("sun", 5), ("the end", 7)):
+                engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
             while engine.has_unfinished():
                 engine.step()
         hidden.append(recorder.hidden)
-    assert one_call_steps and set(one_call_steps) == {1}
-    assert len(hidden[0]) == len(hidden[1]) == 6
+    assert one_call_steps == [4, 4, 3, 2, 1, 1]
+    assert len(hidden[0]) == len(hidden[1]) == 7
     assert all(same_bits(a, b) for a, b in zip(*hidden))
 
 

@@ -90,37 +90,39 @@ INLINE void silu_block(const char *gate, const char *up, char *act, int64_t r0, 
 }
 
 #ifdef __AVX512F__
-/* One row through n whole blocks of a linear side by side (packed_gemv.c: one_row_blocks), by the
- * kernel linear() calls where there is no AMX. */
-static void one_row_of(const linear_t *l, const void *x, const int64_t *blocks, void *const *y,
-                       int n, int bf16) {
+/* A few rows through n whole blocks of a linear side by side (packed_gemv.c: few_rows_blocks),
+ * by the kernel linear() calls where there is no AMX; block k's row r to y[k] + r * BLOCK. */
+static void few_rows_of(const linear_t *l, const void *x, const int64_t *blocks, void *const *y,
+                        int n, int64_t rows, int bf16) {
     if (!bf16) {
-        one_row_blocks(x, l->weight, l->bias, blocks, (float *const *)y, n, l->in, l->in_padded,
-                       l->chunk);
+        few_rows_blocks(x, l->weight, l->bias, blocks, (float *const *)y, n, rows, l->in,
+                        l->in_padded, l->chunk, BLOCK);
         return;
     }
 #ifdef __AVX512BF16__
-    dp_one_row_blocks(x, l->weight, l->bias, blocks, (uint16_t *const *)y, n, l->in, l->chunk);
+    dp_few_rows_blocks(x, l->weight, l->bias, blocks, (uint16_t *const *)y, n, rows, l->in,
+                       l->chunk, BLOCK);
 #endif
 }
 
-/* gate_up_silu's whole blocks [b0, b1) for one row: in two runs, each block's gate and up outputs
- * read side by side, so four blocks at once (packed_gemv.c: STREAMS). */
-static void gate_up_silu_one_row(const linear_t *l, const void *x, void *act, int64_t b0,
-                                 int64_t b1, int64_t vectorized, int bf16) {
-    const int64_t width = l->out / 2, half = width / BLOCK, per = (b1 - b0 + 1) / 2;
-    _Alignas(64) float out[4][BLOCK]; /* gate, up, gate, up */
+/* gate_up_silu's whole blocks [b0, b1) for a few rows: each block's gate and up outputs read side
+ * by side, with as many blocks at once as packed_gemv.c's STREAMS_FOR allows. */
+static void gate_up_silu_few_rows(const linear_t *l, const void *x, void *act, int64_t rows,
+                                  int64_t b0, int64_t b1, int64_t vectorized, int bf16) {
+    const int64_t width = l->out / 2, half = width / BLOCK, runs = STREAMS_FOR(rows) / 2;
+    const int64_t per = (b1 - b0 + runs - 1) / runs; /* blocks a run */
+    _Alignas(64) float out[STREAMS][FEW_ROWS * BLOCK]; /* gate, up, gate, up */
     for (int64_t j = 0; j < per; ++j) {
-        int64_t blocks[4];
-        void *y[4] = {out[0], out[1], out[2], out[3]};
+        int64_t blocks[STREAMS];
+        void *y[STREAMS] = {out[0], out[1], out[2], out[3]};
         int n = 0;
         for (int64_t b = b0 + j; b < b1; b += per, n += 2) blocks[n] = b, blocks[n + 1] = b + half;
-        one_row_of(l, x, blocks, y, n, bf16);
+        few_rows_of(l, x, blocks, y, n, rows, bf16);
         for (int k = 0; k < n; k += 2)
             if (bf16)
-                silu_block(y[k], y[k + 1], act, 0, 1, width, blocks[k], 0, BLOCK, vectorized, 1);
+                silu_block(y[k], y[k + 1], act, 0, rows, width, blocks[k], 0, BLOCK, vectorized, 1);
             else
-                silu_block(y[k], y[k + 1], act, 0, 1, width, blocks[k], 0, BLOCK, vectorized, 0);
+                silu_block(y[k], y[k + 1], act, 0, rows, width, blocks[k], 0, BLOCK, vectorized, 0);
     }
 }
 #endif
@@ -129,8 +131,8 @@ static void gate_up_silu_one_row(const linear_t *l, const void *x, void *act, in
  * thread computes a block of gate's outputs and the same block of up's and multiplies them at once,
  * while they are in its cache. linear() then silu_and_mul() wrote gate_up out and read it back,
  * from memory where the weights streaming through the cache had pushed it out meanwhile. The same
- * sums and the same SiLU: the same bits. One row reads the blocks a thread holds whole four at a
- * time (gate_up_silu_one_row), as the one-row linears do. */
+ * sums and the same SiLU: the same bits. Up to FEW_ROWS rows read the blocks a thread holds whole
+ * several at a time (gate_up_silu_few_rows), as the few-row linears do. */
 static void gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
     const int64_t width = l->out / 2, size = s->is_bf16 ? 2 : 4;
     const int64_t vectorized = silu_vectorized(width, s->silu_run);
@@ -140,9 +142,9 @@ static void gate_up_silu(const linear_t *l, const void *x, void *act, const step
         const share_t share = thread_share(width / BLOCK, PARTS);
         int64_t b0 = 0, b1 = 0; /* the blocks read side by side */
 #ifdef __AVX512F__
-        if (s->rows == 1) {
+        if (s->rows <= FEW_ROWS) {
             whole_blocks(share, PARTS, width / BLOCK, &b0, &b1);
-            gate_up_silu_one_row(l, x, act, b0, b1, vectorized, s->is_bf16);
+            gate_up_silu_few_rows(l, x, act, s->rows, b0, b1, vectorized, s->is_bf16);
         }
 #endif
         for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {

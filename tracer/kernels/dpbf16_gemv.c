@@ -96,84 +96,100 @@ static void dp_tile_rows(const uint16_t *x, int64_t in, const uint16_t *w, dp_ah
 }
 #undef DP_TILE
 
-/* One row through `streams` blocks side by side, each block's outputs [first, last) straight
- * through the pairs, as packed_gemv.c's one_row: the same sums as the tiles', so the same bits. */
+/* A few rows through `streams` blocks side by side, each block's outputs [first, last) straight
+ * through the pairs, as packed_gemv.c's few_rows: the same sums as the tiles', so the same bits. */
 typedef struct {
     const uint16_t *w, *bias; /* from the block's first output on; bias NULL for none */
     dp_ahead_t ahead;
-    uint16_t *y;
+    uint16_t *y; /* row r's outputs at y + r * the row stride */
 } dp_stream_t;
 
-enum { DP_STREAMS = 4 }; /* blocks one row reads side by side, at most */
+enum { DP_FEW_ROWS = 4, DP_STREAMS = 4 }; /* as packed_gemv.c's FEW_ROWS and STREAMS */
+#define DP_STREAMS_FOR(rows) ((rows) <= 2 ? DP_STREAMS : 2)
 
-INLINE void dp_one_row(const uint16_t *x, const dp_stream_t *s, int64_t in, int64_t chunk,
-                       int64_t width, const int streams, const int vecs) {
-    __m512 sum[DP_STREAMS][DP_PARTS], part[DP_STREAMS][DP_PARTS];
+INLINE void dp_few_rows(const uint16_t *x, const dp_stream_t *s, int64_t in, int64_t chunk,
+                        int64_t stride, int64_t width, const int rows, const int streams,
+                        const int vecs) {
+    __m512 sum[DP_STREAMS][DP_FEW_ROWS][DP_PARTS], part[DP_STREAMS][DP_FEW_ROWS][DP_PARTS];
     const int64_t pairs = in / 2, chunk_pairs = chunk / 2;
     for (int64_t start = 0; start < pairs; start += chunk_pairs) {
         const int64_t end = start + chunk_pairs < pairs ? start + chunk_pairs : pairs;
         for (int k = 0; k < streams; ++k)
-            for (int v = 0; v < vecs; ++v) part[k][v] = _mm512_setzero_ps();
+            for (int r = 0; r < rows; ++r)
+                for (int v = 0; v < vecs; ++v) part[k][r][v] = _mm512_setzero_ps();
         for (int64_t p = start; p < end; ++p) {
             for (int k = 0; k < streams; ++k)
                 for (int v = 0; v < vecs; ++v) /* into L2 */
                     __builtin_prefetch(dp_line_ahead(s[k].ahead, p) + v * 2 * DP_FLOATS, 0, 2);
-            int32_t pair;
-            __builtin_memcpy(&pair, x + 2 * p, sizeof pair);
-            const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
-            for (int k = 0; k < streams; ++k)
-                for (int v = 0; v < vecs; ++v) {
-                    const uint16_t *w = s[k].w + p * 2 * DP_BLOCK + v * 2 * DP_FLOATS;
-                    part[k][v] = _mm512_dpbf16_ps(part[k][v], xp, (__m512bh)_mm512_loadu_si512(w));
+            for (int k = 0; k < streams; ++k) {
+                __m512bh wp[DP_PARTS];
+                for (int v = 0; v < vecs; ++v)
+                    wp[v] = (__m512bh)_mm512_loadu_si512(s[k].w + p * 2 * DP_BLOCK +
+                                                         v * 2 * DP_FLOATS);
+                for (int r = 0; r < rows; ++r) { /* the row's pair of inputs, in every lane */
+                    int32_t pair;
+                    __builtin_memcpy(&pair, x + r * in + 2 * p, sizeof pair);
+                    const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair);
+                    for (int v = 0; v < vecs; ++v)
+                        part[k][r][v] = _mm512_dpbf16_ps(part[k][r][v], xp, wp[v]);
                 }
+            }
         }
         for (int k = 0; k < streams; ++k)
-            for (int v = 0; v < vecs; ++v)
-                sum[k][v] = start ? _mm512_add_ps(sum[k][v], part[k][v]) : part[k][v];
+            for (int r = 0; r < rows; ++r)
+                for (int v = 0; v < vecs; ++v)
+                    sum[k][r][v] = start ? _mm512_add_ps(sum[k][r][v], part[k][r][v])
+                                         : part[k][r][v];
     }
-    for (int k = 0; k < streams; ++k) {
-        float sums[DP_BLOCK];
-        for (int v = 0; v < vecs; ++v) _mm512_storeu_ps(sums + v * DP_FLOATS, sum[k][v]);
-        for (int64_t o = 0; o < width; ++o)
-            s[k].y[o] = to_bf16(s[k].bias ? sums[o] + from_bf16(s[k].bias[o]) : sums[o]);
-    }
+    for (int k = 0; k < streams; ++k)
+        for (int r = 0; r < rows; ++r) {
+            float sums[DP_BLOCK];
+            for (int v = 0; v < vecs; ++v) _mm512_storeu_ps(sums + v * DP_FLOATS, sum[k][r][v]);
+            uint16_t *y = s[k].y + r * stride;
+            for (int64_t o = 0; o < width; ++o)
+                y[o] = to_bf16(s[k].bias ? sums[o] + from_bf16(s[k].bias[o]) : sums[o]);
+        }
 }
 
-/* One row through n whole blocks side by side, as packed_gemv.c's one_row_blocks. */
-static void dp_one_row_blocks(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
-                              const int64_t *blocks, uint16_t *const *y, int n, int64_t in,
-                              int64_t chunk) {
+#define DP_FEW_ROWS_CASE(rows, n) \
+    case (rows) * 8 + (n): dp_few_rows(x, s, in, chunk, stride, DP_BLOCK, rows, n, DP_PARTS); break;
+
+/* A few rows through n whole blocks side by side, as packed_gemv.c's few_rows_blocks. */
+static void dp_few_rows_blocks(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
+                               const int64_t *blocks, uint16_t *const *y, int n, int64_t rows,
+                               int64_t in, int64_t chunk, int64_t stride) {
     dp_stream_t s[DP_STREAMS];
     for (int k = 0; k < n; ++k) {
         const uint16_t *w = weight + blocks[k] * in * DP_BLOCK;
         s[k] = (dp_stream_t){w, bias ? bias + blocks[k] * DP_BLOCK : 0, dp_ahead_of(w, 0, in, 0),
                              y[k]};
     }
-    switch (n) {
-    case 1: dp_one_row(x, s, in, chunk, DP_BLOCK, 1, DP_PARTS); break;
-    case 2: dp_one_row(x, s, in, chunk, DP_BLOCK, 2, DP_PARTS); break;
-    case 3: dp_one_row(x, s, in, chunk, DP_BLOCK, 3, DP_PARTS); break;
-    default: dp_one_row(x, s, in, chunk, DP_BLOCK, 4, DP_PARTS); break;
+    switch (rows * 8 + n) {
+        DP_FEW_ROWS_CASE(1, 1) DP_FEW_ROWS_CASE(1, 2) DP_FEW_ROWS_CASE(1, 3) DP_FEW_ROWS_CASE(1, 4)
+        DP_FEW_ROWS_CASE(2, 1) DP_FEW_ROWS_CASE(2, 2) DP_FEW_ROWS_CASE(2, 3) DP_FEW_ROWS_CASE(2, 4)
+        DP_FEW_ROWS_CASE(3, 1) DP_FEW_ROWS_CASE(3, 2) DP_FEW_ROWS_CASE(4, 1) DP_FEW_ROWS_CASE(4, 2)
     }
 }
+#undef DP_FEW_ROWS_CASE
 
-/* One row through whole blocks [b0, b1) in DP_STREAMS runs side by side, as packed_gemv.c's
- * one_row_runs. */
-static void dp_one_row_runs(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
-                            uint16_t *y, int64_t b0, int64_t b1, int64_t in, int64_t chunk) {
-    const int64_t per = (b1 - b0 + DP_STREAMS - 1) / DP_STREAMS; /* blocks a run */
+/* A few rows through whole blocks [b0, b1) in runs side by side, as packed_gemv.c's
+ * few_rows_runs; y [rows, out]. */
+static void dp_few_rows_runs(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
+                             uint16_t *y, int64_t rows, int64_t b0, int64_t b1, int64_t in,
+                             int64_t out, int64_t chunk) {
+    const int64_t runs = DP_STREAMS_FOR(rows), per = (b1 - b0 + runs - 1) / runs;
     for (int64_t j = 0; j < per; ++j) {
         int64_t blocks[DP_STREAMS];
         uint16_t *ys[DP_STREAMS];
         int n = 0;
         for (int64_t b = b0 + j; b < b1; b += per, ++n) blocks[n] = b, ys[n] = y + b * DP_BLOCK;
-        dp_one_row_blocks(x, weight, bias, blocks, ys, n, in, chunk);
+        dp_few_rows_blocks(x, weight, bias, blocks, ys, n, rows, in, chunk, out);
     }
 }
 
 /* Outputs [first, last) of one block for up to DP_SLAB rows, as packed_gemv.c's block_outputs:
  * each chunk a stretch at a time, each stretch through all the rows' tiles; one row straight
- * through (dp_one_row). */
+ * through (dp_few_rows). */
 static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uint16_t *next,
                              const uint16_t *bias, uint16_t *y, int64_t rows, int64_t in,
                              int64_t chunk, int64_t out, int64_t first, int64_t last) {
@@ -181,7 +197,7 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
     const dp_ahead_t ahead = dp_ahead_of(block, next, in, first);
     if (rows == 1) {
         const dp_stream_t s = {block + 2 * first, bias ? bias + first : 0, ahead, y + first};
-        WITH_CONSTANT_VECS(vecs, dp_one_row, x, &s, in, chunk, last - first, 1);
+        WITH_CONSTANT_VECS(vecs, dp_few_rows, x, &s, in, chunk, out, last - first, 1, 1);
         return;
     }
     float sum[DP_SLAB][DP_BLOCK], part[DP_SLAB][DP_BLOCK];
@@ -208,17 +224,17 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
 }
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none); bfloat16, `in`
- * and `chunk` even. The outputs are shared among the threads as shares.h says; one row reads the
- * blocks a thread holds whole DP_STREAMS at a time, as packed_gemv does. */
+ * and `chunk` even. The outputs are shared among the threads as shares.h says; up to DP_FEW_ROWS
+ * rows read the blocks a thread holds whole several at a time, as packed_gemv does. */
 void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias, uint16_t *y,
                  int64_t rows, int64_t in, int64_t out, int64_t chunk, int threads) {
 #pragma omp parallel num_threads(threads)
     {
         const share_t share = thread_share((out + DP_BLOCK - 1) / DP_BLOCK, DP_PARTS);
         int64_t b0 = 0, b1 = 0; /* the blocks read side by side */
-        if (rows == 1) {
+        if (rows <= DP_FEW_ROWS) {
             whole_blocks(share, DP_PARTS, out / DP_BLOCK, &b0, &b1);
-            dp_one_row_runs(x, weight, bias, y, b0, b1, in, chunk);
+            dp_few_rows_runs(x, weight, bias, y, rows, b0, b1, in, out, chunk);
         }
         for (int64_t b = share.begin / DP_PARTS; b * DP_PARTS < share.end; ++b) {
             if (b >= b0 && b < b1) continue; /* read above */

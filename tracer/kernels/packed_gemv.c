@@ -107,89 +107,106 @@ static void tile_rows(const float *x, int64_t in, const float *w, ahead_t ahead,
 }
 #undef TILE
 
-/* One row through `streams` blocks side by side (a constant in each inlined copy, as vecs is), each
- * block's outputs [first, last) summed straight through the inputs, the weights asked for as far
- * ahead as the tiles ask: at one row each weight is used once, so there is nothing for the tiles to
- * keep in the cache, and their stretches only slowed the reading (the model's linears at one row
- * read 40.3 against 34.8 GB/s on the Zen 4 host of docs/benchmarks.md, twenty-sixth round). The
- * same sums as the tiles': the same bits. Several blocks at once because a core reading one run of
- * memory did not keep it busy: four runs side by side read 1.1-1.3x as fast on that host (thirty-
- * first round). */
+/* A few rows (1 to FEW_ROWS) through `streams` blocks side by side, each block's outputs [first,
+ * last) summed straight through the inputs (rows, streams and vecs constants in each inlined copy),
+ * the weights asked for as far ahead as the tiles ask. At one row each weight is used once, so
+ * there is nothing for the tiles to keep in the cache, and their stretches only slowed the reading
+ * (the model's linears at one row read 40.3 against 34.8 GB/s on the Zen 4 host of
+ * docs/benchmarks.md, twenty-sixth round); up to FEW_ROWS rows the multiply-adds still wait for
+ * memory. Several blocks at once because a core reading one run of memory did not keep it busy:
+ * on that host one run a core read ~30 GB/s, and a step's linears at one row read 1.1-1.3x as fast
+ * four runs at a time (thirty-first round). The same sums as the tiles': the same bits. */
 typedef struct {
     const float *w, *bias; /* from the block's first output on; bias NULL for none */
     ahead_t ahead;
-    float *y;
+    float *y; /* row r's outputs at y + r * the row stride */
 } stream_t;
 
-enum { STREAMS = 4 }; /* blocks one row reads side by side, at most */
+enum { FEW_ROWS = 4, STREAMS = 4 }; /* rows read straight through; blocks side by side, at most */
 
-INLINE void one_row(const float *x, const stream_t *s, int64_t in, int64_t chunk, int64_t width,
-                    const int streams, const int vecs) {
-    fvec sum[STREAMS][PARTS], part[STREAMS][PARTS];
+/* Blocks read side by side for `rows` rows: as many as keep the partial sums (rows x streams x 4
+ * vectors) within the 32 vector registers, at most STREAMS. */
+#define STREAMS_FOR(rows) ((rows) <= 2 ? STREAMS : 2)
+
+INLINE void few_rows(const float *x, const stream_t *s, int64_t in, int64_t chunk, int64_t stride,
+                     int64_t width, const int rows, const int streams, const int vecs) {
+    fvec sum[STREAMS][FEW_ROWS][PARTS], part[STREAMS][FEW_ROWS][PARTS];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         for (int k = 0; k < streams; ++k)
-            for (int v = 0; v < vecs; ++v) part[k][v] = ZERO();
+            for (int r = 0; r < rows; ++r)
+                for (int v = 0; v < vecs; ++v) part[k][r][v] = ZERO();
         for (int64_t i = start; i < end; ++i) {
             for (int k = 0; k < streams; ++k)
                 for (int v = 0; v < vecs; ++v) /* into L2 */
                     __builtin_prefetch(line_ahead(s[k].ahead, i) + v * FLOATS, 0, 2);
-            const fvec xi = SET1(x[i]);
-            for (int k = 0; k < streams; ++k)
-                for (int v = 0; v < vecs; ++v)
-                    part[k][v] = FMA(xi, LOAD(s[k].w + i * BLOCK + v * FLOATS), part[k][v]);
+            for (int k = 0; k < streams; ++k) {
+                fvec wi[PARTS];
+                for (int v = 0; v < vecs; ++v) wi[v] = LOAD(s[k].w + i * BLOCK + v * FLOATS);
+                for (int r = 0; r < rows; ++r) {
+                    const fvec xi = SET1(x[r * in + i]);
+                    for (int v = 0; v < vecs; ++v) part[k][r][v] = FMA(xi, wi[v], part[k][r][v]);
+                }
+            }
         }
         for (int k = 0; k < streams; ++k)
-            for (int v = 0; v < vecs; ++v)
-                sum[k][v] = start ? _mm512_add_ps(sum[k][v], part[k][v]) : part[k][v];
+            for (int r = 0; r < rows; ++r)
+                for (int v = 0; v < vecs; ++v)
+                    sum[k][r][v] = start ? _mm512_add_ps(sum[k][r][v], part[k][r][v])
+                                         : part[k][r][v];
     }
     for (int k = 0; k < streams; ++k)
-        for (int v = 0; v < vecs; ++v) { /* the last vector may hold fewer than FLOATS outputs */
-            const int64_t n = width - v * FLOATS < FLOATS ? width - v * FLOATS : FLOATS;
-            const __mmask16 keep = (__mmask16)((1u << n) - 1);
-            if (s[k].bias)
-                sum[k][v] = _mm512_add_ps(sum[k][v],
-                                          _mm512_maskz_loadu_ps(keep, s[k].bias + v * FLOATS));
-            _mm512_mask_storeu_ps(s[k].y + v * FLOATS, keep, sum[k][v]);
-        }
+        for (int r = 0; r < rows; ++r)
+            for (int v = 0; v < vecs; ++v) { /* the last vector may hold fewer than FLOATS */
+                const int64_t n = width - v * FLOATS < FLOATS ? width - v * FLOATS : FLOATS;
+                const __mmask16 keep = (__mmask16)((1u << n) - 1);
+                fvec y = sum[k][r][v];
+                if (s[k].bias)
+                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(keep, s[k].bias + v * FLOATS));
+                _mm512_mask_storeu_ps(s[k].y + r * stride + v * FLOATS, keep, y);
+            }
 }
 
-/* One row through n whole blocks of a weight side by side (1 <= n <= STREAMS): the block ids in
- * blocks, each one's 64 outputs to its own y. */
-static void one_row_blocks(const float *x, const float *weight, const float *bias,
-                           const int64_t *blocks, float *const *y, int n, int64_t in,
-                           int64_t in_padded, int64_t chunk) {
+#define FEW_ROWS_CASE(rows, n) \
+    case (rows) * 8 + (n): few_rows(x, s, in, chunk, stride, BLOCK, rows, n, PARTS); break;
+
+/* `rows` rows through n whole blocks of a weight side by side (n <= STREAMS_FOR(rows)): the block
+ * ids in blocks, block k's 64 outputs of row r to y[k] + r * stride. */
+static void few_rows_blocks(const float *x, const float *weight, const float *bias,
+                            const int64_t *blocks, float *const *y, int n, int64_t rows,
+                            int64_t in, int64_t in_padded, int64_t chunk, int64_t stride) {
     stream_t s[STREAMS];
     for (int k = 0; k < n; ++k) {
         const float *w = weight + blocks[k] * in_padded * BLOCK;
         s[k] = (stream_t){w, bias ? bias + blocks[k] * BLOCK : 0, ahead_of(w, 0, in_padded, 0),
                           y[k]};
     }
-    switch (n) {
-    case 1: one_row(x, s, in, chunk, BLOCK, 1, PARTS); break;
-    case 2: one_row(x, s, in, chunk, BLOCK, 2, PARTS); break;
-    case 3: one_row(x, s, in, chunk, BLOCK, 3, PARTS); break;
-    default: one_row(x, s, in, chunk, BLOCK, 4, PARTS); break;
+    switch (rows * 8 + n) {
+        FEW_ROWS_CASE(1, 1) FEW_ROWS_CASE(1, 2) FEW_ROWS_CASE(1, 3) FEW_ROWS_CASE(1, 4)
+        FEW_ROWS_CASE(2, 1) FEW_ROWS_CASE(2, 2) FEW_ROWS_CASE(2, 3) FEW_ROWS_CASE(2, 4)
+        FEW_ROWS_CASE(3, 1) FEW_ROWS_CASE(3, 2) FEW_ROWS_CASE(4, 1) FEW_ROWS_CASE(4, 2)
     }
 }
+#undef FEW_ROWS_CASE
 
-/* One row through whole blocks [b0, b1) in STREAMS runs read side by side: each run's j-th block
- * with the others' j-th. */
-static void one_row_runs(const float *x, const float *weight, const float *bias, float *y,
-                         int64_t b0, int64_t b1, int64_t in, int64_t in_padded, int64_t chunk) {
-    const int64_t per = (b1 - b0 + STREAMS - 1) / STREAMS; /* blocks a run */
+/* `rows` rows through whole blocks [b0, b1) in STREAMS_FOR(rows) runs read side by side: each
+ * run's j-th block with the others' j-th; y [rows, out]. */
+static void few_rows_runs(const float *x, const float *weight, const float *bias, float *y,
+                          int64_t rows, int64_t b0, int64_t b1, int64_t in, int64_t in_padded,
+                          int64_t out, int64_t chunk) {
+    const int64_t runs = STREAMS_FOR(rows), per = (b1 - b0 + runs - 1) / runs; /* blocks a run */
     for (int64_t j = 0; j < per; ++j) {
         int64_t blocks[STREAMS];
         float *ys[STREAMS];
         int n = 0;
         for (int64_t b = b0 + j; b < b1; b += per, ++n) blocks[n] = b, ys[n] = y + b * BLOCK;
-        one_row_blocks(x, weight, bias, blocks, ys, n, in, in_padded, chunk);
+        few_rows_blocks(x, weight, bias, blocks, ys, n, rows, in, in_padded, chunk, out);
     }
 }
 
 /* Outputs [first, last) of one block for up to SLAB rows (first and last multiples of FLOATS, or
  * last the block's width): each chunk of inputs a stretch at a time, and each stretch through all
- * the rows' tiles while its weights are in the cache; one row straight through (one_row). */
+ * the rows' tiles while its weights are in the cache; one row straight through (few_rows). */
 static void block_outputs(const float *x, const float *block, const float *next,
                           const float *bias, float *y, int64_t rows, int64_t in, int64_t in_padded,
                           int64_t chunk, int64_t out, int64_t first, int64_t last) {
@@ -197,7 +214,7 @@ static void block_outputs(const float *x, const float *block, const float *next,
     const ahead_t ahead = ahead_of(block, next, in_padded, first);
     if (rows == 1) {
         const stream_t s = {block + first, bias ? bias + first : 0, ahead, y + first};
-        WITH_CONSTANT_VECS(vecs, one_row, x, &s, in, chunk, last - first, 1);
+        WITH_CONSTANT_VECS(vecs, few_rows, x, &s, in, chunk, out, last - first, 1, 1);
         return;
     }
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
@@ -263,8 +280,8 @@ static void block_outputs(const float *x, const float *block, const float *next,
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The outputs are
  * shared among the threads as shares.h says (with AVX-512 a block is 4 vectors; with AVX2 one, so
- * whole blocks); the rows go SLAB at a time. With AVX-512 one row reads the blocks a thread holds
- * whole STREAMS at a time (one_row_runs), and a block it holds part of alone. */
+ * whole blocks); the rows go SLAB at a time. With AVX-512 up to FEW_ROWS rows read the blocks a
+ * thread holds whole several at a time (few_rows_runs), and a block it holds part of alone. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {
 #pragma omp parallel num_threads(threads)
@@ -272,9 +289,9 @@ void packed_gemv(const float *x, const float *weight, const float *bias, float *
         const share_t share = thread_share((out + BLOCK - 1) / BLOCK, PARTS);
         int64_t b0 = 0, b1 = 0; /* the blocks read side by side */
 #ifdef __AVX512F__
-        if (rows == 1) {
+        if (rows <= FEW_ROWS) {
             whole_blocks(share, PARTS, out / BLOCK, &b0, &b1);
-            one_row_runs(x, weight, bias, y, b0, b1, in, in_padded, chunk);
+            few_rows_runs(x, weight, bias, y, rows, b0, b1, in, in_padded, out, chunk);
         }
 #endif
         for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {
