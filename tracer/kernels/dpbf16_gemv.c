@@ -104,13 +104,10 @@ typedef struct {
     uint16_t *y; /* row r's outputs at y + r * the row stride */
 } dp_stream_t;
 
-enum { DP_FEW_ROWS = 4, DP_STREAMS = 4 }; /* as packed_gemv.c's FEW_ROWS and STREAMS */
-#define DP_STREAMS_FOR(rows) ((rows) <= 2 ? DP_STREAMS : 2)
-
 INLINE void dp_few_rows(const uint16_t *x, const dp_stream_t *s, int64_t in, int64_t chunk,
                         int64_t stride, int64_t width, const int rows, const int streams,
                         const int vecs) {
-    __m512 sum[DP_STREAMS][DP_FEW_ROWS][DP_PARTS], part[DP_STREAMS][DP_FEW_ROWS][DP_PARTS];
+    __m512 sum[STREAMS][FEW_ROWS][DP_PARTS], part[STREAMS][FEW_ROWS][DP_PARTS];
     const int64_t pairs = in / 2, chunk_pairs = chunk / 2;
     for (int64_t start = 0; start < pairs; start += chunk_pairs) {
         const int64_t end = start + chunk_pairs < pairs ? start + chunk_pairs : pairs;
@@ -158,7 +155,7 @@ INLINE void dp_few_rows(const uint16_t *x, const dp_stream_t *s, int64_t in, int
 static void dp_few_rows_blocks(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
                                const int64_t *blocks, uint16_t *const *y, int n, int64_t rows,
                                int64_t in, int64_t chunk, int64_t stride) {
-    dp_stream_t s[DP_STREAMS];
+    dp_stream_t s[STREAMS];
     for (int k = 0; k < n; ++k) {
         const uint16_t *w = weight + blocks[k] * in * DP_BLOCK;
         s[k] = (dp_stream_t){w, bias ? bias + blocks[k] * DP_BLOCK : 0, dp_ahead_of(w, 0, in, 0),
@@ -177,10 +174,10 @@ static void dp_few_rows_blocks(const uint16_t *x, const uint16_t *weight, const 
 static void dp_few_rows_runs(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
                              uint16_t *y, int64_t rows, int64_t b0, int64_t b1, int64_t in,
                              int64_t out, int64_t chunk) {
-    const int64_t runs = DP_STREAMS_FOR(rows), per = (b1 - b0 + runs - 1) / runs;
+    const int64_t runs = STREAMS_FOR(rows), per = (b1 - b0 + runs - 1) / runs;
     for (int64_t j = 0; j < per; ++j) {
-        int64_t blocks[DP_STREAMS];
-        uint16_t *ys[DP_STREAMS];
+        int64_t blocks[STREAMS];
+        uint16_t *ys[STREAMS];
         int n = 0;
         for (int64_t b = b0 + j; b < b1; b += per, ++n) blocks[n] = b, ys[n] = y + b * DP_BLOCK;
         dp_few_rows_blocks(x, weight, bias, blocks, ys, n, rows, in, chunk, out);
@@ -224,7 +221,7 @@ static void dp_block_outputs(const uint16_t *x, const uint16_t *block, const uin
 }
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none); bfloat16, `in`
- * and `chunk` even. The outputs are shared among the threads as shares.h says; up to DP_FEW_ROWS
+ * and `chunk` even. The outputs are shared among the threads as shares.h says; up to FEW_ROWS
  * rows read the blocks a thread holds whole several at a time, as packed_gemv does. */
 void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias, uint16_t *y,
                  int64_t rows, int64_t in, int64_t out, int64_t chunk, int threads) {
@@ -232,7 +229,7 @@ void dpbf16_gemv(const uint16_t *x, const uint16_t *weight, const uint16_t *bias
     {
         const share_t share = thread_share((out + DP_BLOCK - 1) / DP_BLOCK, DP_PARTS);
         int64_t b0 = 0, b1 = 0; /* the blocks read side by side */
-        if (rows <= DP_FEW_ROWS) {
+        if (rows <= FEW_ROWS) {
             whole_blocks(share, DP_PARTS, out / DP_BLOCK, &b0, &b1);
             dp_few_rows_runs(x, weight, bias, y, rows, b0, b1, in, out, chunk);
         }

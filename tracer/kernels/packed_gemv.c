@@ -122,12 +122,6 @@ typedef struct {
     float *y; /* row r's outputs at y + r * the row stride */
 } stream_t;
 
-enum { FEW_ROWS = 4, STREAMS = 4 }; /* rows read straight through; blocks side by side, at most */
-
-/* Blocks read side by side for `rows` rows: as many as keep the partial sums (rows x streams x 4
- * vectors) within the 32 vector registers, at most STREAMS. */
-#define STREAMS_FOR(rows) ((rows) <= 2 ? STREAMS : 2)
-
 INLINE void few_rows(const float *x, const stream_t *s, int64_t in, int64_t chunk, int64_t stride,
                      int64_t width, const int rows, const int streams, const int vecs) {
     fvec sum[STREAMS][FEW_ROWS][PARTS], part[STREAMS][FEW_ROWS][PARTS];

@@ -29,6 +29,12 @@ static inline void outputs_in_share(share_t share, int64_t b, int64_t parts, int
     *last = v1 * per_part < width ? v1 * per_part : width;
 }
 
+/* Up to FEW_ROWS rows the few-row linears read the blocks a thread holds whole several at a time,
+ * side by side: as many as keep the partial sums (rows x blocks x 4 vectors) within the 32 vector
+ * registers, at most STREAMS (packed_gemv.c: few_rows). */
+enum { FEW_ROWS = 4, STREAMS = 4 };
+#define STREAMS_FOR(rows) ((rows) <= 2 ? STREAMS : 2)
+
 /* The blocks a share holds whole, [*begin, *end): every vector of a block with all its outputs
  * (the first `full` blocks have them). */
 static inline void whole_blocks(share_t share, int64_t parts, int64_t full, int64_t *begin,
