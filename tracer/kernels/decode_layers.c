@@ -106,17 +106,18 @@ static void few_rows_of(const linear_t *l, const void *x, const int64_t *blocks,
 }
 
 /* gate_up_silu's whole blocks [b0, b1) for a few rows: each block's gate and up outputs read side
- * by side, with as many blocks at once as packed_gemv.c's STREAMS_FOR allows. */
+ * by side, with as many blocks at once as shares.h's STREAMS_FOR allows. */
 static void gate_up_silu_few_rows(const linear_t *l, const void *x, void *act, int64_t rows,
                                   int64_t b0, int64_t b1, int64_t vectorized, int bf16) {
     const int64_t width = l->out / 2, half = width / BLOCK, runs = STREAMS_FOR(rows) / 2;
     const int64_t per = (b1 - b0 + runs - 1) / runs; /* blocks a run */
     _Alignas(64) float out[STREAMS][FEW_ROWS * BLOCK]; /* gate, up, gate, up */
     for (int64_t j = 0; j < per; ++j) {
-        int64_t blocks[STREAMS];
+        int64_t gates[STREAMS / 2], blocks[STREAMS];
         void *y[STREAMS] = {out[0], out[1], out[2], out[3]};
-        int n = 0;
-        for (int64_t b = b0 + j; b < b1; b += per, n += 2) blocks[n] = b, blocks[n + 1] = b + half;
+        const int n = 2 * side_by_side(b0, b1, per, j, gates);
+        for (int k = 0; k < n; k += 2) /* each gate block, then the same block of up's */
+            blocks[k] = gates[k / 2], blocks[k + 1] = gates[k / 2] + half;
         few_rows_of(l, x, blocks, y, n, rows, bf16);
         for (int k = 0; k < n; k += 2)
             if (bf16)

@@ -148,9 +148,6 @@ INLINE void dp_few_rows(const uint16_t *x, const dp_stream_t *s, int64_t in, int
         }
 }
 
-#define DP_FEW_ROWS_CASE(rows, n) \
-    case (rows) * 8 + (n): dp_few_rows(x, s, in, chunk, stride, DP_BLOCK, rows, n, DP_PARTS); break;
-
 /* A few rows through n whole blocks side by side, as packed_gemv.c's few_rows_blocks. */
 static void dp_few_rows_blocks(const uint16_t *x, const uint16_t *weight, const uint16_t *bias,
                                const int64_t *blocks, uint16_t *const *y, int n, int64_t rows,
@@ -161,13 +158,8 @@ static void dp_few_rows_blocks(const uint16_t *x, const uint16_t *weight, const 
         s[k] = (dp_stream_t){w, bias ? bias + blocks[k] * DP_BLOCK : 0, dp_ahead_of(w, 0, in, 0),
                              y[k]};
     }
-    switch (rows * 8 + n) {
-        DP_FEW_ROWS_CASE(1, 1) DP_FEW_ROWS_CASE(1, 2) DP_FEW_ROWS_CASE(1, 3) DP_FEW_ROWS_CASE(1, 4)
-        DP_FEW_ROWS_CASE(2, 1) DP_FEW_ROWS_CASE(2, 2) DP_FEW_ROWS_CASE(2, 3) DP_FEW_ROWS_CASE(2, 4)
-        DP_FEW_ROWS_CASE(3, 1) DP_FEW_ROWS_CASE(3, 2) DP_FEW_ROWS_CASE(4, 1) DP_FEW_ROWS_CASE(4, 2)
-    }
+    WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, dp_few_rows, x, s, in, chunk, stride, DP_BLOCK);
 }
-#undef DP_FEW_ROWS_CASE
 
 /* A few rows through whole blocks [b0, b1) in runs side by side, as packed_gemv.c's
  * few_rows_runs; y [rows, out]. */
@@ -178,8 +170,8 @@ static void dp_few_rows_runs(const uint16_t *x, const uint16_t *weight, const ui
     for (int64_t j = 0; j < per; ++j) {
         int64_t blocks[STREAMS];
         uint16_t *ys[STREAMS];
-        int n = 0;
-        for (int64_t b = b0 + j; b < b1; b += per, ++n) blocks[n] = b, ys[n] = y + b * DP_BLOCK;
+        const int n = side_by_side(b0, b1, per, j, blocks);
+        for (int k = 0; k < n; ++k) ys[k] = y + blocks[k] * DP_BLOCK;
         dp_few_rows_blocks(x, weight, bias, blocks, ys, n, rows, in, chunk, out);
     }
 }

@@ -161,9 +161,6 @@ INLINE void few_rows(const float *x, const stream_t *s, int64_t in, int64_t chun
             }
 }
 
-#define FEW_ROWS_CASE(rows, n) \
-    case (rows) * 8 + (n): few_rows(x, s, in, chunk, stride, BLOCK, rows, n, PARTS); break;
-
 /* `rows` rows through n whole blocks of a weight side by side (n <= STREAMS_FOR(rows)): the block
  * ids in blocks, block k's 64 outputs of row r to y[k] + r * stride. */
 static void few_rows_blocks(const float *x, const float *weight, const float *bias,
@@ -175,16 +172,11 @@ static void few_rows_blocks(const float *x, const float *weight, const float *bi
         s[k] = (stream_t){w, bias ? bias + blocks[k] * BLOCK : 0, ahead_of(w, 0, in_padded, 0),
                           y[k]};
     }
-    switch (rows * 8 + n) {
-        FEW_ROWS_CASE(1, 1) FEW_ROWS_CASE(1, 2) FEW_ROWS_CASE(1, 3) FEW_ROWS_CASE(1, 4)
-        FEW_ROWS_CASE(2, 1) FEW_ROWS_CASE(2, 2) FEW_ROWS_CASE(2, 3) FEW_ROWS_CASE(2, 4)
-        FEW_ROWS_CASE(3, 1) FEW_ROWS_CASE(3, 2) FEW_ROWS_CASE(4, 1) FEW_ROWS_CASE(4, 2)
-    }
+    WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, few_rows, x, s, in, chunk, stride, BLOCK);
 }
-#undef FEW_ROWS_CASE
 
-/* `rows` rows through whole blocks [b0, b1) in STREAMS_FOR(rows) runs read side by side: each
- * run's j-th block with the others' j-th; y [rows, out]. */
+/* `rows` rows through whole blocks [b0, b1) in STREAMS_FOR(rows) runs read side by side; y [rows,
+ * out]. */
 static void few_rows_runs(const float *x, const float *weight, const float *bias, float *y,
                           int64_t rows, int64_t b0, int64_t b1, int64_t in, int64_t in_padded,
                           int64_t out, int64_t chunk) {
@@ -192,8 +184,8 @@ static void few_rows_runs(const float *x, const float *weight, const float *bias
     for (int64_t j = 0; j < per; ++j) {
         int64_t blocks[STREAMS];
         float *ys[STREAMS];
-        int n = 0;
-        for (int64_t b = b0 + j; b < b1; b += per, ++n) blocks[n] = b, ys[n] = y + b * BLOCK;
+        const int n = side_by_side(b0, b1, per, j, blocks);
+        for (int k = 0; k < n; ++k) ys[k] = y + blocks[k] * BLOCK;
         few_rows_blocks(x, weight, bias, blocks, ys, n, rows, in, in_padded, chunk, out);
     }
 }

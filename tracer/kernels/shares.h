@@ -44,4 +44,12 @@ static inline void whole_blocks(share_t share, int64_t parts, int64_t full, int6
     *end = *end > *begin ? *end : *begin;
 }
 
+/* Whole blocks [b0, b1) cut into runs of `per` blocks (the last may be shorter), read side by side:
+ * the blocks of step j, run k's j-th in blocks[k]. Returns how many. */
+static inline int side_by_side(int64_t b0, int64_t b1, int64_t per, int64_t j, int64_t *blocks) {
+    int n = 0;
+    for (int64_t b = b0 + j; b < b1; b += per) blocks[n++] = b;
+    return n;
+}
+
 #endif
