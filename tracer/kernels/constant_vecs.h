@@ -13,23 +13,24 @@
     default: fn(__VA_ARGS__, 4); break;                                                           \
     }
 
-/* fn(args..., rows, n, 4) with rows (1 to 4) and n, the whole blocks read side by side (1 to 4 at
- * 1-2 rows, 1 to 2 at 3-4: shares.h's STREAMS_FOR), made constants, each block's 4 vectors whole:
- * the few-row linears' calls of their straight loop (packed_gemv.c: few_rows). */
-#define WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, fn, ...)                                         \
+/* fn(args..., rows, n, vecs) with rows (1 to 4) and n, the whole blocks read side by side (1 to 4
+ * at 1-2 rows, 1 to 2 at 3-4: shares.h's STREAMS_FOR), made constants; vecs, a whole block's
+ * vectors, is the caller's constant: the few-row linears' calls of their straight loop
+ * (packed_gemv.c: few_rows). */
+#define WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, vecs, fn, ...)                                   \
     switch ((rows) * 8 + (n)) {                                                                   \
-    case 9: fn(__VA_ARGS__, 1, 1, 4); break;                                                      \
-    case 10: fn(__VA_ARGS__, 1, 2, 4); break;                                                     \
-    case 11: fn(__VA_ARGS__, 1, 3, 4); break;                                                     \
-    case 12: fn(__VA_ARGS__, 1, 4, 4); break;                                                     \
-    case 17: fn(__VA_ARGS__, 2, 1, 4); break;                                                     \
-    case 18: fn(__VA_ARGS__, 2, 2, 4); break;                                                     \
-    case 19: fn(__VA_ARGS__, 2, 3, 4); break;                                                     \
-    case 20: fn(__VA_ARGS__, 2, 4, 4); break;                                                     \
-    case 25: fn(__VA_ARGS__, 3, 1, 4); break;                                                     \
-    case 26: fn(__VA_ARGS__, 3, 2, 4); break;                                                     \
-    case 33: fn(__VA_ARGS__, 4, 1, 4); break;                                                     \
-    case 34: fn(__VA_ARGS__, 4, 2, 4); break;                                                     \
+    case 9: fn(__VA_ARGS__, 1, 1, vecs); break;                                                   \
+    case 10: fn(__VA_ARGS__, 1, 2, vecs); break;                                                  \
+    case 11: fn(__VA_ARGS__, 1, 3, vecs); break;                                                  \
+    case 12: fn(__VA_ARGS__, 1, 4, vecs); break;                                                  \
+    case 17: fn(__VA_ARGS__, 2, 1, vecs); break;                                                  \
+    case 18: fn(__VA_ARGS__, 2, 2, vecs); break;                                                  \
+    case 19: fn(__VA_ARGS__, 2, 3, vecs); break;                                                  \
+    case 20: fn(__VA_ARGS__, 2, 4, vecs); break;                                                  \
+    case 25: fn(__VA_ARGS__, 3, 1, vecs); break;                                                  \
+    case 26: fn(__VA_ARGS__, 3, 2, vecs); break;                                                  \
+    case 33: fn(__VA_ARGS__, 4, 1, vecs); break;                                                  \
+    case 34: fn(__VA_ARGS__, 4, 2, vecs); break;                                                  \
     }
 
 #endif

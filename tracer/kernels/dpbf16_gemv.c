@@ -158,7 +158,8 @@ static void dp_few_rows_blocks(const uint16_t *x, const uint16_t *weight, const 
         s[k] = (dp_stream_t){w, bias ? bias + blocks[k] * DP_BLOCK : 0, dp_ahead_of(w, 0, in, 0),
                              y[k]};
     }
-    WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, dp_few_rows, x, s, in, chunk, stride, DP_BLOCK);
+    WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, DP_PARTS, dp_few_rows, x, s, in, chunk, stride,
+                                   DP_BLOCK);
 }
 
 /* A few rows through whole blocks [b0, b1) in runs side by side, as packed_gemv.c's

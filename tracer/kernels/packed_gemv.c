@@ -172,7 +172,7 @@ static void few_rows_blocks(const float *x, const float *weight, const float *bi
         s[k] = (stream_t){w, bias ? bias + blocks[k] * BLOCK : 0, ahead_of(w, 0, in_padded, 0),
                           y[k]};
     }
-    WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, few_rows, x, s, in, chunk, stride, BLOCK);
+    WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, PARTS, few_rows, x, s, in, chunk, stride, BLOCK);
 }
 
 /* `rows` rows through whole blocks [b0, b1) in STREAMS_FOR(rows) runs read side by side; y [rows,
