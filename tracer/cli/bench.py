@@ -23,6 +23,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="nanoengine bench",
         description="Benchmark nanoengine against Hugging Face transformers on the standard workload "
         "(see docs/benchmarks.md).",
+        epilog="Also: `nanoengine bench --sharing --help` (KV blocks saved by n samples or beams sharing "
+        "blocks) and `nanoengine bench --ab --help` (two builds of the compiled kernels taking turns "
+        "step by step in one engine).",
     )
     p.add_argument(
         "--model",
@@ -192,6 +195,10 @@ def bench_main(argv: list[str]) -> int:
         from tracer.bench.sharing import main as sharing_main
 
         return sharing_main(argv[1:], prog="nanoengine bench --sharing")
+    if argv[:1] == ["--ab"]:  # two builds of the kernels taking turns in one engine: tracer/bench/ab.py
+        from tracer.bench.ab import main as ab_main
+
+        return ab_main(argv[1:], prog="nanoengine bench --ab", check_writable=check_writable)
     args = parse_args(argv)
     for flag, path in (("--out", args.out), ("--trace-out", args.trace_out)):
         if path is not None:

@@ -80,8 +80,8 @@ class StepArgs(ctypes.Structure):  # step_t
 
 
 @functools.cache
-def decode_layers_library() -> ctypes.CDLL:
-    library = load(SOURCE)
+def decode_layers_library(source: Path = SOURCE) -> ctypes.CDLL:
+    library = load(source)
     library.decode_layers.argtypes = [ctypes.POINTER(LayerArgs), I64, ctypes.POINTER(StepArgs), PTR]
     library.decode_layers.restype = ctypes.c_int
     return library

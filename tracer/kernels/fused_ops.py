@@ -18,8 +18,8 @@ I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
 @functools.cache
-def fused_ops_library() -> ctypes.CDLL:
-    library = load(SOURCE)
+def fused_ops_library(source: Path = SOURCE) -> ctypes.CDLL:
+    library = load(source)
     library.add_rms_norm.argtypes = [PTR] * 4 + [I64, I64, ctypes.c_float, INT, INT]
     library.rope_write_kv.argtypes = [PTR] * 8 + [I64] * 5 + [INT, INT]
     library.silu_and_mul.argtypes = [PTR, PTR, I64, I64, I64, INT, INT]

@@ -20,8 +20,8 @@ I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
 @functools.cache
-def greedy_library() -> ctypes.CDLL:
-    library = load(SOURCE)
+def greedy_library(source: Path = SOURCE) -> ctypes.CDLL:
+    library = load(source)
     library.first_largest_rows.argtypes = [PTR, I64, I64, INT, PTR, INT]
     library.first_largest_rows.restype = None
     return library

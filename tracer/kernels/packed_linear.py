@@ -53,8 +53,8 @@ K_STEP = 32  # inputs per AMX multiply: `in` must be a multiple
 
 
 @functools.cache
-def packed_gemv_library() -> ctypes.CDLL:
-    library = load(SOURCE)
+def packed_gemv_library(source: Path = SOURCE) -> ctypes.CDLL:
+    library = load(source)
     library.packed_gemv.argtypes = [PTR] * 4 + [I64] * 5 + [INT]
     library.packed_gemv.restype = None
     return library
@@ -70,13 +70,13 @@ def bf16_gemv_library(source: Path, sizes: int) -> ctypes.CDLL:
 
 
 @functools.cache
-def amx_gemv_library() -> ctypes.CDLL:
-    return bf16_gemv_library(AMX_SOURCE, 3)  # rows, in, out
+def amx_gemv_library(source: Path = AMX_SOURCE) -> ctypes.CDLL:
+    return bf16_gemv_library(source, 3)  # rows, in, out
 
 
 @functools.cache
-def dpbf16_gemv_library() -> ctypes.CDLL:
-    return bf16_gemv_library(DPBF16_SOURCE, 4)  # rows, in, out, chunk
+def dpbf16_gemv_library(source: Path = DPBF16_SOURCE) -> ctypes.CDLL:
+    return bf16_gemv_library(source, 4)  # rows, in, out, chunk
 
 
 def kernel_says_ready(library: Callable[[], ctypes.CDLL], ready: str) -> bool:

@@ -24,8 +24,8 @@ I64, PTR = ctypes.c_int64, ctypes.c_void_p
 
 
 @functools.cache
-def paged_decode_library() -> ctypes.CDLL:
-    library = load(SOURCE)
+def paged_decode_library(source: Path = SOURCE) -> ctypes.CDLL:
+    library = load(source)
     library.paged_decode.restype = ctypes.c_int
     library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float] + [ctypes.c_int] * 3
     return library
