@@ -88,3 +88,18 @@ def test_a_build_that_cannot_be_compared_gets_one_line(tmp_path, capsys, sources
     assert cli_main(["bench", "--ab", str(ab.KERNELS), label, "--model", "tiny"]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["HEAD"], "the following arguments are required: NEW"),
+        (["HEAD", "HEAD", "--repeat", "0"], "--repeat must be at least 1, got 0"),
+    ],
+)
+def test_a_bad_argument_gets_one_line(capsys, argv, says):
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["bench", "--ab", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err

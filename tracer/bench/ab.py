@@ -315,8 +315,8 @@ def print_report(report: dict) -> None:
         console.print(f"same tokens: NO: request {report['first_request_differing']} of the quick workload differs")
 
 
-def parse_args(argv: Iterable[str], prog: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+def parse_args(argv: Iterable[str], prog: str, parser: type[argparse.ArgumentParser]) -> argparse.Namespace:
+    p = parser(
         prog=prog,
         description="Two builds of the compiled kernels in one engine, taking turns step by step; per group "
         "of rows NEW's median step over OLD's (below 1: NEW is faster), and whether each build alone "
@@ -343,8 +343,9 @@ def main(
     argv: Iterable[str],
     prog: str = "python -m tracer.bench.ab",
     check_writable: Callable[[str, Path], None] | None = None,  # the bench command's, for --out
+    parser: type[argparse.ArgumentParser] = argparse.ArgumentParser,  # the commands' one-line errors
 ) -> int:
-    args = parse_args(argv, prog)
+    args = parse_args(argv, prog, parser)
     if check_writable is not None and args.out is not None:
         check_writable("--out", args.out)
     with tempfile.TemporaryDirectory(prefix="nanoengine-ab-") as scratch:

@@ -198,7 +198,7 @@ def bench_main(argv: list[str]) -> int:
     if argv[:1] == ["--ab"]:  # two builds of the kernels taking turns in one engine: tracer/bench/ab.py
         from tracer.bench.ab import main as ab_main
 
-        return ab_main(argv[1:], prog="nanoengine bench --ab", check_writable=check_writable)
+        return ab_main(argv[1:], "nanoengine bench --ab", check_writable, ArgumentParser)
     args = parse_args(argv)
     for flag, path in (("--out", args.out), ("--trace-out", args.trace_out)):
         if path is not None:
