@@ -70,7 +70,7 @@ GROUPS = ((1, 1), (2, 3), (4, 15), (16, None))  # rows a step: first, last (None
 WORKLOADS = {
     "standard": STANDARD,
     "quick": QUICK,
-    "single": WorkloadSpec(num_requests=1, min_input_len=32, max_input_len=32, min_output_len=256, max_output_len=256),
+    "single": WorkloadSpec(1, min_input_len=32, max_input_len=32, min_output_len=256, max_output_len=256),
 }
 FEW_OUTPUTS = (64, 128, 192, 256)  # "few": four requests ending in turn: steps of 4, 3, 2, 1 rows
 
@@ -129,8 +129,8 @@ def interface(folder: Path) -> list[str]:
     the structs they take (and the structs those hold), spaces and comments aside."""
     texts = [COMMENT.sub(" ", p.read_text(errors="replace")) for p in sorted(folder.glob("*.[ch]"))]
     text = " ".join(" ".join(t.split()) for t in texts)
-    functions = sorted({f"{name}({params})" for name, params in EXPORTED.findall("\n".join(texts))})
-    functions = [" ".join(f.split()) for f in functions]
+    exported = EXPORTED.findall("\n".join(texts))
+    functions = sorted({" ".join(f"{name}({params})".split()) for name, params in exported})
     structs = {name: body.strip() for body, name in STRUCT.findall(text)}
     needed: set[str] = set()
     words = set(re.findall(r"\w+", " ".join(functions)))
