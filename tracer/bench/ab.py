@@ -153,18 +153,19 @@ def check_interface(build: Build) -> None:
 
 # ---- switching between them ----------------------------------------------------------------------
 class Switch:
-    """Each build's libraries, built and loaded once; use(i) points the loaders at build i's."""
+    """Each build's libraries, built and loaded once, build `first`'s first (the library loaded
+    second ran up to 1 % slower in some pairs); use(i) points the loaders at build i's."""
 
-    def __init__(self, builds: list[Build]) -> None:
+    def __init__(self, builds: list[Build], first: int) -> None:
         self.originals = {(module, name): getattr(module, name) for module, name, _ in LOADERS}
-        self.libraries = []
-        for build in builds:
+        self.libraries: list[dict] = [{}, {}]
+        for i in (first, 1 - first):
             try:
-                self.libraries.append(
-                    {(m, name): self.originals[m, name](build.folder / source) for m, name, source in LOADERS}
-                )
+                self.libraries[i] = {
+                    (m, name): self.originals[m, name](builds[i].folder / source) for m, name, source in LOADERS
+                }
             except KernelUnavailable as e:
-                raise ValueError(f"{build.label}: {e}") from None
+                raise ValueError(f"{builds[i].label}: {e}") from None
         self.current = -1
 
     def use(self, i: int) -> None:
@@ -179,8 +180,8 @@ class Switch:
 
 
 @contextmanager
-def switching(builds: list[Build]) -> Iterator[Switch]:
-    switch = Switch(builds)
+def switching(builds: list[Build], first: int) -> Iterator[Switch]:
+    switch = Switch(builds, first)
     try:
         yield switch
     finally:
@@ -250,7 +251,7 @@ def compare(seconds: dict[tuple[int, int], list[float]]) -> list[dict]:
 
 
 def run_ab(builds: list[Build], model: str, options: dict, name: str, repeat: int, first: int) -> dict:
-    with switching(builds) as switch:
+    with switching(builds, first) as switch:
         switch.use(first)
         engine = build_engine(model, options)
         if not isinstance(engine.runner.attend, PagedDecodeAttention):
@@ -329,7 +330,12 @@ def parse_args(argv: Iterable[str], prog: str, parser: type[argparse.ArgumentPar
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--workload", choices=(*WORKLOADS, "few"), default="standard")
     p.add_argument("--repeat", type=int, default=3, help="runs of the workload (default 3)")
-    p.add_argument("--first", choices=("old", "new"), default="old", help="whose libraries load first")
+    p.add_argument(
+        "--first",
+        choices=("old", "new"),
+        default="old",
+        help="whose libraries load first and take the first step of each pair",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, help="also write the JSON report to this file")
     args = p.parse_args(list(argv))
