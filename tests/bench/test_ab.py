@@ -103,3 +103,19 @@ def test_a_bad_argument_gets_one_line(capsys, argv, says):
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
+
+
+def test_the_build_named_first_loads_first_and_each_turn_answers_with_its_own(monkeypatch, tmp_path):
+    loaded: list[Path] = []
+    for module, name, _ in ab.LOADERS:  # loaders that only note which build asked, and in what order
+        monkeypatch.setattr(module, name, lambda source, loaded=loaded: loaded.append(source.parent) or object())
+    recording = decode_layers.decode_layers_library
+    builds = [ab.Build("old", tmp_path / "old"), ab.Build("new", tmp_path / "new")]
+    with ab.switching(builds, first=1) as switch:
+        assert loaded == [tmp_path / "new"] * len(ab.LOADERS) + [tmp_path / "old"] * len(ab.LOADERS)
+        for turn in (0, 1, 0):
+            switch.use(turn)
+            assert (
+                decode_layers.decode_layers_library() is switch.libraries[turn][decode_layers, "decode_layers_library"]
+            )
+    assert decode_layers.decode_layers_library is recording
