@@ -106,7 +106,7 @@ def export_revision(revision: str, scratch: Path) -> Path:
         try:
             return subprocess.run(["git", "-C", str(REPOSITORY), *args], capture_output=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise ValueError(f"{revision}: not a folder, and git could not be asked for it ({e})") from None
+            raise ValueError(f"{revision}: neither a folder nor a git revision git could tell ({e})") from None
 
     found = git("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     if found.returncode != 0:
