@@ -47,7 +47,8 @@ from pathlib import Path
 from types import ModuleType
 
 from nanoengine.engine import LLMEngine
-from tracer.bench.engine import greedy_params, warm_up
+from tracer.bench.engine import greedy_params, run_requests, warm_up
+from tracer.bench.run import warmup_requests
 from tracer.bench.workload import QUICK, STANDARD, BenchRequest, WorkloadSpec, build_workload, token_id_range
 from tracer.kernels import decode_layers, fused_ops, greedy_sample, packed_linear, paged_attention
 from tracer.kernels.build import KernelUnavailable
@@ -140,15 +141,17 @@ def interface(folder: Path) -> list[str]:
     return functions + [f"{name} {{{structs[name]}}}" for name in sorted(needed)]
 
 
-def check_interface(build: Build) -> None:
-    ours, theirs = interface(KERNELS), interface(build.folder)
-    differing = [item for item in ours + theirs if (item in ours) != (item in theirs)]
-    if differing:
-        name = re.match(r"\w+", differing[0])
-        raise ValueError(
-            f"{build.label}: its kernels take other arguments than this checkout's Python passes "
-            f"({name.group() if name else differing[0]} differs); compare builds with this checkout's interface"
-        )
+def check_interfaces(builds: list[Build]) -> None:
+    ours = interface(KERNELS)
+    for build in builds:
+        theirs = interface(build.folder)
+        differing = [item for item in ours + theirs if (item in ours) != (item in theirs)]
+        if differing:
+            name = re.match(r"\w+", differing[0])
+            raise ValueError(
+                f"{build.label}: its kernels take other arguments than this checkout's Python passes "
+                f"({name.group() if name else differing[0]} differs); compare builds with this checkout's interface"
+            )
 
 
 # ---- switching between them ----------------------------------------------------------------------
@@ -166,12 +169,16 @@ class Switch:
                 }
             except KernelUnavailable as e:
                 raise ValueError(f"{builds[i].label}: {e}") from None
+        # made once: use() runs before every step
+        self.loaders = [
+            {key: (lambda library=library: library) for key, library in build.items()} for build in self.libraries
+        ]
         self.current = -1
 
     def use(self, i: int) -> None:
         if i != self.current:
-            for (module, name), library in self.libraries[i].items():
-                setattr(module, name, lambda library=library: library)
+            for (module, name), loader in self.loaders[i].items():
+                setattr(module, name, loader)
             self.current = i
 
     def restore(self) -> None:
@@ -219,13 +226,6 @@ def time_in_turns(
     return seconds
 
 
-def outputs_of(engine: LLMEngine, requests: list[BenchRequest]) -> list[list[int]]:
-    ids = [engine.add_request(list(r.prompt_token_ids), greedy_params(r)) for r in requests]
-    while engine.has_unfinished():
-        engine.step()
-    return [engine.collect(seq_id).token_ids for seq_id in ids]
-
-
 def compare(seconds: dict[tuple[int, int], list[float]]) -> list[dict]:
     """Per group of rows: steps and median milliseconds of each build, NEW over OLD."""
     groups = []
@@ -257,7 +257,7 @@ def run_ab(builds: list[Build], model: str, options: dict, name: str, repeat: in
         if not isinstance(engine.runner.attend, PagedDecodeAttention):
             raise ValueError("the compiled kernels do not run with these options: nothing to compare")
         vocab_size = engine.model.config.vocab_size
-        warm = build_workload(WorkloadSpec(4, 8, 16, 4, 8, seed=1), vocab_size)
+        warm = warmup_requests(WORKLOADS["quick"], vocab_size)
         for i in (first, 1 - first):
             switch.use(i)
             warm_up(engine, warm)
@@ -266,7 +266,7 @@ def run_ab(builds: list[Build], model: str, options: dict, name: str, repeat: in
         tokens = []
         for i in (0, 1):
             switch.use(i)
-            tokens.append(outputs_of(engine, check))
+            tokens.append(run_requests(engine, check).outputs)
     differ = [i for i, (a, b) in enumerate(zip(*tokens)) if a != b]
     return {
         "old": {"label": builds[0].label, "folder": str(builds[0].folder)},
@@ -356,8 +356,7 @@ def main(
         check_writable("--out", args.out)
     with tempfile.TemporaryDirectory(prefix="nanoengine-ab-") as scratch:
         builds = [resolve(label, Path(scratch)) for label in (args.old, args.new)]
-        for build in builds:
-            check_interface(build)
+        check_interfaces(builds)
         # no prefix caching: each build computes every prompt whole, so the tokens compare like with like
         options: dict = {"device": "cpu", "dtype": args.dtype, "enable_prefix_caching": False}
         if args.threads is not None:
