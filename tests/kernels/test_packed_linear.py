@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from nanoengine.loading.build import pack_for_onednn
 from nanoengine.model import ONEDNN, Linear
 from tracer.kernels import packed_linear
+from tracer.kernels.build import FLAGS, cpu_flags, load
 from tracer.kernels.packed_linear import (
     CHUNKS,
     DPBF16_MAX_ROWS,
@@ -28,6 +29,8 @@ from tracer.kernels.packed_linear import (
     bf16_kernel_ready,
     cancelling_rows,
     few_rows_first,
+    kernel_shape,
+    run_kernel,
 )
 
 pytestmark = pytest.mark.skipif(not ONEDNN, reason="oneDNN's packed layout exists on x86 builds of torch")
@@ -98,6 +101,39 @@ def splits_among_threads(linear: Linear, x: torch.Tensor) -> bool:
         if not torch.equal(linear(probe), alone):
             return True
     return False
+
+
+AVX2_ONLY = (*FLAGS, "-mno-avx512f")  # the code an AVX2 CPU runs, on any x86 CPU
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= set(cpu_flags().split()), reason="the AVX2 build needs AVX2 and FMA")
+@settings(max_examples=30, deadline=None)
+@given(
+    in_features=st.sampled_from([36, 100, 576, 1100, 1536]),
+    out_features=st.sampled_from([8, 100, 259, 576, 960]),
+    bias=st.booleans(),
+    rows=st.integers(1, MAX_ROWS),
+    seed=st.integers(0, 99),
+)
+@example(in_features=1536, out_features=259, bias=True, rows=9, seed=3)  # the fewest rows in tiles
+@example(in_features=1100, out_features=960, bias=False, rows=64, seed=5)  # the most, chunked
+@example(in_features=576, out_features=100, bias=True, rows=8, seed=1)  # the straight loop, twice
+def test_the_avx2_code_gives_onednns_bits_at_every_row_count(in_features, out_features, bias, rows, seed):
+    """packed_gemv.c built without AVX-512, as an AVX2 CPU builds it: up to 8 rows through the
+    straight loop, more in register tiles, a share of a block's outputs to each thread; some chunk
+    gives oneDNN's bits, as FewRowsLinear's first call finds it, at every row count up to MAX_ROWS."""
+    gemv = load(packed_linear.SOURCE, AVX2_ONLY).packed_gemv
+    gemv.argtypes, gemv.restype = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 5 + [ctypes.c_int], None
+    linear = packed_linear_of(in_features, out_features, bias, seed)
+    shape = kernel_shape(linear)
+    assert shape is not None
+    x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(seed + 1))
+    address = torch.ops.mkldnn.data_ptr(linear.weight)
+    sizes = [(in_features, shape.in_padded, out_features, chunk) for chunk in CHUNKS]
+    with torch.inference_mode(), torch_threads(1 if splits_among_threads(linear, x) else torch.get_num_threads()):
+        expected = linear(x)  # in parts among its threads, oneDNN's sum is in no order: one thread
+        results = [run_kernel(gemv, x, address, linear.bias, shape, size) for size in sizes]
+    assert any(torch.equal(result, expected) for result in results)
 
 
 def test_a_kernel_that_disagrees_is_never_used(monkeypatch):

@@ -58,19 +58,20 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return next((line for line in lines if line.startswith(("flags", "Features"))), "")
 
 
-def library_path(source: Path, cc: str) -> Path:
+def library_path(source: Path, cc: str, flags: tuple[str, ...] = FLAGS) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     headers = [header.read_text() for header in sorted(source.parent.glob("*.h"))]  # it may include
     included = [source.parent.joinpath(name).read_text() for name in INCLUDE.findall(source.read_text())]
-    key = "\n".join([source.read_text(), *headers, *included, " ".join(FLAGS), version, cpu_flags()])
+    key = "\n".join([source.read_text(), *headers, *included, " ".join(flags), version, cpu_flags()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / "kernels" / f"{source.stem}-{digest}.so"
 
 
-def build(source: Path) -> Path:
-    """The kernel's shared library, compiled now unless a build of this very source is cached."""
+def build(source: Path, flags: tuple[str, ...] = FLAGS) -> Path:
+    """The kernel's shared library, compiled now unless a build of this very source is cached. The
+    tests pass other flags to build the AVX2 code on a CPU with AVX-512 too."""
     cc = compiler()
-    target = library_path(source, cc)
+    target = library_path(source, cc, flags)
     if target.exists():
         return target
     try:
@@ -81,7 +82,7 @@ def build(source: Path) -> Path:
     os.close(fd)
     try:
         done = subprocess.run(
-            [cc, *FLAGS, str(source), "-o", partial, "-lm"],
+            [cc, *flags, str(source), "-o", partial, "-lm"],
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT_S,
@@ -97,8 +98,8 @@ def build(source: Path) -> Path:
     return target
 
 
-def load(source: Path) -> ctypes.CDLL:
-    path = build(source)
+def load(source: Path, flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL:
+    path = build(source, flags)
     try:
         return ctypes.CDLL(str(path))
     except OSError as error:

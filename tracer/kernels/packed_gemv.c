@@ -6,7 +6,8 @@
  * loop does (docs/benchmarks.md, thirteenth round). At 8-32 rows each weight serves every row, and
  * what counts is doing the multiply-adds while the next weights arrive from memory (fifteenth
  * round, AVX-512): the rows go through a block's weights a few at a time, in tiles that fit the
- * registers, and the weights a few tiles ahead are fetched into the L2 cache meanwhile.
+ * registers, and the weights a few tiles ahead are fetched into the L2 cache meanwhile. With AVX2
+ * alone, the same in tiles of 16-register size (thirty-fourth round).
  *
  * The packed layout, float32: blocks of 64 outputs, one after the other; inside a block, input i's
  * 64 weights side by side: w[o, i] at (o / 64) * in_padded * 64 + i * 64 + o % 64, where in_padded
@@ -224,49 +225,154 @@ static void block_outputs(const float *x, const float *block, const float *next,
         for (int64_t o = first; o < last; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
 }
 
-#else /* AVX2 and others: the thirteenth round's loop, which gcc vectorizes (measured on AVX2) */
-enum { SLAB = 4, PARTS = 1 }; /* rows at once; a block is handed out whole */
+#else /* AVX2 and others: a block's outputs shared among the threads by quarters */
+enum { SLAB = 64, PARTS = 4 }; /* rows a block's partial sums are kept for at a time */
+enum { FEW = 4 };             /* rows the straight loop takes at once */
 
-/* One block's 64 outputs for `rows` rows (a constant in each inlined copy): the block's weights
- * are read once for all of them. */
+/* Outputs [0, width) of a block (block, bias and y from its first on; width and rows constants
+ * in each inlined copy, so gcc keeps the sums in registers; n <= width stored): the thirteenth
+ * round's loop, which gcc vectorizes, the block's weights read once for all the rows. */
 INLINE void rows_outputs(const float *x, const float *block, const float *bias, float *y,
-                         int64_t in, int64_t chunk, int64_t out, int64_t width, const int rows) {
-    float sum[SLAB][BLOCK];
+                         int64_t in, int64_t chunk, int64_t out, int64_t n, const int width,
+                         const int rows) {
+    float sum[FEW][BLOCK] = {{0}};
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
-        float part[SLAB][BLOCK] = {{0}};
+        float part[FEW][BLOCK] = {{0}};
         for (int64_t i = start; i < end; ++i)
             for (int r = 0; r < rows; ++r) {
                 const float xi = x[r * in + i];
 #pragma omp simd
-                for (int o = 0; o < BLOCK; ++o)
+                for (int o = 0; o < width; ++o)
                     part[r][o] = __builtin_fmaf(xi, block[i * BLOCK + o], part[r][o]);
             }
         for (int r = 0; r < rows; ++r)
 #pragma omp simd
-            for (int o = 0; o < BLOCK; ++o) sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+            for (int o = 0; o < width; ++o) sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
     }
     for (int r = 0; r < rows; ++r)
-        for (int64_t o = 0; o < width; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
+        for (int64_t o = 0; o < n; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
 }
 
-/* Outputs [first, last) of a block: AVX2 hands out whole blocks (first 0, last its width). */
+#define ROWS_OUTPUTS(width)                                                                       \
+    switch (rows) {                                                                               \
+    case 1: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 1); break;                  \
+    case 2: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 2); break;                  \
+    case 3: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 3); break;                  \
+    default: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 4); break;                 \
+    }
+
+/* Up to FEW rows of outputs [first, first + n) of a block, n <= 64 (all pointers from the block's
+ * first output on). */
+static void few_outputs(const float *x, const float *block, const float *bias, float *y,
+                        int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t n) {
+    switch ((n + 15) / 16) {
+    case 1: ROWS_OUTPUTS(16); break;
+    case 2: ROWS_OUTPUTS(32); break;
+    case 3: ROWS_OUTPUTS(48); break;
+    default: ROWS_OUTPUTS(64); break;
+    }
+}
+#undef ROWS_OUTPUTS
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+/* More than 2 * FEW rows go through a block in tiles of up to TILE_ROWS rows x 16 outputs: 12 sums,
+ * 2 vectors of weights and one of x fill 15 of the 16 registers. Each stretch of inputs goes
+ * through every 16 outputs' tiles while its weights are in L1, and the weights AHEAD inputs on are
+ * asked into L2 meanwhile. At 16-64 rows the model's linears take 0.98-1.07x oneDNN's time; the
+ * one-call decode step that this lets AVX2 take past 8 rows took 0.92x the time of a step at >= 16
+ * rows (docs/benchmarks.md, thirty-fourth round). */
+enum { TILE_ROWS = 6, STRETCH = 64, AHEAD = 4 * STRETCH };
+
+/* part[r][0..16) (+)= sum over i in [start, end) of x[r, i] * w[o, i] for `rows` rows (a constant
+ * in each inlined copy); w and part start at the tile's first output; `first` starts the sums from
+ * zero. ahead (NULL: none): the lines to ask for, AHEAD inputs on. */
+INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
+                     int64_t start, int64_t end, int first, const float *ahead, const int rows) {
+    __m256 sum[TILE_ROWS][2];
+    for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < 2; ++v)
+            sum[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(&part[r][v * 8]);
+    for (int64_t i = start; i < end; ++i) {
+        if (ahead)
+            for (int line = 0; line < BLOCK / 16; ++line) /* into L2 */
+                __builtin_prefetch(ahead + i * BLOCK + line * 16, 0, 2);
+        const __m256 w0 = _mm256_loadu_ps(w + i * BLOCK), w1 = _mm256_loadu_ps(w + i * BLOCK + 8);
+        for (int r = 0; r < rows; ++r) {
+            const __m256 xi = _mm256_broadcast_ss(x + r * in + i);
+            sum[r][0] = _mm256_fmadd_ps(xi, w0, sum[r][0]);
+            sum[r][1] = _mm256_fmadd_ps(xi, w1, sum[r][1]);
+        }
+    }
+    for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < 2; ++v) _mm256_storeu_ps(&part[r][v * 8], sum[r][v]);
+}
+
+static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
+                      int64_t start, int64_t end, int first, const float *ahead, int64_t rows) {
+    switch (rows) {
+    case 1: run_tile(x, in, w, part, start, end, first, ahead, 1); break;
+    case 2: run_tile(x, in, w, part, start, end, first, ahead, 2); break;
+    case 3: run_tile(x, in, w, part, start, end, first, ahead, 3); break;
+    case 4: run_tile(x, in, w, part, start, end, first, ahead, 4); break;
+    case 5: run_tile(x, in, w, part, start, end, first, ahead, 5); break;
+    case 6: run_tile(x, in, w, part, start, end, first, ahead, 6); break;
+    }
+}
+
+/* Outputs [first, last) of a block for up to SLAB rows (first a multiple of 16), in tiles. The
+ * weights after the block's are its next's (NULL: the block after it in memory). */
+static void tiled_outputs(const float *x, const float *block, const float *next,
+                          const float *bias, float *y, int64_t rows, int64_t in, int64_t in_padded,
+                          int64_t chunk, int64_t out, int64_t first, int64_t last) {
+    float sum[SLAB][BLOCK], part[SLAB][BLOCK];
+    const int64_t tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
+    next = next ? next : block + in_padded * BLOCK;
+    for (int64_t start = 0; start < in; start += chunk) {
+        const int64_t end = start + chunk < in ? start + chunk : in;
+        for (int64_t s = start; s < end; s += STRETCH) {
+            const int64_t e = s + STRETCH < end ? s + STRETCH : end;
+            const float *ahead = s + AHEAD < in_padded ? block + AHEAD * BLOCK
+                                                       : next + (AHEAD - in_padded) * BLOCK;
+            for (int64_t c = first; c < last; c += 16)
+                for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly */
+                    const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
+                    tile_rows(x + r0 * in, in, block + c, (float(*)[BLOCK])(part[r0] + c), s, e,
+                              s == start, c == first && t == 0 ? ahead : 0, r1 - r0);
+                }
+        }
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t o = first; o < last; ++o)
+                sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+    }
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = first; o < last; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
+}
+#endif
+
+/* Outputs [first, last) of a block for up to SLAB rows (first a multiple of 16): up to 2 * FEW
+ * rows through the straight loop, FEW at a time (at 5-8 rows that read the block twice in
+ * 0.83-0.99x oneDNN's time, where the tiles took 1.18-1.24x), more in tiles. */
 static void block_outputs(const float *x, const float *block, const float *next,
                           const float *bias, float *y, int64_t rows, int64_t in, int64_t in_padded,
                           int64_t chunk, int64_t out, int64_t first, int64_t last) {
-    (void)next, (void)in_padded, (void)first; /* no weights asked for ahead here */
-    switch (rows) {
-    case 1: rows_outputs(x, block, bias, y, in, chunk, out, last, 1); break;
-    case 2: rows_outputs(x, block, bias, y, in, chunk, out, last, 2); break;
-    case 3: rows_outputs(x, block, bias, y, in, chunk, out, last, 3); break;
-    default: rows_outputs(x, block, bias, y, in, chunk, out, last, 4); break;
+#if defined(__AVX2__) && defined(__FMA__)
+    if (rows > 2 * FEW) {
+        tiled_outputs(x, block, next, bias, y, rows, in, in_padded, chunk, out, first, last);
+        return;
     }
+#endif
+    (void)next, (void)in_padded;
+    for (int64_t r = 0; r < rows; r += FEW)
+        few_outputs(x + r * in, block + first, bias ? bias + first : 0, y + r * out + first,
+                    rows - r < FEW ? rows - r : FEW, in, chunk, out, last - first);
 }
 #endif
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The outputs are
- * shared among the threads as shares.h says (with AVX-512 a block is 4 vectors; with AVX2 one, so
- * whole blocks); the rows go SLAB at a time. With AVX-512 up to FEW_ROWS rows read the blocks a
+ * shared among the threads as shares.h says (a block is PARTS vectors of AVX-512, or quarters of
+ * a block with AVX2); the rows go SLAB at a time. With AVX-512 up to FEW_ROWS rows read the blocks a
  * thread holds whole several at a time (few_rows_runs), and a block it holds part of alone. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {
