@@ -5,9 +5,12 @@ a traceback, where the machine cannot build it."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import stat
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -20,8 +23,8 @@ from nanoengine.beam_search import BeamSearchParams
 from nanoengine.engine import LLMEngine
 from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
-from tracer.kernels import KERNEL
-from tracer.kernels.build import KernelUnavailable, build, cpu_flags, library_path
+from tracer.kernels import KERNEL, paged_attention
+from tracer.kernels.build import FLAGS, KernelUnavailable, build, cpu_flags, library_path, load
 from tracer.kernels.choose import with_attention_kernel
 from tracer.kernels.paged_attention import SOURCE, PagedDecodeAttention, paged_decode, paged_decode_library
 
@@ -83,25 +86,49 @@ def test_the_comparison_catches_a_kernel_that_misses_the_newest_token():
         torch.testing.assert_close(short, torch_decode(q, kv, tables, lens, 64**-0.5))
 
 
-@pytest.mark.skipif("avx512f" not in cpu_flags().split(), reason="the AVX-512 copy of the loops needs AVX-512")
+CPU_FLAGS = set(cpu_flags().split())
+HAS_AVX2 = {"avx2", "fma"} <= CPU_FLAGS
+AVX2_ONLY = (*FLAGS, "-mno-avx512f")  # the code an AVX2 CPU runs, on any x86 CPU
+
+
+@functools.cache
+def avx2_library():
+    library = load(SOURCE, AVX2_ONLY)
+    library.paged_decode.restype = ctypes.c_int
+    library.paged_decode.argtypes = paged_decode_library().paged_decode.argtypes
+    return library
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(
+            "native", marks=pytest.mark.skipif(not ("avx512f" in CPU_FLAGS or HAS_AVX2), reason="no wide copy")
+        ),
+        pytest.param("avx2", marks=pytest.mark.skipif(not HAS_AVX2, reason="the AVX2 build needs AVX2 and FMA")),
+    ],
+)
 @settings(max_examples=30, deadline=None)
 @given(
     lens=st.lists(st.integers(1, 70), min_size=1, max_size=5),
     block_size=st.sampled_from([1, 5, 16, 32]),
     heads=st.sampled_from([(3, 3), (2, 4), (1, 7), (2, 1), (1, 9)]),  # 7, 9: over a values sweep, a keys sweep
-    dim=st.sampled_from([64, 128]),  # the head dims the AVX-512 copy takes
+    dim=st.sampled_from([64, 128]),  # the head dims the vector copies take
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     seed=st.integers(0, 1000),
 )
-def test_the_avx512_loops_give_the_plain_loops_bits(lens, block_size, heads, dim, dtype, seed):
-    """attend_wide sums 16 tokens' scores at once with its lanes turned, in the order dot() adds
-    them: the same numbers, bit for bit, as the plain loops; one token less differs."""
+def test_the_vector_loops_give_the_plain_loops_bits(build, lens, block_size, heads, dim, dtype, seed):
+    """attend_wide (AVX-512, or AVX2: this CPU's build, and the AVX2 code built on any x86 CPU) sums
+    16 or 8 tokens' scores at once with its lanes turned, in the order dot() adds them: the same
+    numbers, bit for bit, as the plain loops; one token less differs."""
     q, kv, tables, lens = decode_batch(lens, block_size, heads[0], heads[1], dim, dtype, seed)
-    wide = paged_decode(q, kv, tables, lens, 0.125)
-    assert torch.equal(wide, paged_decode(q, kv, tables, lens, 0.125, plain=True))
-    if int(lens.max()) > 1:
-        shorter = lens - (lens == lens.max()).int()
-        assert not torch.equal(wide, paged_decode(q, kv, tables, shorter, 0.125, plain=True))
+    library = avx2_library() if build == "avx2" else paged_decode_library()
+    with mock.patch.object(paged_attention, "paged_decode_library", lambda: library):
+        wide = paged_decode(q, kv, tables, lens, 0.125)
+        assert torch.equal(wide, paged_decode(q, kv, tables, lens, 0.125, plain=True))
+        if int(lens.max()) > 1:
+            shorter = lens - (lens == lens.max()).int()
+            assert not torch.equal(wide, paged_decode(q, kv, tables, shorter, 0.125, plain=True))
 
 
 @pytest.mark.parametrize("offset", [1, 3, 5])

@@ -36,7 +36,7 @@ def paged_decode(
 ) -> Tensor:
     """q [num_seqs, heads, dim], one query token per sequence at its last position -> [num_seqs,
     heads, dim]. kv: one layer's [2, num_blocks, kv_heads, block_size, dim] cache. plain: without the
-    kernel's AVX-512 copy of its loops (the same bits; what the tests hold that copy to)."""
+    kernel's AVX-512 or AVX2 copy of its loops (the same bits; what the tests hold that copy to)."""
     if q.dtype not in DTYPES or kv.dtype != q.dtype or q.device.type != "cpu":
         raise ValueError(f"paged_decode runs float32 or bfloat16 on the CPU, got {q.dtype} on {q.device}")
     if not kv.is_contiguous():

@@ -279,6 +279,126 @@ INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
                 store32(out + (g0 + h) * dim + c * 16, acc + h * chunks + c, is_bf16);
     }
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+/* 8 numbers of a cache row from its d-th on, as floats (bfloat16 widened: exact) */
+INLINE __m256 load8(const char *row, int64_t d, int is_bf16) {
+    if (!is_bf16) return _mm256_loadu_ps((const float *)row + d);
+    const __m128i half = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+/* r[t][i] -> r[i][t] for an 8 x 8 tile of floats, in registers */
+INLINE void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) { /* u[i]: rows 0-3 and 4-7 of columns i (low) and i + 4 (high) */
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* Pass 1 for m <= 8 tokens whose keys start at k, as score16 does it with AVX-512: dot()'s 16
+ * lanes of a score are two vectors, lanes 0-7 and 8-15; turned, lane i of 8 tokens lies in one
+ * vector, and the 16 are added in dot()'s order. Each key is widened once for up to 4 query heads;
+ * the same rows of the next block's keys and of this block's values are asked for meanwhile. */
+INLINE void score8(const float *q, const char *k, int64_t m, int64_t group, int64_t dim,
+                   int is_bf16, const char *next, const char *v, int64_t len, float *scores) {
+    const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
+    for (int64_t g0 = 0; g0 < group; g0 += 4) { /* up to 4 query heads a sweep */
+        const int64_t heads = group - g0 < 4 ? group - g0 : 4;
+        __m256 low[4][8], high[4][8];
+        for (int64_t t = 0; t < 8; ++t) {
+            __m256 key[16]; /* a token's key, widened once for all the heads */
+            if (t < m) {
+                if (g0 == 0) {
+                    prefetch_row(next, t, row_bytes);
+                    prefetch_row(v, t, row_bytes);
+                }
+                for (int64_t c = 0; c < dim / 8; ++c) key[c] = load8(k + t * row_bytes, c * 8, is_bf16);
+            }
+            for (int64_t h = 0; h < heads; ++h) {
+                const float *qh = q + (g0 + h) * dim;
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                if (t < m)
+                    for (int64_t c = 0; c < dim / 16; ++c) {
+                        lo = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c * 16), key[2 * c], lo);
+                        hi = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c * 16 + 8), key[2 * c + 1], hi);
+                    }
+                low[h][t] = lo;
+                high[h][t] = hi;
+            }
+        }
+        for (int64_t h = 0; h < heads; ++h) {
+            transpose8(low[h]);
+            transpose8(high[h]);
+            __m256 sum = _mm256_setzero_ps();
+            for (int i = 0; i < 8; ++i) sum = _mm256_add_ps(sum, low[h][i]);
+            for (int i = 0; i < 8; ++i) sum = _mm256_add_ps(sum, high[h][i]);
+            float eight[8];
+            _mm256_storeu_ps(eight, sum);
+            memcpy(scores + (g0 + h) * len, eight, m * sizeof(float));
+        }
+    }
+}
+
+/* attend() in AVX2 vectors for head dims 64 and 128: the same sums in the same order, so the same
+ * bits (tests/kernels/test_paged_decode.py holds the two equal). Pass 1 eight tokens at a time
+ * (score8); pass 3 keeps 8 vectors of one query head's outputs in registers, a sweep over the
+ * values for each 64 of them (the values were asked for in pass 1; the first sweep asks for the next
+ * block's, and for the keys of the task this thread runs next, k_after). On a Zen 3 a decode
+ * step's attention at >= 16 rows took 12.1 ms against 13.2, the step 0.987-0.989x the time: its
+ * scattered pages' reads, not its arithmetic, are most of it (docs/benchmarks.md, thirty-fourth
+ * round). */
+INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
+                        const int32_t *table, int64_t len, int64_t group, int64_t dim,
+                        int64_t block_size, int64_t stride, int is_bf16, float *scores,
+                        float *out, const char *k_after) {
+    const int64_t num_blocks = (len + block_size - 1) / block_size;
+    const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
+    for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores, 8 tokens at a time */
+        const char *k = k_head + table[j] * stride, *v = v_head + table[j] * stride;
+        const char *next = next_block(k_head, table, j, num_blocks, stride);
+        const int64_t first = j * block_size;
+        const int64_t n = tokens_in_block(j, len, block_size);
+        for (int64_t t = 0; t < n; t += 8)
+            score8(q, k + t * row_bytes, n - t < 8 ? n - t : 8, group, dim, is_bf16,
+                   next + t * row_bytes, v + t * row_bytes, len, scores + first + t);
+    }
+    softmax(scores, group, len); /* 2. */
+    for (int64_t g = 0; g < group; ++g) /* 3. out = sum of probability x value */
+        for (int64_t d0 = 0; d0 < dim; d0 += 64) {
+            const int ask = g == 0 && d0 == 0; /* the first sweep asks for what comes next */
+            __m256 acc[8];
+            for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+            for (int64_t j = 0; j < num_blocks; ++j) {
+                const char *v = v_head + table[j] * stride;
+                const char *next = next_block(v_head, table, j, num_blocks, stride);
+                const int64_t first = j * block_size;
+                const int64_t n = tokens_in_block(j, len, block_size);
+                const char *k_next_task = k_after && ask ? k_after + table[j] * stride : NULL;
+                for (int64_t t = 0; t < n; ++t) {
+                    if (ask) prefetch_row(next, t, row_bytes);
+                    if (k_next_task) prefetch_row(k_next_task, t, row_bytes);
+                    const __m256 p = _mm256_set1_ps(scores[g * len + first + t]);
+                    for (int u = 0; u < 8; ++u)
+                        acc[u] = _mm256_fmadd_ps(p, load8(v + t * row_bytes, d0 + u * 8, is_bf16),
+                                                 acc[u]);
+                }
+            }
+            for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + g * dim + d0 + u * 8, acc[u]);
+        }
+}
 #endif
 
 /* Whether a sequence's table covers its length and points inside the pool: a bad table (a bug in
@@ -292,13 +412,13 @@ static int table_fits(const int32_t *table, int64_t len, int64_t block_size, int
     return 1;
 }
 
-/* attend, or attend_wide where the CPU has AVX-512 and wide asks for it (head dims 64 and 128, the
- * ones the tests hold the two equal at). */
+/* attend, or attend_wide where the CPU has AVX-512 or AVX2 and wide asks for it (head dims 64 and
+ * 128, the ones the tests hold the two equal at). */
 INLINE void attend_either(const float *q, const char *k_head, const char *v_head,
                           const int32_t *table, int64_t len, int64_t group, int64_t dim,
                           int64_t block_size, int64_t stride, int is_bf16, float *scores,
                           float *out, int wide, const char *k_after) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     if (wide && (dim == 64 || dim == 128)) {
         attend_wide(q, k_head, v_head, table, len, group, dim, block_size, stride, is_bf16, scores,
                     out, k_after);
