@@ -280,44 +280,51 @@ static void few_outputs(const float *x, const float *block, const float *bias, f
 /* More than 2 * FEW rows go through a block in tiles of up to TILE_ROWS rows x 16 outputs: 12 sums,
  * 2 vectors of weights and one of x fill 15 of the 16 registers. Each stretch of inputs goes
  * through every 16 outputs' tiles while its weights are in L1, and the weights AHEAD inputs on are
- * asked into L2 meanwhile. At 16-64 rows the model's linears take 0.98-1.07x oneDNN's time; the
- * one-call decode step that this lets AVX2 take past 8 rows took 0.92x the time of a step at >= 16
- * rows (docs/benchmarks.md, thirty-fourth round). */
+ * asked into L2 meanwhile. At 16-64 rows the model's linears take 0.97-1.01x oneDNN's time (its
+ * LM head alone 1.04-1.09x); the one-call decode step that this lets AVX2 take past 8 rows took
+ * 0.90x the time of the steps at >= 16 rows (docs/benchmarks.md, thirty-fourth round). */
 enum { TILE_ROWS = 6, STRETCH = 64, AHEAD = 4 * STRETCH };
 
-/* part[r][0..16) (+)= sum over i in [start, end) of x[r, i] * w[o, i] for `rows` rows (a constant
- * in each inlined copy); w and part start at the tile's first output; `first` starts the sums from
- * zero. ahead (NULL: none): the lines to ask for, AHEAD inputs on. */
+/* part[r][0..16 * groups) (+)= sum over i in [start, end) of x[r, i] * w[o, i] for `rows` rows (a
+ * constant in each inlined copy), 16 outputs at a time; w and part start at the first output;
+ * `first` starts the sums from zero. ahead (NULL: none): the lines to ask for, AHEAD inputs on.
+ * All the groups of 16 in one call: one call for each sixteen took 1.02-1.09x oneDNN's time at
+ * 16-32 rows, this one 0.99-1.01x (thirty-fourth round). */
 INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                     int64_t start, int64_t end, int first, const float *ahead, const int rows) {
-    __m256 sum[TILE_ROWS][2];
-    for (int r = 0; r < rows; ++r)
-        for (int v = 0; v < 2; ++v)
-            sum[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(&part[r][v * 8]);
-    for (int64_t i = start; i < end; ++i) {
-        if (ahead)
-            for (int line = 0; line < BLOCK / 16; ++line) /* into L2 */
-                __builtin_prefetch(ahead + i * BLOCK + line * 16, 0, 2);
-        const __m256 w0 = _mm256_loadu_ps(w + i * BLOCK), w1 = _mm256_loadu_ps(w + i * BLOCK + 8);
-        for (int r = 0; r < rows; ++r) {
-            const __m256 xi = _mm256_broadcast_ss(x + r * in + i);
-            sum[r][0] = _mm256_fmadd_ps(xi, w0, sum[r][0]);
-            sum[r][1] = _mm256_fmadd_ps(xi, w1, sum[r][1]);
+                     int64_t start, int64_t end, int first, const float *ahead, int64_t groups,
+                     const int rows) {
+    for (int64_t g = 0; g < groups; ++g, w += 16, part = (float(*)[BLOCK])(&part[0][16])) {
+        __m256 sum[TILE_ROWS][2];
+        for (int r = 0; r < rows; ++r)
+            for (int v = 0; v < 2; ++v)
+                sum[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(&part[r][v * 8]);
+        for (int64_t i = start; i < end; ++i) {
+            if (ahead && g == 0)
+                for (int line = 0; line < BLOCK / 16; ++line) /* into L2 */
+                    __builtin_prefetch(ahead + i * BLOCK + line * 16, 0, 2);
+            const __m256 w0 = _mm256_loadu_ps(w + i * BLOCK);
+            const __m256 w1 = _mm256_loadu_ps(w + i * BLOCK + 8);
+            for (int r = 0; r < rows; ++r) {
+                const __m256 xi = _mm256_broadcast_ss(x + r * in + i);
+                sum[r][0] = _mm256_fmadd_ps(xi, w0, sum[r][0]);
+                sum[r][1] = _mm256_fmadd_ps(xi, w1, sum[r][1]);
+            }
         }
+        for (int r = 0; r < rows; ++r)
+            for (int v = 0; v < 2; ++v) _mm256_storeu_ps(&part[r][v * 8], sum[r][v]);
     }
-    for (int r = 0; r < rows; ++r)
-        for (int v = 0; v < 2; ++v) _mm256_storeu_ps(&part[r][v * 8], sum[r][v]);
 }
 
 static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                      int64_t start, int64_t end, int first, const float *ahead, int64_t rows) {
+                      int64_t start, int64_t end, int first, const float *ahead, int64_t groups,
+                      int64_t rows) {
     switch (rows) {
-    case 1: run_tile(x, in, w, part, start, end, first, ahead, 1); break;
-    case 2: run_tile(x, in, w, part, start, end, first, ahead, 2); break;
-    case 3: run_tile(x, in, w, part, start, end, first, ahead, 3); break;
-    case 4: run_tile(x, in, w, part, start, end, first, ahead, 4); break;
-    case 5: run_tile(x, in, w, part, start, end, first, ahead, 5); break;
-    case 6: run_tile(x, in, w, part, start, end, first, ahead, 6); break;
+    case 1: run_tile(x, in, w, part, start, end, first, ahead, groups, 1); break;
+    case 2: run_tile(x, in, w, part, start, end, first, ahead, groups, 2); break;
+    case 3: run_tile(x, in, w, part, start, end, first, ahead, groups, 3); break;
+    case 4: run_tile(x, in, w, part, start, end, first, ahead, groups, 4); break;
+    case 5: run_tile(x, in, w, part, start, end, first, ahead, groups, 5); break;
+    case 6: run_tile(x, in, w, part, start, end, first, ahead, groups, 6); break;
     }
 }
 
@@ -384,19 +391,19 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
             const float *ahead = s + AHEAD < in_padded ? block + AHEAD * BLOCK
                                                        : next + (AHEAD - in_padded) * BLOCK;
-            for (int64_t c = first; c < last; c += 16)
-                for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly */
-                    const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
-                    tile_rows(x + r0 * in, in, block + c, (float(*)[BLOCK])(part[r0] + c), s, e,
-                              s == start, c == first && t == 0 ? ahead : 0, r1 - r0);
-                }
+            for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly */
+                const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
+                tile_rows(x + r0 * in, in, block + first, (float(*)[BLOCK])(part[r0] + first), s,
+                          e, s == start, t == 0 ? ahead : 0, (last - first + 15) / 16, r1 - r0);
+            }
         }
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t o = first; o < last; ++o)
                 sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
     }
     for (int64_t r = 0; r < rows; ++r)
-        for (int64_t o = first; o < last; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
+        for (int64_t o = first; o < last; ++o)
+            y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
 }
 #endif
 
@@ -421,8 +428,8 @@ static void block_outputs(const float *x, const float *block, const float *next,
 
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The outputs are
  * shared among the threads as shares.h says (a block is PARTS vectors of AVX-512, or quarters of
- * a block with AVX2); the rows go SLAB at a time. With AVX-512 up to FEW_ROWS rows read the blocks a
- * thread holds whole several at a time (few_rows_runs), with AVX2 one row two at a time
+ * a block with AVX2); the rows go SLAB at a time. With AVX-512 up to FEW_ROWS rows read the blocks
+ * a thread holds whole several at a time (few_rows_runs), with AVX2 one row two at a time
  * (one_row_runs), and a block it holds part of alone. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {

@@ -325,7 +325,8 @@ INLINE void score8(const float *q, const char *k, int64_t m, int64_t group, int6
                     prefetch_row(next, t, row_bytes);
                     prefetch_row(v, t, row_bytes);
                 }
-                for (int64_t c = 0; c < dim / 8; ++c) key[c] = load8(k + t * row_bytes, c * 8, is_bf16);
+                for (int64_t c = 0; c < dim / 8; ++c)
+                    key[c] = load8(k + t * row_bytes, c * 8, is_bf16);
             }
             for (int64_t h = 0; h < heads; ++h) {
                 const float *qh = q + (g0 + h) * dim;
@@ -355,8 +356,8 @@ INLINE void score8(const float *q, const char *k, int64_t m, int64_t group, int6
 /* attend() in AVX2 vectors for head dims 64 and 128: the same sums in the same order, so the same
  * bits (tests/kernels/test_paged_decode.py holds the two equal). Pass 1 eight tokens at a time
  * (score8); pass 3 keeps 8 vectors of one query head's outputs in registers, a sweep over the
- * values for each 64 of them (the values were asked for in pass 1; the first sweep asks for the next
- * block's, and for the keys of the task this thread runs next, k_after). On a Zen 3 a decode
+ * values for each 64 of them (the values were asked for in pass 1; the first sweep asks for the
+ * next block's, and for the keys of the task this thread runs next, k_after). On a Zen 3 a decode
  * step's attention at >= 16 rows took 12.1 ms against 13.2, the step 0.987-0.989x the time: its
  * scattered pages' reads, not its arithmetic, are most of it (docs/benchmarks.md, thirty-fourth
  * round). */
