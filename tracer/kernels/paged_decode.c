@@ -193,8 +193,10 @@ INLINE void transpose16(__m512 r[16]) {
  * vector addition for 16 tokens instead of one addition each. Each key is widened once for up to 8
  * query heads; while it is read, the same rows of the next block's keys and of this block's values
  * are asked for. */
-INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int64_t dim,
-                    int is_bf16, const char *next, const char *v, int64_t len, float *scores) {
+enum { SCORE_TOKENS = 16 }; /* tokens score_tokens takes at once */
+INLINE void score_tokens(const float *q, const char *k, int64_t m, int64_t group, int64_t dim,
+                         int is_bf16, const char *next, const char *v, int64_t len,
+                         float *scores) {
     const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
     for (int64_t g0 = 0; g0 < group; g0 += 8) { /* up to 8 query heads a sweep */
         const int64_t heads = group - g0 < 8 ? group - g0 : 8;
@@ -227,31 +229,19 @@ INLINE void score16(const float *q, const char *k, int64_t m, int64_t group, int
     }
 }
 
-/* attend() in AVX-512 vectors for head dims 64 and 128 (attend_either): the same sums in
- * the same order, so the same bits (tests/kernels/test_paged_decode.py holds the two equal), in
- * 0.7x the time for bfloat16 and 0.87x for float32 (docs/benchmarks.md, sixteenth round). Pass 3
- * keeps up to 16 vectors of outputs in registers: as many query heads at a time as fit. Its values
- * were asked for in pass 1, so it reads the cache, not memory: meanwhile it asks for the keys of
- * the task this thread runs next, k_after (NULL: none known), whose pass 1 then finds them there
- * (0.91x the time, twenty-third round). */
-INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
-                        const int32_t *table, int64_t len, int64_t group, int64_t dim,
-                        int64_t block_size, int64_t stride, int is_bf16, float *scores,
-                        float *out, const char *k_after) {
+/* Pass 3 (out = sum of probability x value) in AVX-512 vectors, up to 16 vectors of outputs in
+ * registers: as many query heads at a time as fit. Its values were asked for in pass 1, so it reads
+ * the cache, not memory: meanwhile it asks for the keys of the task this thread runs next, k_after
+ * (NULL: none known), whose pass 1 then finds them there (0.91x the time, twenty-third round). With
+ * score_tokens, attend_wide's 0.7x the plain loops' time for bfloat16 and 0.87x for float32
+ * (docs/benchmarks.md, sixteenth round). */
+INLINE void values_pass(const float *scores, const char *v_head, const int32_t *table, int64_t len,
+                        int64_t group, int64_t dim, int64_t block_size, int64_t stride,
+                        int is_bf16, float *out, const char *k_after) {
     const int64_t num_blocks = (len + block_size - 1) / block_size;
     const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
-    for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores, 16 tokens at a time */
-        const char *k = k_head + table[j] * stride, *v = v_head + table[j] * stride;
-        const char *next = next_block(k_head, table, j, num_blocks, stride);
-        const int64_t first = j * block_size;
-        const int64_t n = tokens_in_block(j, len, block_size);
-        for (int64_t t = 0; t < n; t += 16)
-            score16(q, k + t * row_bytes, n - t < 16 ? n - t : 16, group, dim, is_bf16,
-                    next + t * row_bytes, v + t * row_bytes, len, scores + first + t);
-    }
-    softmax(scores, group, len); /* 2. */
     const int64_t chunks = dim / 16, heads = 16 / chunks; /* query heads a sweep over V holds */
-    for (int64_t g0 = 0; g0 < group; g0 += heads) { /* 3. out = sum of probability x value */
+    for (int64_t g0 = 0; g0 < group; g0 += heads) {
         __m512 acc[16];
         for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
         for (int64_t j = 0; j < num_blocks; ++j) {
@@ -308,12 +298,14 @@ INLINE void transpose8(__m256 r[8]) {
     }
 }
 
-/* Pass 1 for m <= 8 tokens whose keys start at k, as score16 does it with AVX-512: dot()'s 16
+/* Pass 1 for m <= 8 tokens whose keys start at k, as AVX-512's copy does 16: dot()'s 16
  * lanes of a score are two vectors, lanes 0-7 and 8-15; turned, lane i of 8 tokens lies in one
  * vector, and the 16 are added in dot()'s order. Each key is widened once for up to 4 query heads;
  * the same rows of the next block's keys and of this block's values are asked for meanwhile. */
-INLINE void score8(const float *q, const char *k, int64_t m, int64_t group, int64_t dim,
-                   int is_bf16, const char *next, const char *v, int64_t len, float *scores) {
+enum { SCORE_TOKENS = 8 };
+INLINE void score_tokens(const float *q, const char *k, int64_t m, int64_t group, int64_t dim,
+                         int is_bf16, const char *next, const char *v, int64_t len,
+                         float *scores) {
     const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
     for (int64_t g0 = 0; g0 < group; g0 += 4) { /* up to 4 query heads a sweep */
         const int64_t heads = group - g0 < 4 ? group - g0 : 4;
@@ -353,31 +345,18 @@ INLINE void score8(const float *q, const char *k, int64_t m, int64_t group, int6
     }
 }
 
-/* attend() in AVX2 vectors for head dims 64 and 128: the same sums in the same order, so the same
- * bits (tests/kernels/test_paged_decode.py holds the two equal). Pass 1 eight tokens at a time
- * (score8); pass 3 keeps 8 vectors of one query head's outputs in registers, a sweep over the
+/* Pass 3 in AVX2 vectors: 8 vectors of one query head's outputs in registers, a sweep over the
  * values for each 64 of them (the values were asked for in pass 1; the first sweep asks for the
- * next block's, and for the keys of the task this thread runs next, k_after). On a Zen 3 a decode
- * step's attention at >= 16 rows took 12.1 ms against 13.2, the step 0.987-0.989x the time: its
- * scattered pages' reads, not its arithmetic, are most of it (docs/benchmarks.md, thirty-fourth
- * round). */
-INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
-                        const int32_t *table, int64_t len, int64_t group, int64_t dim,
-                        int64_t block_size, int64_t stride, int is_bf16, float *scores,
-                        float *out, const char *k_after) {
+ * next block's, and for the keys of the task this thread runs next, k_after). With score_tokens, on
+ * a Zen 3 a decode step's attention at >= 16 rows took 12.1 ms against the plain loops' 13.2, the
+ * step 0.987-0.989x the time: its scattered pages' reads, not its arithmetic, are most of it
+ * (docs/benchmarks.md, thirty-fourth round). */
+INLINE void values_pass(const float *scores, const char *v_head, const int32_t *table, int64_t len,
+                        int64_t group, int64_t dim, int64_t block_size, int64_t stride,
+                        int is_bf16, float *out, const char *k_after) {
     const int64_t num_blocks = (len + block_size - 1) / block_size;
     const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
-    for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores, 8 tokens at a time */
-        const char *k = k_head + table[j] * stride, *v = v_head + table[j] * stride;
-        const char *next = next_block(k_head, table, j, num_blocks, stride);
-        const int64_t first = j * block_size;
-        const int64_t n = tokens_in_block(j, len, block_size);
-        for (int64_t t = 0; t < n; t += 8)
-            score8(q, k + t * row_bytes, n - t < 8 ? n - t : 8, group, dim, is_bf16,
-                   next + t * row_bytes, v + t * row_bytes, len, scores + first + t);
-    }
-    softmax(scores, group, len); /* 2. */
-    for (int64_t g = 0; g < group; ++g) /* 3. out = sum of probability x value */
+    for (int64_t g = 0; g < group; ++g)
         for (int64_t d0 = 0; d0 < dim; d0 += 64) {
             const int ask = g == 0 && d0 == 0; /* the first sweep asks for what comes next */
             __m256 acc[8];
@@ -399,6 +378,32 @@ INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
             }
             for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + g * dim + d0 + u * 8, acc[u]);
         }
+}
+#endif
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+/* attend() in vectors (AVX-512 or AVX2) for head dims 64 and 128 (attend_either): the same sums in
+ * the same order, so the same bits (tests/kernels/test_paged_decode.py holds the two equal): the
+ * scores SCORE_TOKENS tokens at a time, then the softmax, then the values (values_pass). */
+INLINE void attend_wide(const float *q, const char *k_head, const char *v_head,
+                        const int32_t *table, int64_t len, int64_t group, int64_t dim,
+                        int64_t block_size, int64_t stride, int is_bf16, float *scores,
+                        float *out, const char *k_after) {
+    const int64_t num_blocks = (len + block_size - 1) / block_size;
+    const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
+    for (int64_t j = 0; j < num_blocks; ++j) { /* 1. scores */
+        const char *k = k_head + table[j] * stride, *v = v_head + table[j] * stride;
+        const char *next = next_block(k_head, table, j, num_blocks, stride);
+        const int64_t first = j * block_size;
+        const int64_t n = tokens_in_block(j, len, block_size);
+        for (int64_t t = 0; t < n; t += SCORE_TOKENS)
+            score_tokens(q, k + t * row_bytes, n - t < SCORE_TOKENS ? n - t : SCORE_TOKENS, group,
+                         dim, is_bf16, next + t * row_bytes, v + t * row_bytes, len,
+                         scores + first + t);
+    }
+    softmax(scores, group, len); /* 2. */
+    values_pass(scores, v_head, table, len, group, dim, block_size, stride, is_bf16, out,
+                k_after); /* 3. out = sum of probability x value */
 }
 #endif
 
