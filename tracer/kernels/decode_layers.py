@@ -1,9 +1,9 @@
 """All of the decoder's layers for a decode step of a few sequences in one call of decode_layers.c:
 what FusedDecoder.forward's loop does, with the same functions in the same order, without ~270
 calls from Python a step. FusedDecoder takes it when every row is a decode, there are no more of
-them than the linears' kernel takes (float32: 64; bfloat16: 32 on AMX, 64 with AVX512_BF16 alone),
-and every linear agrees with oneDNN at that many rows (checked before the first such step); the
-layer loop otherwise."""
+them than the linears' kernel takes (float32: 64, 8 without AVX2; bfloat16: 32 on AMX, 64 with
+AVX512_BF16 alone), and every linear agrees with oneDNN at that many rows (checked before the first
+such step); the layer loop otherwise."""
 
 from __future__ import annotations
 
