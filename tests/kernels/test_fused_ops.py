@@ -4,9 +4,6 @@ decoder gives the model's own hidden states to the bit, in float32 and bfloat16.
 
 from __future__ import annotations
 
-import ctypes
-import functools
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -26,7 +23,7 @@ from nanoengine.loading.tiny import tiny_config
 from nanoengine.model import CausalLM, RMSNorm, apply_rope
 from nanoengine.sampling_params import SamplingParams
 from tracer.kernels import decode_layers
-from tracer.kernels.build import FLAGS, cpu_flags, load
+from tracer.kernels.build import AVX2_ONLY, has_avx2
 from tracer.kernels.choose import build_engine
 from tracer.kernels.decode_layers import DecodeLayers
 from tracer.kernels.fused_decoder import FusedDecoder, check_step
@@ -35,7 +32,6 @@ from tracer.kernels.packed_linear import bf16_kernel_ready
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
-HAS_AVX2 = {"avx2", "fma"} <= set(cpu_flags().split())
 
 needs_bf16_kernel = pytest.mark.skipif(
     not bf16_kernel_ready(), reason="the bfloat16 kernels run on CPUs with AMX or AVX512_BF16"
@@ -215,22 +211,12 @@ def wide_mlp_folder(folder, intermediate_size: int):
     return folder
 
 
-@functools.cache
-def avx2_decode_layers():
-    """decode_layers.c built without AVX-512, as an AVX2 CPU builds it (on any x86 CPU)."""
-    library = load(decode_layers.SOURCE, (*FLAGS, "-mno-avx512f"))
-    step_args, layer_args = ctypes.POINTER(decode_layers.StepArgs), ctypes.POINTER(decode_layers.LayerArgs)
-    library.decode_layers.argtypes = [layer_args, ctypes.c_int64, step_args, ctypes.c_void_p]
-    library.decode_layers.restype = ctypes.c_int
-    return library
-
-
 @pytest.mark.parametrize(
     ("dtype", "build"),
     [
         ("float32", "native"),
         pytest.param("bfloat16", "native", marks=needs_bf16_kernel),
-        pytest.param("float32", "avx2", marks=pytest.mark.skipif(not HAS_AVX2, reason="the AVX2 build needs AVX2")),
+        pytest.param("float32", "avx2", marks=pytest.mark.skipif(not has_avx2(), reason="the AVX2 build needs AVX2")),
     ],
 )
 def test_a_few_rows_read_whole_blocks_side_by_side_to_the_bit(tmp_path, monkeypatch, dtype, build):
@@ -242,7 +228,8 @@ def test_a_few_rows_read_whole_blocks_side_by_side_to_the_bit(tmp_path, monkeypa
     and then 1 row a step, each step in one call: the model's hidden states to the bit; also with
     the AVX2 code on a CPU with AVX-512."""
     if build == "avx2":
-        monkeypatch.setattr(decode_layers, "decode_layers_library", avx2_decode_layers)
+        avx2_build = decode_layers.decode_layers_library(decode_layers.SOURCE, AVX2_ONLY)
+        monkeypatch.setattr(decode_layers, "decode_layers_library", lambda: avx2_build)
     folder = wide_mlp_folder(tmp_path / "wide", intermediate_size=11 * 64)
     hidden, one_call_steps = [], []
     for fused in (True, False):

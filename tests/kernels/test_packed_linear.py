@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from nanoengine.loading.build import pack_for_onednn
 from nanoengine.model import ONEDNN, Linear
 from tracer.kernels import packed_linear
-from tracer.kernels.build import FLAGS, cpu_flags, load
+from tracer.kernels.build import AVX2_ONLY, has_avx2
 from tracer.kernels.packed_linear import (
     CHUNKS,
     DPBF16_MAX_ROWS,
@@ -30,6 +30,7 @@ from tracer.kernels.packed_linear import (
     cancelling_rows,
     few_rows_first,
     kernel_shape,
+    packed_gemv_library,
     run_kernel,
 )
 
@@ -103,10 +104,7 @@ def splits_among_threads(linear: Linear, x: torch.Tensor) -> bool:
     return False
 
 
-AVX2_ONLY = (*FLAGS, "-mno-avx512f")  # the code an AVX2 CPU runs, on any x86 CPU
-
-
-@pytest.mark.skipif(not {"avx2", "fma"} <= set(cpu_flags().split()), reason="the AVX2 build needs AVX2 and FMA")
+@pytest.mark.skipif(not has_avx2(), reason="the AVX2 build needs AVX2 and FMA")
 @settings(max_examples=30, deadline=None)
 @given(
     in_features=st.sampled_from([36, 100, 576, 1100, 1536]),
@@ -124,8 +122,7 @@ def test_the_avx2_code_gives_onednns_bits_at_every_row_count(in_features, out_fe
     up to 8 rows through the straight loop, more in register tiles, a share of a block's outputs to
     each thread; some chunk
     gives oneDNN's bits, as FewRowsLinear's first call finds it, at every row count up to MAX_ROWS."""
-    gemv = load(packed_linear.SOURCE, AVX2_ONLY).packed_gemv
-    gemv.argtypes, gemv.restype = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 5 + [ctypes.c_int], None
+    gemv = packed_gemv_library(packed_linear.SOURCE, AVX2_ONLY).packed_gemv
     linear = packed_linear_of(in_features, out_features, bias, seed)
     shape = kernel_shape(linear)
     assert shape is not None

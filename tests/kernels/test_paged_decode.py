@@ -5,8 +5,6 @@ a traceback, where the machine cannot build it."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 import stat
 from pathlib import Path
@@ -24,7 +22,7 @@ from nanoengine.engine import LLMEngine
 from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 from tracer.kernels import KERNEL, paged_attention
-from tracer.kernels.build import FLAGS, KernelUnavailable, build, cpu_flags, library_path, load
+from tracer.kernels.build import AVX2_ONLY, FLAGS, KernelUnavailable, build, cpu_flags, has_avx2, library_path
 from tracer.kernels.choose import with_attention_kernel
 from tracer.kernels.paged_attention import SOURCE, PagedDecodeAttention, paged_decode, paged_decode_library
 
@@ -87,25 +85,15 @@ def test_the_comparison_catches_a_kernel_that_misses_the_newest_token():
 
 
 CPU_FLAGS = set(cpu_flags().split())
-HAS_AVX2 = {"avx2", "fma"} <= CPU_FLAGS
-AVX2_ONLY = (*FLAGS, "-mno-avx512f")  # the code an AVX2 CPU runs, on any x86 CPU
-
-
-@functools.cache
-def avx2_library():
-    library = load(SOURCE, AVX2_ONLY)
-    library.paged_decode.restype = ctypes.c_int
-    library.paged_decode.argtypes = paged_decode_library().paged_decode.argtypes
-    return library
 
 
 @pytest.mark.parametrize(
     "build",
     [
         pytest.param(
-            "native", marks=pytest.mark.skipif(not ("avx512f" in CPU_FLAGS or HAS_AVX2), reason="no wide copy")
+            "native", marks=pytest.mark.skipif(not ("avx512f" in CPU_FLAGS or has_avx2()), reason="no wide copy")
         ),
-        pytest.param("avx2", marks=pytest.mark.skipif(not HAS_AVX2, reason="the AVX2 build needs AVX2 and FMA")),
+        pytest.param("avx2", marks=pytest.mark.skipif(not has_avx2(), reason="the AVX2 build needs AVX2 and FMA")),
     ],
 )
 @settings(max_examples=30, deadline=None)
@@ -122,7 +110,7 @@ def test_the_vector_loops_give_the_plain_loops_bits(build, lens, block_size, hea
     16 or 8 tokens' scores at once with its lanes turned, in the order dot() adds them: the same
     numbers, bit for bit, as the plain loops; one token less differs."""
     q, kv, tables, lens = decode_batch(lens, block_size, heads[0], heads[1], dim, dtype, seed)
-    library = avx2_library() if build == "avx2" else paged_decode_library()
+    library = paged_decode_library(SOURCE, AVX2_ONLY if build == "avx2" else FLAGS)
     with mock.patch.object(paged_attention, "paged_decode_library", lambda: library):
         wide = paged_decode(q, kv, tables, lens, 0.125)
         assert torch.equal(wide, paged_decode(q, kv, tables, lens, 0.125, plain=True))

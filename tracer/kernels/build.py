@@ -34,6 +34,8 @@ FLAGS = (
     "-shared",
     "-fPIC",
 )
+# The code an AVX2 CPU runs, built on any x86 CPU: the tests check it on CPUs with AVX-512 too.
+AVX2_ONLY = (*FLAGS, "-mno-avx512f")
 BUILD_TIMEOUT_S = 120
 INCLUDE = re.compile(r'^#include "(\w+\.c)"', re.MULTILINE)  # another kernel's source, built in
 
@@ -56,6 +58,11 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     except OSError:
         return ""
     return next((line for line in lines if line.startswith(("flags", "Features"))), "")
+
+
+def has_avx2() -> bool:
+    """Whether this CPU has AVX2 and FMA, which the kernels' AVX2 code asks for."""
+    return {"avx2", "fma"} <= set(cpu_flags().split())
 
 
 def library_path(source: Path, cc: str, flags: tuple[str, ...] = FLAGS) -> Path:

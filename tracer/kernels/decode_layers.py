@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from nanoengine.attention import AttentionMetadata, KVCache
-from tracer.kernels.build import load
+from tracer.kernels.build import FLAGS, load
 from tracer.kernels.fused_ops import silu_vector_run
 from tracer.kernels.packed_linear import FewRowsLinear, amx_ready
 
@@ -80,8 +80,8 @@ class StepArgs(ctypes.Structure):  # step_t
 
 
 @functools.cache
-def decode_layers_library(source: Path = SOURCE) -> ctypes.CDLL:
-    library = load(source)
+def decode_layers_library(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL:
+    library = load(source, flags)
     library.decode_layers.argtypes = [ctypes.POINTER(LayerArgs), I64, ctypes.POINTER(StepArgs), PTR]
     library.decode_layers.restype = ctypes.c_int
     return library

@@ -235,7 +235,7 @@ enum { FEW = 4 };             /* rows the straight loop takes at once */
 INLINE void rows_outputs(const float *x, const float *block, const float *bias, float *y,
                          int64_t in, int64_t chunk, int64_t out, int64_t n, const int width,
                          const int rows) {
-    float sum[FEW][BLOCK] = {{0}};
+    float sum[FEW][BLOCK];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         float part[FEW][BLOCK] = {{0}};
@@ -352,10 +352,10 @@ static void one_row_two_blocks(const float *x, const float *const w[2], const fl
                 sum[k][v] = start ? _mm256_add_ps(sum[k][v], part[k][v]) : part[k][v];
     }
     for (int k = 0; k < 2; ++k)
-        for (int v = 0; v < 8; ++v) {
-            const __m256 b = bias[k] ? _mm256_loadu_ps(bias[k] + v * 8) : _mm256_setzero_ps();
-            _mm256_storeu_ps(y[k] + v * 8, bias[k] ? _mm256_add_ps(sum[k][v], b) : sum[k][v]);
-        }
+        for (int v = 0; v < 8; ++v)
+            _mm256_storeu_ps(y[k] + v * 8, bias[k] ? _mm256_add_ps(sum[k][v],
+                                                                   _mm256_loadu_ps(bias[k] + v * 8))
+                                                   : sum[k][v]);
 }
 
 /* One row through whole blocks [b0, b1) in two runs read side by side; returns where the blocks

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from nanoengine.loading.build import pack_for_onednn
 from nanoengine.model import Linear
-from tracer.kernels.build import KernelUnavailable, cpu_flags, load
+from tracer.kernels.build import FLAGS, KernelUnavailable, has_avx2, load
 
 SOURCE = Path(__file__).with_name("packed_gemv.c")
 AMX_SOURCE = Path(__file__).with_name("amx_gemv.c")
@@ -38,7 +38,7 @@ BLOCK = 64  # outputs per block of the packed float32 layout (packed_gemv.c)
 # 64); with AVX2 alone 0.69-0.98x up to 8 rows and 0.93-1.00x at 16-64, where what it wins is the
 # one-call decode step (decode_layers.py): 0.90x the time of the steps at >= 16 rows (thirty-fourth
 # round, a Zen 3 host). Without AVX2 and FMA the kernel has only its straight loop (1.22x at 16 rows).
-MAX_ROWS = 64 if {"avx2", "fma"} <= set(cpu_flags().split()) else 8
+MAX_ROWS = 64 if has_avx2() else 8
 # How many inputs oneDNN sums before starting a new partial sum: 1024 or 512 on the CPUs measured
 # (by row count); the others are tried where those give other bits.
 CHUNKS = (1024, 512, 256, 2048, 4096)
@@ -55,8 +55,8 @@ K_STEP = 32  # inputs per AMX multiply: `in` must be a multiple
 
 
 @functools.cache
-def packed_gemv_library(source: Path = SOURCE) -> ctypes.CDLL:
-    library = load(source)
+def packed_gemv_library(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL:
+    library = load(source, flags)
     library.packed_gemv.argtypes = [PTR] * 4 + [I64] * 5 + [INT]
     library.packed_gemv.restype = None
     return library

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from nanoengine.attention import AttentionMetadata, KVCache, TorchAttention
-from tracer.kernels.build import load
+from tracer.kernels.build import FLAGS, load
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
 DTYPES = (torch.float32, torch.bfloat16)
@@ -24,8 +24,8 @@ I64, PTR = ctypes.c_int64, ctypes.c_void_p
 
 
 @functools.cache
-def paged_decode_library(source: Path = SOURCE) -> ctypes.CDLL:
-    library = load(source)
+def paged_decode_library(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL:
+    library = load(source, flags)
     library.paged_decode.restype = ctypes.c_int
     library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float] + [ctypes.c_int] * 3
     return library
