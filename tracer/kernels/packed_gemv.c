@@ -291,17 +291,18 @@ enum { TILE_ROWS = 6, STRETCH = 64, AHEAD = 4 * STRETCH };
  * All the groups of 16 in one call: one call for each sixteen took 1.02-1.09x oneDNN's time at
  * 16-32 rows, this one 0.99-1.01x (thirty-fourth round). */
 INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                     int64_t start, int64_t end, int first, const float *ahead, int64_t groups,
-                     const int rows) {
+                     int64_t start, int64_t end, int first, const float *ask, int64_t lines,
+                     int64_t groups, const int rows) {
+    const int64_t steps = groups * (end - start);
+    int64_t owed = 0; /* Bresenham: `lines` asks spread evenly over `steps` */
     for (int64_t g = 0; g < groups; ++g, w += 16, part = (float(*)[BLOCK])(&part[0][16])) {
         __m256 sum[TILE_ROWS][2];
         for (int r = 0; r < rows; ++r)
             for (int v = 0; v < 2; ++v)
                 sum[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(&part[r][v * 8]);
         for (int64_t i = start; i < end; ++i) {
-            if (ahead && g == 0)
-                for (int line = 0; line < BLOCK / 16; ++line) /* into L2 */
-                    __builtin_prefetch(ahead + i * BLOCK + line * 16, 0, 2);
+            for (owed += lines; owed >= steps; owed -= steps, ask += 16)
+                __builtin_prefetch(ask, 0, 2); /* into L2 */
             const __m256 w0 = _mm256_loadu_ps(w + i * BLOCK);
             const __m256 w1 = _mm256_loadu_ps(w + i * BLOCK + 8);
             for (int r = 0; r < rows; ++r) {
@@ -316,15 +317,15 @@ INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[B
 }
 
 static void tile_rows(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
-                      int64_t start, int64_t end, int first, const float *ahead, int64_t groups,
-                      int64_t rows) {
+                      int64_t start, int64_t end, int first, const float *ask, int64_t lines,
+                      int64_t groups, int64_t rows) {
     switch (rows) {
-    case 1: run_tile(x, in, w, part, start, end, first, ahead, groups, 1); break;
-    case 2: run_tile(x, in, w, part, start, end, first, ahead, groups, 2); break;
-    case 3: run_tile(x, in, w, part, start, end, first, ahead, groups, 3); break;
-    case 4: run_tile(x, in, w, part, start, end, first, ahead, groups, 4); break;
-    case 5: run_tile(x, in, w, part, start, end, first, ahead, groups, 5); break;
-    case 6: run_tile(x, in, w, part, start, end, first, ahead, groups, 6); break;
+    case 1: run_tile(x, in, w, part, start, end, first, ask, lines, groups, 1); break;
+    case 2: run_tile(x, in, w, part, start, end, first, ask, lines, groups, 2); break;
+    case 3: run_tile(x, in, w, part, start, end, first, ask, lines, groups, 3); break;
+    case 4: run_tile(x, in, w, part, start, end, first, ask, lines, groups, 4); break;
+    case 5: run_tile(x, in, w, part, start, end, first, ask, lines, groups, 5); break;
+    case 6: run_tile(x, in, w, part, start, end, first, ask, lines, groups, 6); break;
     }
 }
 
@@ -389,12 +390,15 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
         const int64_t end = start + chunk < in ? start + chunk : in;
         for (int64_t s = start; s < end; s += STRETCH) {
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
-            const float *ahead = s + AHEAD < in_padded ? block + AHEAD * BLOCK
-                                                       : next + (AHEAD - in_padded) * BLOCK;
+            const float *ahead = s + AHEAD < in_padded ? block + (s + AHEAD) * BLOCK
+                                                       : next + (s + AHEAD - in_padded) * BLOCK;
+            const int64_t lines = (e - s) * BLOCK / 16; /* the weights AHEAD inputs on */
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
+                const int64_t l0 = t * lines / tiles, l1 = (t + 1) * lines / tiles;
                 tile_rows(x + r0 * in, in, block + first, (float(*)[BLOCK])(part[r0] + first), s,
-                          e, s == start, t == 0 ? ahead : 0, (last - first + 15) / 16, r1 - r0);
+                          e, s == start, ahead + l0 * 16, l1 - l0, (last - first + 15) / 16,
+                          r1 - r0);
             }
         }
         for (int64_t r = 0; r < rows; ++r)
