@@ -277,24 +277,24 @@ static void few_outputs(const float *x, const float *block, const float *bias, f
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-/* More than 2 * FEW rows go through a block in tiles of up to TILE_ROWS rows x 16 outputs: 12 sums,
+/* More than FEW rows go through a block in tiles of up to TILE_ROWS rows x 16 outputs: 12 sums,
  * 2 vectors of weights and one of x fill 15 of the 16 registers. Each stretch of inputs goes
  * through every 16 outputs' tiles while its weights are in L1, and the weights AHEAD inputs on are
- * asked into L2 meanwhile. At 16-64 rows the model's linears take 0.97-1.01x oneDNN's time (its
- * LM head alone 1.04-1.09x); the one-call decode step that this lets AVX2 take past 8 rows took
- * 0.90x the time of the steps at >= 16 rows (docs/benchmarks.md, thirty-fourth round). */
+ * asked into L2 meanwhile, evenly over all the stretch's tiles: asked for all in its first tile,
+ * they stalled the core while its few miss buffers were full, and the model's linears from memory
+ * took 1.33-1.39x the time at 16-32 rows (docs/benchmarks.md, thirty-fifth round). */
 enum { TILE_ROWS = 6, STRETCH = 64, AHEAD = 4 * STRETCH };
 
 /* part[r][0..16 * groups) (+)= sum over i in [start, end) of x[r, i] * w[o, i] for `rows` rows (a
  * constant in each inlined copy), 16 outputs at a time; w and part start at the first output;
- * `first` starts the sums from zero. ahead (NULL: none): the lines to ask for, AHEAD inputs on.
- * All the groups of 16 in one call: one call for each sixteen took 1.02-1.09x oneDNN's time at
- * 16-32 rows, this one 0.99-1.01x (thirty-fourth round). */
+ * `first` starts the sums from zero. Meanwhile the `lines` cache lines from `ask` on are asked for,
+ * spread evenly over the call's steps. All the groups of 16 in one call: one call for each sixteen
+ * took 1.02-1.09x oneDNN's time at 16-32 rows, this one 0.99-1.01x (thirty-fourth round). */
 INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[BLOCK],
                      int64_t start, int64_t end, int first, const float *ask, int64_t lines,
                      int64_t groups, const int rows) {
     const int64_t steps = groups * (end - start);
-    int64_t owed = 0; /* Bresenham: `lines` asks spread evenly over `steps` */
+    int64_t owed = 0; /* lines owed x steps: one asked each time it reaches `steps` */
     for (int64_t g = 0; g < groups; ++g, w += 16, part = (float(*)[BLOCK])(&part[0][16])) {
         __m256 sum[TILE_ROWS][2];
         for (int r = 0; r < rows; ++r)
@@ -411,14 +411,15 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
 }
 #endif
 
-/* Outputs [first, last) of a block for up to SLAB rows (first a multiple of 16): up to 2 * FEW
- * rows through the straight loop, FEW at a time (at 5-8 rows that read the block twice in
- * 0.83-0.99x oneDNN's time, where the tiles took 1.18-1.24x), more in tiles. */
+/* Outputs [first, last) of a block for up to SLAB rows (first a multiple of 16): up to FEW rows
+ * through the straight loop, more in tiles (without AVX2, the straight loop FEW rows at a time).
+ * At 5-8 rows the tiles take 0.71-0.87x the loop's time, at 2-3 rows 1.05-1.11x (the model's
+ * linears from memory, thirty-fifth round). */
 static void block_outputs(const float *x, const float *block, const float *next,
                           const float *bias, float *y, int64_t rows, int64_t in, int64_t in_padded,
                           int64_t chunk, int64_t out, int64_t first, int64_t last) {
 #if defined(__AVX2__) && defined(__FMA__)
-    if (rows > 2 * FEW) {
+    if (rows > FEW) {
         tiled_outputs(x, block, next, bias, y, rows, in, in_padded, chunk, out, first, last);
         return;
     }
