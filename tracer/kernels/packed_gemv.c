@@ -281,8 +281,8 @@ static void few_outputs(const float *x, const float *block, const float *bias, f
  * 2 vectors of weights and one of x fill 15 of the 16 registers. Each stretch of inputs goes
  * through every 16 outputs' tiles while its weights are in L1, and the weights AHEAD inputs on are
  * asked into L2 meanwhile, evenly over all the stretch's tiles: asked for all in its first tile,
- * they stalled the core while its few miss buffers were full, and the model's linears from memory
- * took 1.33-1.39x the time at 16-32 rows (docs/benchmarks.md, thirty-fifth round). */
+ * they stalled the core while its few miss buffers were full, and the decoder's linears from memory
+ * took 1.33-1.39x as long at 16-32 rows (docs/benchmarks.md, thirty-fifth round). */
 enum { TILE_ROWS = 6, STRETCH = 64, AHEAD = 4 * STRETCH };
 
 /* part[r][0..16 * groups) (+)= sum over i in [start, end) of x[r, i] * w[o, i] for `rows` rows (a
@@ -294,7 +294,7 @@ INLINE void run_tile(const float *x, int64_t in, const float *w, float (*part)[B
                      int64_t start, int64_t end, int first, const float *ask, int64_t lines,
                      int64_t groups, const int rows) {
     const int64_t steps = groups * (end - start);
-    int64_t owed = 0; /* lines owed x steps: one asked each time it reaches `steps` */
+    int64_t owed = 0; /* the lines due so far, times steps: one is asked each time one is due */
     for (int64_t g = 0; g < groups; ++g, w += 16, part = (float(*)[BLOCK])(&part[0][16])) {
         __m256 sum[TILE_ROWS][2];
         for (int r = 0; r < rows; ++r)

@@ -35,9 +35,9 @@ MatMul = Callable[[Tensor], Tensor]
 BLOCK = 64  # outputs per block of the packed float32 layout (packed_gemv.c)
 # Up to this many rows the kernel takes a linear (docs/benchmarks.md): with AVX-512 it is faster than
 # oneDNN (the fifteenth round: the model's linears 0.81x at 1 row, 0.76x at 16, 0.84x at 32, 0.91x at
-# 64); with AVX2 alone 0.69-0.98x up to 8 rows and 0.93-1.00x at 16-64, where what it wins is the
-# one-call decode step (decode_layers.py): 0.90x the time of the steps at >= 16 rows (thirty-fourth
-# round, a Zen 3 host). Without AVX2 and FMA the kernel has only its straight loop (1.22x at 16 rows).
+# 64); with AVX2 alone 0.64-0.79x at 1-64 rows (thirty-fifth round, a Zen 3 host), and it lets the
+# one-call decode step (decode_layers.py) take every step up to 64 rows. Without AVX2 and FMA the
+# kernel has only its straight loop (1.22x at 16 rows).
 MAX_ROWS = 64 if has_avx2() else 8
 # How many inputs oneDNN sums before starting a new partial sum: 1024 or 512 on the CPUs measured
 # (by row count); the others are tried where those give other bits.
