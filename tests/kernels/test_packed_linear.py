@@ -120,8 +120,8 @@ def splits_among_threads(linear: Linear, x: torch.Tensor) -> bool:
 def test_the_avx2_code_gives_onednns_bits_at_every_row_count(in_features, out_features, bias, rows, seed):
     """packed_gemv.c built without AVX-512, as an AVX2 CPU builds it: one row two blocks at a time,
     up to 4 rows through the straight loop, more in register tiles, a share of a block's outputs to
-    each thread; some chunk
-    gives oneDNN's bits, as FewRowsLinear's first call finds it, at every row count up to MAX_ROWS."""
+    each thread; some chunk gives oneDNN's bits, as FewRowsLinear's first call finds it, at every
+    row count up to MAX_ROWS."""
     gemv = packed_gemv_library(packed_linear.SOURCE, AVX2_ONLY).packed_gemv
     linear = packed_linear_of(in_features, out_features, bias, seed)
     shape = kernel_shape(linear)
