@@ -73,8 +73,8 @@ class TorchAttention:
     def write_kv(self, kv: KVCache, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
         k_cache, v_cache = kv
         blocks, rows = slot_mapping // kv.shape[3], slot_mapping % kv.shape[3]
-        k_cache[blocks, :, rows] = k  # [T, kv_heads, dim]: each token into its block's row
-        v_cache[blocks, :, rows] = v
+        k_cache[blocks, :, rows] = k.to(kv.dtype)  # [T, kv_heads, dim]: into its block's row
+        v_cache[blocks, :, rows] = v.to(kv.dtype)  # (rounded where kv_cache_dtype is narrower)
 
     def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
         """q: [T, heads, dim] -> [T, heads, dim]."""
@@ -88,7 +88,7 @@ class TorchAttention:
             meta.decode_groups = [decode_group(g, meta.block_tables, block_size) for g in groups]
         for g in meta.decode_groups:
             B, L = g.pad.shape
-            k, v = by_head.index_select(2, g.block_ids).view(2, num_kv_heads, B, L, dim)
+            k, v = by_head.index_select(2, g.block_ids).to(q.dtype).view(2, num_kv_heads, B, L, dim)
             # [kv_heads, B, group, dim]: each KV head's query heads side by side
             qd = q[g.rows].view(B, num_kv_heads, group, dim).transpose(0, 1)
             scores = (qd * scale) @ k.transpose(-1, -2)
@@ -96,7 +96,7 @@ class TorchAttention:
             out[g.rows] = (scores.softmax(-1) @ v).transpose(0, 1).reshape(B, -1, dim)
         for i, start, n, seq_len in meta.prefills:
             table = meta.block_tables[i, : (seq_len + block_size - 1) // block_size]
-            k, v = by_head.index_select(2, table).view(2, num_kv_heads, -1, dim)[:, :, :seq_len]
+            k, v = by_head.index_select(2, table).to(q.dtype).flatten(2, 3)[:, :, :seq_len]
             # Query j sits at position seq_len - n + j and sees keys up to that position.
             # A chunk that starts at 0 is plain causal attention: no mask needed.
             mask = None
@@ -122,8 +122,8 @@ class FlashAttention:
 
     def write_kv(self, kv: KVCache, k: Tensor, v: Tensor, slot_mapping: Tensor) -> None:
         k_cache, v_cache = kv
-        k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
-        v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
+        k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k.to(kv.dtype))
+        v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v.to(kv.dtype))
 
     def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
         from flash_attn import flash_attn_varlen_func

@@ -21,6 +21,7 @@ class EngineConfig:
     use_chat_template: bool = True  # wrap string prompts in the tokenizer's chat template
     device: str | None = None  # "cpu" / "cuda"; None = cuda when available
     dtype: str | None = None  # None = float32 on CPU, bfloat16 on CUDA; auto: loading.choose_dtype
+    kv_cache_dtype: str = "auto"  # the KV pool's numbers: auto = the model's dtype, or a dtype name
     attention_backend: Any = "auto"  # auto / torch / flash, or a backend object (attention.py)
     num_threads: int | None = None  # torch's (process-wide) thread count; None: the idle cores
 

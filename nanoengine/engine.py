@@ -53,7 +53,7 @@ class LLMEngine:
             config.max_model_len,
             self.eos_token_ids,
         )
-        self.runner = ModelRunner(self.model, config, self.device, parts.dtype, self.eos_token_ids)
+        self.runner = ModelRunner(parts, config)
         self.sequences: dict[int, Sequence] = {}  # every sequence not yet collected, by seq_id
         self.requests: dict[int, list[Sequence]] = {}  # request_id -> its n sequences
         self.step_hooks: list[StepHook] = []

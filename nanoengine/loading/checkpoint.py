@@ -126,9 +126,8 @@ def read_config(path: Path) -> Any:
     try:
         raw = json.loads(file.read_bytes())
     except ValueError as e:  # JSON or UTF-8 damage
-        reason = first_line(e)
         fix = "fix it or download the model again"
-        raise ModelLoadError(f"{file} is not valid JSON ({reason}): {fix}") from None
+        raise ModelLoadError(f"{file} is not valid JSON ({first_line(e)}): {fix}") from None
     check_config(file, raw)
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":

@@ -27,7 +27,7 @@ class EngineParts:
     tokenizer: Any
     eos_token_ids: frozenset[int]
     device: torch.device
-    dtype: torch.dtype
+    kv_dtype: torch.dtype  # the KV pool's numbers: the model's dtype unless kv_cache_dtype says
 
 
 def load_engine_parts(config: EngineConfig) -> EngineParts:
@@ -36,29 +36,30 @@ def load_engine_parts(config: EngineConfig) -> EngineParts:
     torch.set_num_threads(config.num_threads or idle_cores())
     device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = choose_dtype(config.dtype, device)
+    kv = config.kv_cache_dtype  # vLLM's option: auto keeps the model's dtype
+    kv_dtype = dtype if kv == "auto" else choose_dtype(kv, device, "kv_cache_dtype")
     loaded = load_model(config.model)
     hf_config = loaded.config
     config.max_model_len = min(config.max_model_len or 4096, hf_config.max_position_embeddings)
-    per_block = bytes_per_block(config, hf_config, dtype)
-    config.num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, dtype)
-    check_kv_fits(config.num_kv_blocks, per_block, device)
+    config.num_kv_blocks = config.num_kv_blocks or kv_blocks_that_fit(config, hf_config, kv_dtype)
+    check_kv_fits(config.num_kv_blocks, bytes_per_block(config, hf_config, kv_dtype), device)
     model = build_model(hf_config, loaded.state_dict, config.max_model_len, device, dtype)
     pack_for_onednn(model)
-    tokenizer = loaded.tokenizer
-    return EngineParts(loaded.name, model, tokenizer, eos_ids(hf_config, tokenizer), device, dtype)
+    eos = eos_ids(hf_config, loaded.tokenizer)
+    return EngineParts(loaded.name, model, loaded.tokenizer, eos, device, kv_dtype)
 
 
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def choose_dtype(name: str | None, device: torch.device) -> torch.dtype:
+def choose_dtype(name: str | None, device: torch.device, what: str = "dtype") -> torch.dtype:
     """The dtype asked for; None: float32 on CPU, bfloat16 on CUDA; "auto": bfloat16 also on a CPU
     with bf16 instructions (AVX512_BF16 or AMX), where oneDNN's bf16 kernels beat float32. Without
     them bf16 is emulated: its linears at 32 rows took 4x float32's time (docs/benchmarks.md)."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" or cpu_has_bf16() else torch.float32
     if name is not None and name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} or auto, got {name!r}")
+        raise ValueError(f"{what} must be one of {', '.join(DTYPES)} or auto, got {name!r}")
     default = "bfloat16" if device.type == "cuda" else "float32"
     return cast(torch.dtype, getattr(torch, name or default))
 

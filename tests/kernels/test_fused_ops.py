@@ -104,6 +104,36 @@ def test_rope_write_kv_rotates_and_writes_as_the_model_does(tokens, heads, dim, 
     assert same_bits(kv, their_kv)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    tokens=st.integers(1, 20),
+    heads=st.sampled_from([(1, 1), (4, 2), (9, 3)]),
+    dim=st.sampled_from([8, 64]),
+    seed=st.integers(0, 99),
+)
+def test_rope_write_kv_rounds_into_a_bfloat16_cache_as_torch_does(tokens, heads, dim, seed):
+    """kv_cache_dtype="bfloat16" under float32: q stays float32; k is turned in float32 and then
+    rounded (to nearest, ties to even), v rounded, as TorchAttention.write_kv's .to() rounds them."""
+    qkv, positions, cos, sin, slots, kv = rope_case(tokens, *heads, dim, torch.float32, seed)
+    kv = kv.bfloat16()
+    their_kv = kv.clone()
+    q = rope_write_kv(qkv, positions, cos, sin, slots, kv, heads[0])
+    theirs = torch_rope_write_kv(qkv, positions, cos, sin, slots, their_kv, heads[0])
+    assert q.dtype == torch.float32 and same_bits(q, theirs.contiguous())
+    assert same_bits(kv, their_kv)
+
+
+def test_the_bfloat16_comparison_catches_a_cache_cut_short_instead_of_rounded():
+    """The planted bug: the float32 numbers' low halves dropped (truncation), not rounded."""
+    qkv, positions, cos, sin, slots, kv = rope_case(8, 4, 2, 16, torch.float32, 0)
+    wide = kv.clone()
+    torch_rope_write_kv(qkv, positions, cos, sin, slots, wide, 4)
+    cut = (wide.view(torch.int32) & -65536).view(torch.float32).bfloat16()  # exact: low bits zero
+    ours = kv.bfloat16()
+    rope_write_kv(qkv, positions, cos, sin, slots, ours, 4)
+    assert same_bits(ours, wide.bfloat16()) and not same_bits(ours, cut)
+
+
 def test_the_comparison_catches_a_rope_one_position_off():
     """The planted bug: each token turned by its neighbour's angle."""
     qkv, positions, cos, sin, slots, kv = rope_case(6, 4, 2, 16, torch.float32, 0)
@@ -162,9 +192,10 @@ def note_one_call_steps(decoder: FusedDecoder, rows: list[int]) -> None:
     decoder.one_call.run = counted  # type: ignore[method-assign]
 
 
-def run_busy(fused: bool, dtype: str) -> tuple[list, HiddenRecorder]:
+def run_busy(fused: bool, dtype: str, kv_cache_dtype: str = "auto") -> tuple[list, HiddenRecorder]:
     """The busy workload (chunked prefill, preemption, prefix hits), greedy, through the kernel."""
-    engine = make_tiny_engine(**{**BUSY_OPTIONS, "attention_backend": PagedDecodeAttention(), "dtype": dtype})
+    options = {**BUSY_OPTIONS, "attention_backend": PagedDecodeAttention(), "dtype": dtype}
+    engine = make_tiny_engine(**options, kv_cache_dtype=kv_cache_dtype)
     model = FusedDecoder(engine.model) if fused else engine.model
     recorder = engine.runner.model = HiddenRecorder(model)  # type: ignore[assignment]
     if fused:
@@ -181,10 +212,10 @@ def run_busy(fused: bool, dtype: str) -> tuple[list, HiddenRecorder]:
     return [engine.collect(i).outputs[0].token_ids for i in ids], recorder
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype):
-    ours, our_recorder = run_busy(True, dtype)
-    theirs, their_recorder = run_busy(False, dtype)
+@pytest.mark.parametrize("dtype, kv_cache_dtype", [("float32", "auto"), ("bfloat16", "auto"), ("float32", "bfloat16")])
+def test_the_fused_decoder_gives_the_models_hidden_states_to_the_bit(dtype, kv_cache_dtype):
+    ours, our_recorder = run_busy(True, dtype, kv_cache_dtype)
+    theirs, their_recorder = run_busy(False, dtype, kv_cache_dtype)
     assert ours == theirs
     our_hidden, their_hidden = our_recorder.hidden, their_recorder.hidden
     assert len(our_hidden) == len(their_hidden) > 10

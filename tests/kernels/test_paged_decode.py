@@ -23,18 +23,26 @@ from nanoengine.llm import LLM
 from nanoengine.sampling_params import SamplingParams
 from tracer.kernels import KERNEL, paged_attention
 from tracer.kernels.build import AVX2_ONLY, FLAGS, KernelUnavailable, build, cpu_flags, has_avx2, library_path
-from tracer.kernels.choose import with_attention_kernel
+from tracer.kernels.choose import build_engine, with_attention_kernel
+from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.paged_attention import SOURCE, PagedDecodeAttention, paged_decode, paged_decode_library
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
 
-def decode_batch(lens: list[int], block_size: int, kv_heads: int, group: int, dim: int, dtype, seed: int):
-    """A KV pool with each sequence's pages scattered through it, and one query per sequence."""
+# (q's dtype, the cache's): the model's own, or a bfloat16 cache under float32 (kv_cache_dtype)
+DTYPE_PAIRS = [(torch.float32,) * 2, (torch.bfloat16,) * 2, (torch.float32, torch.bfloat16)]
+
+
+def decode_batch(
+    lens: list[int], block_size: int, kv_heads: int, group: int, dim: int, dtype, seed: int, kv_dtype=None
+):
+    """A KV pool with each sequence's pages scattered through it (in kv_dtype, else dtype), and one
+    query per sequence."""
     gen = torch.Generator().manual_seed(seed)
     num_blocks = [(n + block_size - 1) // block_size for n in lens]
     pool = sum(num_blocks) + 3
-    kv = torch.randn(2, pool, kv_heads, block_size, dim, generator=gen).to(dtype)
+    kv = torch.randn(2, pool, kv_heads, block_size, dim, generator=gen).to(kv_dtype or dtype)
     pages = torch.randperm(pool, generator=gen).tolist()
     tables = torch.zeros(len(lens), max(num_blocks), dtype=torch.int32)
     for i, n in enumerate(num_blocks):
@@ -64,11 +72,14 @@ def torch_decode(q, kv, tables, lens, scale):
     block_size=st.sampled_from([1, 4, 16]),
     heads=st.sampled_from([(1, 1), (2, 1), (3, 3), (2, 4)]),  # (kv_heads, query heads per kv head)
     dim=st.sampled_from([8, 12, 64, 128]),  # 64 and 128 take loops of a known length
-    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    dtypes=st.sampled_from(DTYPE_PAIRS),
     seed=st.integers(0, 1000),
 )
-def test_kernel_equals_the_torch_path(lens, block_size, heads, dim, dtype, seed):
-    q, kv, tables, seq_lens = decode_batch(lens, block_size, *heads, dim, dtype, seed)
+def test_kernel_equals_the_torch_path(lens, block_size, heads, dim, dtypes, seed):
+    """Also with a bfloat16 cache under float32: both widen its numbers exactly, so only the order of
+    the float32 sums differs."""
+    dtype, kv_dtype = dtypes
+    q, kv, tables, seq_lens = decode_batch(lens, block_size, *heads, dim, dtype, seed, kv_dtype)
     ours = paged_decode(q, kv, tables, seq_lens, dim**-0.5)
     theirs = torch_decode(q, kv, tables, seq_lens, dim**-0.5)
     assert ours.dtype == dtype and ours.shape == q.shape
@@ -102,14 +113,14 @@ CPU_FLAGS = set(cpu_flags().split())
     block_size=st.sampled_from([1, 5, 16, 32]),
     heads=st.sampled_from([(3, 3), (2, 4), (1, 7), (2, 1), (1, 9)]),  # 7, 9: over a values sweep, a keys sweep
     dim=st.sampled_from([64, 128]),  # the head dims the vector copies take
-    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    dtypes=st.sampled_from(DTYPE_PAIRS),
     seed=st.integers(0, 1000),
 )
-def test_the_vector_loops_give_the_plain_loops_bits(build, lens, block_size, heads, dim, dtype, seed):
+def test_the_vector_loops_give_the_plain_loops_bits(build, lens, block_size, heads, dim, dtypes, seed):
     """attend_wide (AVX-512, or AVX2: this CPU's build, and the AVX2 code built on any x86 CPU) sums
     16 or 8 tokens' scores at once with its lanes turned, in the order dot() adds them: the same
     numbers, bit for bit, as the plain loops; one token less differs."""
-    q, kv, tables, lens = decode_batch(lens, block_size, heads[0], heads[1], dim, dtype, seed)
+    q, kv, tables, lens = decode_batch(lens, block_size, heads[0], heads[1], dim, dtypes[0], seed, dtypes[1])
     library = paged_decode_library(SOURCE, AVX2_ONLY if build == "avx2" else FLAGS)
     with mock.patch.object(paged_attention, "paged_decode_library", lambda: library):
         wide = paged_decode(q, kv, tables, lens, 0.125)
@@ -151,6 +162,8 @@ def test_bad_inputs_are_refused_in_one_line():
     q, kv, tables, lens = decode_batch([3], 4, 1, 1, 8, torch.float32, seed=0)
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         paged_decode(q.half(), kv.half(), tables, lens, 1.0)
+    with pytest.raises(ValueError, match="a torch.float32 cache"):  # a cache wider than q: never made
+        paged_decode(q.bfloat16(), kv, tables, lens, 1.0)
     with pytest.raises(ValueError, match="do not fit"):
         paged_decode(q[:, :, :4].contiguous(), kv, tables, lens, 1.0)
     with pytest.raises(ValueError, match="do not fit"):
@@ -177,10 +190,11 @@ class Recording:
         return out
 
 
-def run_busy(backend, dtype: str) -> tuple[list, Recording]:
+def run_busy(backend, dtype: str, kv_cache_dtype: str = "auto") -> tuple[list, Recording]:
     """The busy workload (every kind of scheduler decision), greedy; each request's tokens."""
     recording = Recording(backend)
-    engine = make_tiny_engine(**{**BUSY_OPTIONS, "attention_backend": recording, "dtype": dtype})
+    options = {**BUSY_OPTIONS, "attention_backend": recording, "dtype": dtype, "kv_cache_dtype": kv_cache_dtype}
+    engine = make_tiny_engine(**options)
     ids, step = [], 0
     while step == 0 or engine.has_unfinished():
         for prompt, max_tokens, arrival in BUSY_REQUESTS:
@@ -194,17 +208,29 @@ def run_busy(backend, dtype: str) -> tuple[list, Recording]:
     return [engine.collect(i).outputs[0].token_ids for i in ids], recording
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_an_engine_run_through_the_kernel_equals_the_torch_run(dtype):
+@pytest.mark.parametrize("dtype, kv_cache_dtype", [("float32", "auto"), ("bfloat16", "auto"), ("float32", "bfloat16")])
+def test_an_engine_run_through_the_kernel_equals_the_torch_run(dtype, kv_cache_dtype):
     """Chunked prefill beside decodes, preemption and prefix-cache hits (the busy workload): every
-    attention call of the run gives the torch path's output, so every token is the same."""
-    ours, ours_calls = run_busy(PagedDecodeAttention(), dtype)
-    theirs, theirs_calls = run_busy(TorchAttention(), dtype)
+    attention call of the run gives the torch path's output, so every token is the same; also with
+    a bfloat16 cache under float32, which both paths write rounded and read widened."""
+    ours, ours_calls = run_busy(PagedDecodeAttention(), dtype, kv_cache_dtype)
+    theirs, theirs_calls = run_busy(TorchAttention(), dtype, kv_cache_dtype)
     assert ours == theirs
     assert len(ours_calls.outputs) == len(theirs_calls.outputs) > 0
     tol = TOLERANCE[getattr(torch, dtype)]
     for a, b in zip(ours_calls.outputs, theirs_calls.outputs):
         torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
+
+
+def test_a_cache_the_kernel_does_not_take_runs_the_torch_path():
+    """A float16 cache under float32 (kv_cache_dtype="float16"): the backend hands every row to the
+    torch path, whose tokens the run then has, and the tools leave the decoder unfused."""
+    ours, ours_calls = run_busy(PagedDecodeAttention(), "float32", "float16")
+    theirs, _ = run_busy(TorchAttention(), "float32", "float16")
+    assert ours == theirs and ours_calls.outputs
+    engine = build_engine("tiny", {"kv_cache_dtype": "float16", "num_kv_blocks": 64})
+    assert engine.runner.kv_caches[0].dtype == torch.float16
+    assert isinstance(engine.runner.attend, PagedDecodeAttention) and not isinstance(engine.runner.model, FusedDecoder)
 
 
 def test_beams_through_the_kernel_find_the_torch_beams():

@@ -48,6 +48,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--num-kv-blocks", type=int)
     p.add_argument("--kv-cache-memory-gb", type=float)
     p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS)
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=("auto", "bfloat16"),
+        help="nanoengine's KV cache numbers (default auto: the model's dtype; the baselines keep theirs)",
+    )
     p.add_argument("--hf-batch-size", type=int, help="static generate batch size (default: all requests)")
     p.add_argument(
         "--cb-num-blocks",
@@ -112,6 +117,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         "num_kv_blocks": args.num_kv_blocks,
         "kv_cache_memory_gb": args.kv_cache_memory_gb,
         "attention_backend": args.attention_backend,
+        "kv_cache_dtype": args.kv_cache_dtype,
     }
     cb_options = {"num_blocks": args.cb_num_blocks, "max_batch_tokens": args.cb_max_batch_tokens}
     for name, value in (

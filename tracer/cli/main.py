@@ -10,7 +10,7 @@ import sys
 import time
 
 from tracer.cli.beams import add_beam_args, request_params
-from tracer.cli.defaults import add_field_arg, add_lang_arg
+from tracer.cli.defaults import add_field_arg, add_lang_arg, default_of
 from tracer.cli.help_format import ArgumentParser
 from tracer.i18n import LANGUAGES, N_, _, error_line, set_language
 from tracer.kernels import ATTENTION_BACKENDS
@@ -86,6 +86,15 @@ def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
             " about 2x faster on CPUs with AMX; auto: bfloat16 where the CPU has bf16 instructions"
         ),
     )
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=("auto", "bfloat16"),
+        default=default_of(EngineConfig, "kv_cache_dtype"),
+        help=_(
+            "the KV cache's numbers (vLLM's option): auto keeps the model's dtype; bfloat16 under a float32 model"
+            " holds twice the tokens in the same memory and reads half the bytes, each K/V rounded once"
+        ),
+    )
     add_lang_arg(p)
 
 
@@ -137,6 +146,7 @@ def engine_options(args: argparse.Namespace) -> dict:
         num_threads=args.threads,
         attention_backend=args.attention_backend,
         dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
 
 

@@ -57,16 +57,19 @@ def build_engine(model: str, options: dict) -> LLMEngine:
     fused = isinstance(engine.runner.attend, PagedDecodeAttention)
     if fused:
         engine.runner.sampler = sample_compiled
-    if fused and FusedDecoder.fits(engine.model, engine.device):
+    if fused and FusedDecoder.fits(engine.model, engine.device, engine.runner.kv_caches[0].dtype):
         engine.runner.model = FusedDecoder(engine.model)  # type: ignore[assignment]
     return engine
 
 
 def attention_in_use(options: dict) -> str:
-    """What the tools run for these options, in words, for a report's header."""
+    """What the tools run for these options, in words, for a report's header (with the KV cache's
+    dtype where it is not the model's)."""
     backend = with_attention_kernel(options).get("attention_backend") or "auto"
+    kv = options.get("kv_cache_dtype") or "auto"
+    cache = "" if kv == "auto" else f", KV cache in {kv}"
     if isinstance(backend, PagedDecodeAttention):
-        return f"attention {KERNEL} (compiled paged decode; fused norms, RoPE, SiLU; few-row linears)"
+        return f"attention {KERNEL} (compiled paged decode; fused norms, RoPE, SiLU; few-row linears){cache}"
     if backend == "auto":
-        return "attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)"
-    return f"attention {backend}"
+        return ("attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)") + cache
+    return f"attention {backend}{cache}"

@@ -40,6 +40,7 @@ typedef struct { /* what every layer shares in this step */
     int64_t silu_run; /* fused_ops.py: silu_vector_run */
     int threads;
     int is_bf16; /* every tensor bfloat16, else float32 */
+    int kv_bf16; /* the KV cache bfloat16 (under a float32 model: kv_cache_dtype) */
     int amx;     /* bfloat16 linears on AMX, else by VDPBF16PS */
 } step_t;
 
@@ -216,8 +217,8 @@ int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, vo
         linear(&l->qkv, h, qkv, s);
         failed |= decode_attention(NULL, l->k_cache, l->v_cache, o, s->block_tables, s->seq_lens,
                                    rows, s->heads, s->kv_heads, s->dim, s->num_blocks,
-                                   s->block_size, s->max_blocks, s->scale, bf16, s->threads, 1,
-                                   &fresh);
+                                   s->block_size, s->max_blocks, s->scale, bf16, s->kv_bf16,
+                                   s->threads, 1, &fresh);
         linear(&l->o, o, out, s);
         failed |= add_rms_norm(out, residual, l->post_attention_norm, h, rows, s->hidden,
                                l->post_attention_eps, bf16, s->threads);

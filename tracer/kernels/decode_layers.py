@@ -18,7 +18,7 @@ from torch import Tensor
 
 from nanoengine.attention import AttentionMetadata, KVCache
 from tracer.kernels.build import FLAGS, load
-from tracer.kernels.fused_ops import silu_vector_run
+from tracer.kernels.fused_ops import cache_fits, silu_vector_run
 from tracer.kernels.packed_linear import FewRowsLinear, amx_ready
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class StepArgs(ctypes.Structure):  # step_t
         ("silu_run", I64),
         ("threads", ctypes.c_int),
         ("is_bf16", ctypes.c_int),
+        ("kv_bf16", ctypes.c_int),
         ("amx", ctypes.c_int),
     ]
 
@@ -128,8 +129,8 @@ class DecodeLayers:
         if rows not in self.args:
             args = []
             for p, kv in zip(self.layers, kv_caches):
-                if not kv.is_contiguous() or kv.dtype != self.dtype:
-                    raise ValueError(f"decode_layers needs contiguous {self.dtype} KV caches")
+                if not kv.is_contiguous() or not cache_fits(self.dtype, kv.dtype):
+                    raise ValueError(f"decode_layers needs contiguous KV caches that fit {self.dtype}")
                 k_cache = kv.data_ptr()
                 v_cache = k_cache + kv.stride(0) * kv.element_size()
                 norm, post = p.input_norm, p.post_attention_norm
@@ -176,6 +177,7 @@ class DecodeLayers:
             silu_vector_run(),
             torch.get_num_threads(),
             int(self.dtype == torch.bfloat16),
+            int(kv.dtype == torch.bfloat16),
             int(amx_ready()),
         )
         args = self.layer_args(kv_caches, rows)

@@ -16,7 +16,7 @@ from torch import Tensor
 from nanoengine.attention import AttentionBackend, AttentionMetadata, KVCache
 from nanoengine.model import CausalLM, DecoderLayer, Linear, RMSNorm
 from tracer.kernels.decode_layers import DecodeLayers
-from tracer.kernels.fused_ops import add_rms_norm, rope_write_kv, silu_and_mul
+from tracer.kernels.fused_ops import add_rms_norm, cache_fits, rope_write_kv, silu_and_mul
 from tracer.kernels.packed_linear import Agreement, MatMul, Shape, few_rows_first
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
@@ -81,12 +81,16 @@ class FusedDecoder:
         self.one_call = DecodeLayers(self.layers, self.config.intermediate_size)
 
     @staticmethod
-    def fits(model: CausalLM, device: torch.device) -> bool:
-        """Llama and Qwen2 on the CPU in float32 or bfloat16 (Qwen3's q/k norms are not fused)."""
+    def fits(model: CausalLM, device: torch.device, kv_dtype: torch.dtype | None = None) -> bool:
+        """Llama and Qwen2 on the CPU in float32 or bfloat16 (Qwen3's q/k norms are not fused), with
+        a KV cache the kernels write (fused_ops.cache_fits; None: the model's dtype)."""
         layer = cast(DecoderLayer, model.model.layers[0])
         dtype = layer.input_layernorm.weight.dtype
         return (
-            device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and not hasattr(layer.self_attn, "q_norm")
+            device.type == "cpu"
+            and dtype in (torch.float32, torch.bfloat16)
+            and cache_fits(dtype, kv_dtype or dtype)
+            and not hasattr(layer.self_attn, "q_norm")
         )
 
     def __call__(self, *inputs: Any) -> Tensor:

@@ -124,22 +124,22 @@ int add_rms_norm(const void *x, void *residual, const void *weight, void *out, i
  * qkv [tokens, heads + 2 * kv_heads, dim], as the stacked projection made it; q_out [tokens,
  * heads, dim]; cos and sin [max_positions, dim] (sin with its first half negated, as
  * RotaryEmbedding keeps it); caches [num_blocks, kv_heads, block_size, dim] (TorchAttention's
- * layout; slot = block * block_size + row). Each pair (x[i], x[i + half]) turns by its position's
- * angle. */
+ * layout; slot = block * block_size + row), bfloat16 where kv_bf16 says so. Each pair (x[i],
+ * x[i + half]) turns by its position's angle. */
 void rope_write_kv(const void *qkv, const int64_t *positions, const void *cos, const void *sin,
                    const int64_t *slot_mapping, void *k_cache, void *v_cache, void *q_out,
                    int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
-                   int is_bf16, int num_threads) {
+                   int is_bf16, int kv_bf16, int num_threads) {
     const int64_t width = (heads + 2 * kv_heads) * dim;
 #pragma omp parallel for num_threads(num_threads) if (tokens >= SPLIT_ROWS) schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
         const int64_t angles = positions[t] * dim;
         for (int64_t h = 0; h < heads; ++h)
             turn_head(qkv, t * width + h * dim, cos, sin, angles, q_out, (t * heads + h) * dim, dim,
-                      is_bf16);
+                      is_bf16, is_bf16);
         for (int64_t h = 0; h < kv_heads; ++h)
             write_kv_head(qkv, t * width, heads, kv_heads, h, dim, cos, sin, angles,
-                          slot_mapping[t], block_size, k_cache, v_cache, is_bf16);
+                          slot_mapping[t], block_size, k_cache, v_cache, is_bf16, kv_bf16);
     }
 }
 

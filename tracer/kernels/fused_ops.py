@@ -21,7 +21,7 @@ I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 def fused_ops_library(source: Path = SOURCE) -> ctypes.CDLL:
     library = load(source)
     library.add_rms_norm.argtypes = [PTR] * 4 + [I64, I64, ctypes.c_float, INT, INT]
-    library.rope_write_kv.argtypes = [PTR] * 8 + [I64] * 5 + [INT, INT]
+    library.rope_write_kv.argtypes = [PTR] * 8 + [I64] * 5 + [INT, INT, INT]
     library.silu_and_mul.argtypes = [PTR, PTR, I64, I64, I64, INT, INT]
     library.add_rms_norm.restype = INT
     library.rope_write_kv.restype = library.silu_and_mul.restype = None
@@ -58,7 +58,9 @@ def rope_write_kv(
     heads: int,
 ) -> Tensor:
     """q rotated, [tokens, heads, dim]; k rotated and v written into kv [2, blocks, kv_heads,
-    block_size, dim] at their slots."""
+    block_size, dim] at their slots (kv in qkv's dtype, or bfloat16 under float32: cache_fits)."""
+    if not cache_fits(qkv.dtype, kv.dtype):
+        raise ValueError(f"rope_write_kv: a {kv.dtype} KV cache under {qkv.dtype} activations")
     _, _, kv_heads, block_size, dim = kv.shape
     q = qkv.new_empty(qkv.shape[0], heads, dim)
     fused_ops_library().rope_write_kv(
@@ -76,9 +78,16 @@ def rope_write_kv(
         dim,
         block_size,
         int(qkv.dtype == torch.bfloat16),
+        int(kv.dtype == torch.bfloat16),
         torch.get_num_threads(),
     )
     return q
+
+
+def cache_fits(dtype: torch.dtype, kv_dtype: torch.dtype) -> bool:
+    """The kernels take a KV cache in the activations' dtype, or bfloat16 under float32 ones (the
+    engine's kv_cache_dtype="bfloat16": each K/V rounded once as it is written, read widened)."""
+    return kv_dtype == dtype or (dtype == torch.float32 and kv_dtype == torch.bfloat16)
 
 
 @functools.cache

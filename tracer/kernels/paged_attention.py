@@ -17,6 +17,7 @@ from torch import Tensor
 
 from nanoengine.attention import AttentionMetadata, KVCache, TorchAttention
 from tracer.kernels.build import FLAGS, load
+from tracer.kernels.fused_ops import cache_fits
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
 DTYPES = (torch.float32, torch.bfloat16)
@@ -27,7 +28,7 @@ I64, PTR = ctypes.c_int64, ctypes.c_void_p
 def paged_decode_library(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL:
     library = load(source, flags)
     library.paged_decode.restype = ctypes.c_int
-    library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float] + [ctypes.c_int] * 3
+    library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float] + [ctypes.c_int] * 4
     return library
 
 
@@ -35,10 +36,14 @@ def paged_decode(
     q: Tensor, kv: KVCache, block_tables: Tensor, seq_lens: Tensor, scale: float, plain: bool = False
 ) -> Tensor:
     """q [num_seqs, heads, dim], one query token per sequence at its last position -> [num_seqs,
-    heads, dim]. kv: one layer's [2, num_blocks, kv_heads, block_size, dim] cache. plain: without the
-    kernel's AVX-512 or AVX2 copy of its loops (the same bits; what the tests hold that copy to)."""
-    if q.dtype not in DTYPES or kv.dtype != q.dtype or q.device.type != "cpu":
-        raise ValueError(f"paged_decode runs float32 or bfloat16 on the CPU, got {q.dtype} on {q.device}")
+    heads, dim]. kv: one layer's [2, num_blocks, kv_heads, block_size, dim] cache, in q's dtype or
+    bfloat16 under float32 (cache_fits). plain: without the kernel's AVX-512 or AVX2 copy of its
+    loops (the same bits; what the tests hold that copy to)."""
+    if q.dtype not in DTYPES or not cache_fits(q.dtype, kv.dtype) or q.device.type != "cpu":
+        raise ValueError(
+            f"paged_decode runs float32 or bfloat16 on the CPU (a bfloat16 cache under float32 too), "
+            f"got {q.dtype} with a {kv.dtype} cache on {q.device}"
+        )
     if not kv.is_contiguous():
         raise ValueError("paged_decode needs a contiguous KV cache")
     q, tables, lens = q.contiguous(), block_tables.to(torch.int32).contiguous(), seq_lens.to(torch.int32).contiguous()
@@ -67,6 +72,7 @@ def paged_decode(
         tables.shape[1],
         scale,
         int(q.dtype == torch.bfloat16),
+        int(kv.dtype == torch.bfloat16),
         torch.get_num_threads(),
         int(not plain),
     )
@@ -78,7 +84,8 @@ def paged_decode(
 
 
 class PagedDecodeAttention(TorchAttention):
-    """Decode rows (one query token) through the compiled kernel; prefill chunks as TorchAttention."""
+    """Decode rows (one query token) through the compiled kernel; prefill chunks as TorchAttention,
+    and every row where the kernel does not take the cache's dtype (cache_fits)."""
 
     def __init__(self) -> None:
         paged_decode_library()  # build (or load) now: a machine without a compiler fails here, once
@@ -86,7 +93,7 @@ class PagedDecodeAttention(TorchAttention):
         self.decodes: tuple[Tensor, Tensor, Tensor] | None = None
 
     def __call__(self, q: Tensor, kv: KVCache, meta: AttentionMetadata, scale: float) -> Tensor:
-        if not meta.decodes or q.dtype not in DTYPES:
+        if not meta.decodes or q.dtype not in DTYPES or not cache_fits(q.dtype, kv.dtype):
             return super().__call__(q, kv, meta, scale)
         rows, tables, lens = self.decode_rows(meta)
         if not meta.prefills:  # every row a decode: no torch pass at all

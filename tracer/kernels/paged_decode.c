@@ -474,14 +474,14 @@ typedef struct {
  * sequence's KV head). */
 static void place_token(const fresh_t *f, int64_t b, int64_t h, int64_t heads, int64_t kv_heads,
                         int64_t dim, int64_t block_size, void *k_cache, void *v_cache, void *q,
-                        int is_bf16) {
+                        int is_bf16, int kv_bf16) {
     const int64_t group = heads / kv_heads, in = b * (heads + 2 * kv_heads) * dim;
     const int64_t angles = f->positions[b] * dim;
     for (int64_t g = 0; g < group; ++g)
         turn_head(f->qkv, in + (h * group + g) * dim, f->cos, f->sin, angles, q, g * dim, dim,
-                  is_bf16);
+                  is_bf16, is_bf16);
     write_kv_head(f->qkv, in, heads, kv_heads, h, dim, f->cos, f->sin, angles, f->slot_mapping[b],
-                  block_size, k_cache, v_cache, is_bf16);
+                  block_size, k_cache, v_cache, is_bf16, kv_bf16);
 }
 
 /* paged_decode; with fresh (not NULL), each task first places its token (place_token) and q is not
@@ -491,8 +491,9 @@ static int decode_attention(const void *q, void *k_cache, void *v_cache, void *o
                             const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
                             int64_t num_heads, int64_t num_kv_heads, int64_t dim,
                             int64_t num_blocks, int64_t block_size, int64_t max_blocks, float scale,
-                            int is_bf16, int num_threads, int wide, const fresh_t *fresh) {
-    const int64_t group = num_heads / num_kv_heads, elem_size = is_bf16 ? 2 : 4;
+                            int is_bf16, int kv_bf16, int num_threads, int wide,
+                            const fresh_t *fresh) {
+    const int64_t group = num_heads / num_kv_heads, elem_size = kv_bf16 ? 2 : 4;
     const int64_t head_bytes = block_size * dim * elem_size, stride = num_kv_heads * head_bytes;
     int failed = 0;
     /* A sequence's KV heads one after the other on one thread: they share each block's pages, so
@@ -518,14 +519,14 @@ static int decode_attention(const void *q, void *k_cache, void *v_cache, void *o
         float *qf = buffer, *of = qf + group * dim, *scores = buffer + scores_at;
         if (fresh) /* q into of, which attend() then writes over */
             place_token(fresh, b, h, num_heads, num_kv_heads, dim, block_size, k_cache, v_cache,
-                        of, is_bf16);
+                        of, is_bf16, kv_bf16);
         load_floats(fresh ? of : q, fresh ? 0 : first_head * dim, group * dim, is_bf16, qf);
         for (int64_t i = 0; i < group * dim; ++i) qf[i] *= scale;
         const char *k_head = (const char *)k_cache + h * head_bytes;
         const char *v_head = (const char *)v_cache + h * head_bytes;
         const int32_t *table = block_tables + b * max_blocks;
         const char *k_after = h + 1 < num_kv_heads ? k_head + head_bytes : NULL; /* same thread */
-        attend_task(qf, k_head, v_head, table, len, group, dim, block_size, stride, is_bf16, scores,
+        attend_task(qf, k_head, v_head, table, len, group, dim, block_size, stride, kv_bf16, scores,
                     of, wide, k_after);
         if (is_bf16)
             for (int64_t i = 0; i < group * dim; ++i)
@@ -537,15 +538,16 @@ static int decode_attention(const void *q, void *k_cache, void *v_cache, void *o
     return failed;
 }
 
-/* wide: attend_wide where it applies (0: the plain loops, which the tests hold it to). Returns 0;
- * or 1 where a buffer could not be allocated, 2 where a block table does not fit (out is then
- * incomplete). */
+/* is_bf16: q and out bfloat16; kv_bf16: the cache (bfloat16 under a float32 model where the engine
+ * was asked for kv_cache_dtype="bfloat16"). wide: attend_wide where it applies (0: the plain loops,
+ * which the tests hold it to). Returns 0; or 1 where a buffer could not be allocated, 2 where a
+ * block table does not fit (out is then incomplete). */
 int paged_decode(const void *q, void *k_cache, void *v_cache, void *out,
                  const int32_t *block_tables, const int32_t *seq_lens, int64_t num_seqs,
                  int64_t num_heads, int64_t num_kv_heads, int64_t dim, int64_t num_blocks,
-                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16,
+                 int64_t block_size, int64_t max_blocks, float scale, int is_bf16, int kv_bf16,
                  int num_threads, int wide) {
     return decode_attention(q, k_cache, v_cache, out, block_tables, seq_lens, num_seqs, num_heads,
                             num_kv_heads, dim, num_blocks, block_size, max_blocks, scale, is_bf16,
-                            num_threads, wide, NULL);
+                            kv_bf16, num_threads, wide, NULL);
 }
