@@ -174,6 +174,21 @@ GLOSSARY: tuple[Term, ...] = (
         N_("none: no beam search, and recompute only"),
     ),
     Term(
+        N_(
+            "kv_cache_dtype: the KV pool's numbers, auto (the model's dtype) or bfloat16 (EngineConfig; "
+            "TorchAttention.write_kv rounds each K/V once, as it writes it)"
+        ),
+        N_(
+            "CacheConfig.cache_dtype, --kv-cache-dtype (vllm/config/cache.py): auto, bfloat16 and fp8 "
+            "kinds; the attention backends read it"
+        ),
+        N_("none: the pool takes the model's dtype (nanovllm/engine/model_runner.py)"),
+        N_(
+            "a float32 model's bfloat16 cache holds twice the tokens and halves attention's reads, but its "
+            "rounded K/V change the numbers: Hugging Face's exact tokens hold with auto only"
+        ),
+    ),
+    Term(
         "LLMEngine.step (nanoengine/engine.py)",
         "EngineCore.step (vllm/v1/engine/core.py)",
         "LLMEngine.step (nanovllm/engine/llm_engine.py)",
