@@ -16,6 +16,7 @@ from nanoengine.model import ONEDNN
 from nanoengine.sampling_params import SamplingParams
 from tracer.bench.metrics import latencies, percentile
 from tracer.bench.report import (
+    decode_phase,
     decode_reach,
     decode_reach_caption,
     decode_targets,
@@ -553,3 +554,22 @@ def test_the_profile_counts_the_few_row_kernel_as_linear():
     for step in (event for event in prof.events() if event.name == "step" and event.cpu_parent is None):
         classify(step, False, totals)
     assert totals["linear"] > 0
+
+
+def test_a_bfloat16_kv_cache_run_says_so_and_counts_its_own_kv_bytes(tmp_path):
+    """--kv-cache-dtype bfloat16: the header and the reach target name the cache, and nanoengine's
+    roofline reads two bytes a K/V number (the baselines keep their own)."""
+    narrow = bench_report(tmp_path, "--kv-cache-dtype", "bfloat16", "--skip-bf16")
+    assert narrow["engine_options"]["kv_cache_dtype"] == "bfloat16"
+    assert narrow["attention"].endswith(", KV cache in bfloat16")
+    (reach,) = [t for t in narrow["targets"] if "share of its reach" in t["name"]]
+    assert reach["name"].endswith("(float32, KV cache in bfloat16)")
+    wide = bench_report(tmp_path, "--skip-bf16")
+    assert "KV cache" not in wide["attention"]
+    phases = [decode_phase(r) for r in (narrow, wide)]
+    assert phases[0]["min_steps"] == phases[1]["min_steps"]  # the same schedule: twice the blocks never bind
+    weights = phases[1]["min_steps"] * wide["memory_bandwidth"]["weight_mb_per_step"] / 1e3
+    # gbytes is rounded to 1 MB, the weights to 0.1 MB a step
+    assert phases[0]["gbytes"] - weights == pytest.approx((phases[1]["gbytes"] - weights) / 2, abs=0.003)
+    kb = [r["memory_bandwidth"]["kv_kb_per_key"] for r in (narrow, wide)]
+    assert kb[0] == pytest.approx(kb[1] / 2, abs=0.01)

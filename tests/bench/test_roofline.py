@@ -28,6 +28,9 @@ def test_weight_bytes_are_every_linear_and_the_lm_head_once():
     assert bytes_model.weight_bytes == 4 * linears
     k_cache = config.num_key_value_heads * (config.hidden_size // config.num_attention_heads)
     assert bytes_model.kv_bytes_per_key == 2 * config.num_hidden_layers * k_cache * 4
+    narrow = ByteModel.of(ModelShape.of(config), 4, kv_itemsize=2)  # kv_cache_dtype="bfloat16"
+    assert narrow.weight_bytes == bytes_model.weight_bytes
+    assert narrow.kv_bytes_per_key * 2 == bytes_model.kv_bytes_per_key
 
 
 def test_each_token_reads_its_whole_context_of_keys():

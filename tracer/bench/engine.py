@@ -94,6 +94,7 @@ def run_engine(
             "block_size": engine.config.block_size,
             "max_num_batched_tokens": engine.config.max_num_batched_tokens,
             "max_num_seqs": engine.config.max_num_seqs,
+            "kv_itemsize": engine.runner.kv_caches[0].element_size(),  # kv_cache_dtype's, or the model's
         },
         shape=ModelShape.of(engine.model.config),
     )

@@ -59,7 +59,8 @@ def decode_targets(report: dict) -> list[Target]:
     """Decode at batch >= FULL_BATCH judged by its reach (what the machine's linears allow), in the
     run's dtype and in the bfloat16 row where it ran; and bfloat16's speed-up over float32 there."""
     dtype = report.get("dtype", "float32")
-    targets = [reach_target(report, "nanoengine", dtype)]
+    kv = (report.get("engine_options") or {}).get("kv_cache_dtype") or "auto"
+    targets = [reach_target(report, "nanoengine", dtype if kv == "auto" else f"{dtype}, KV cache in {kv}")]
     if BF16_RUN in report["runs"]:
         targets.append(reach_target(report, BF16_RUN, "bfloat16"))
     fp32, bf16 = decode_phase(report), decode_phase(report, BF16_RUN)

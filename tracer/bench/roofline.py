@@ -38,11 +38,12 @@ class ByteModel:
     kv_bytes_per_key: int  # K and V of one token position, all layers
 
     @classmethod
-    def of(cls, shape: ModelShape, itemsize: int) -> ByteModel:
+    def of(cls, shape: ModelShape, itemsize: int, kv_itemsize: int | None = None) -> ByteModel:
+        """Weights of `itemsize` bytes a number; the KV cache's of kv_itemsize (None: the same)."""
         per_layer = sum(a * b for name, (a, b) in shape.linear_shapes.items() if name != "lm_head")
         h, vocab = shape.linear_shapes["lm_head"]
         weights = (per_layer * shape.num_layers + h * vocab) * itemsize
-        kv = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * itemsize
+        kv = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * (kv_itemsize or itemsize)
         return cls(weights, kv)
 
     def token_kv_bytes(self, request: BenchRequest) -> list[int]:
