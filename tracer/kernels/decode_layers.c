@@ -6,7 +6,8 @@
  * (gate_up_silu; twenty-eighth round), and the rotary with the K/V write into attention's tasks,
  * each turning and writing its own token (paged_decode.c: place_token; twenty-ninth round).
  *
- * float32 or bfloat16; every row one sequence's decode token; every linear packed for oneDNN and
+ * float32 or bfloat16 (the KV cache bfloat16 under float32 too: kv_cache_dtype); every row one
+ * sequence's decode token; every linear packed for oneDNN and
  * read by packed_gemv (float32) or, in bfloat16, amx_gemv (AMX) or dpbf16_gemv (AVX512_BF16), with
  * the chunk packed_linear.py agreed on. Built at first use by tracer/kernels/build.py, from this
  * file and the five it includes. */

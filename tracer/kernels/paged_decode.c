@@ -4,8 +4,9 @@
  *
  * Layout, as TorchAttention owns it: k_cache and v_cache [num_blocks, kv_heads, block_size, dim];
  * q and out [num_seqs, heads, dim]; block_tables [num_seqs, max_blocks] int32; seq_lens int32.
- * Query head h reads KV head h / group (grouped-query attention). float32 or bfloat16; the sums,
- * the softmax and the weighted values are float32 either way.
+ * Query head h reads KV head h / group (grouped-query attention). float32 or bfloat16, the cache
+ * in q's type or bfloat16 under float32 q (the engine's kv_cache_dtype); the sums, the softmax and
+ * the weighted values are float32 either way.
  *
  * Built at first use by tracer/kernels/build.py; threads come from torch's own OpenMP runtime. */
 #include <math.h>

@@ -35,7 +35,8 @@ INLINE void rotate(const void *x, int64_t in, const void *cos, const void *sin, 
 }
 
 /* rotate, with the element types fixed in each branch (so each loop vectorizes for its types):
- * x's, and out's (bfloat16 for a bfloat16 KV cache under a float32 model, else x's) */
+ * x's, and out's (bfloat16 for a bfloat16 KV cache under a float32 model, else x's; a float32 out
+ * under bfloat16 x is never asked for: fused_ops.py's cache_fits refuses it first) */
 static inline void turn_head(const void *x, int64_t in, const void *cos, const void *sin,
                              int64_t angles, void *out, int64_t at, int64_t dim, int is_bf16,
                              int out_bf16) {
