@@ -507,3 +507,21 @@ def test_the_kv_pages_tell_a_block_hit_in_the_step_that_computes_it(tmp_path):
     assert "hit in it" not in view.block_details(a[3])  # A's last block: B and C compute their own
     view.show(trace.steps[1], trace.steps[0], trace.header)
     assert "hit in it" not in view.block_details(a[0])
+
+
+@run_async
+async def test_a_trace_of_a_bfloat16_kv_cache_says_so_in_the_top_bar(trace, tmp_path):
+    """kv_cache_dtype in the header's config (the recorder writes it where it is not auto) shows
+    beside the block size, as text: a header's value is never read as markup."""
+    lines = TRACE.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = json.loads(lines[0])
+    assert "kv_cache_dtype" not in header["config"]
+    app = make_app(trace)
+    async with app.run_test(size=(160, 30)):
+        assert "kv_cache_dtype" not in str(app.query_one("#topbar").render())
+    header["config"]["kv_cache_dtype"] = "bfloat16[red]"
+    narrow = tmp_path / "narrow.jsonl"
+    narrow.write_text(json.dumps(header) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    app = make_app(load_trace(narrow))
+    async with app.run_test(size=(160, 30)):
+        assert "· kv_cache_dtype bfloat16[red]" in str(app.query_one("#topbar").render())

@@ -166,6 +166,16 @@ def test_recorder_detaches_on_close_and_ignores_a_second_registration(tmp_path):
     assert [line["step"] for line in lines[1:]] == list(range(recorder.num_steps))
 
 
+def test_the_header_names_a_kv_cache_dtype_other_than_auto(tmp_path):
+    """The default engine's header is what it was before the option; a bfloat16 cache is written."""
+    for kv_cache_dtype in ("auto", "bfloat16"):
+        path = tmp_path / f"{kv_cache_dtype}.jsonl"
+        with TraceRecorder(make_tiny_engine(kv_cache_dtype=kv_cache_dtype), path):
+            pass
+        config = read_lines(path)[0]["config"]
+        assert config.get("kv_cache_dtype") == (None if kv_cache_dtype == "auto" else "bfloat16")
+
+
 def test_a_recorder_closed_before_any_step_writes_a_header(tmp_path):
     with TraceRecorder(make_tiny_engine(), tmp_path / "t.jsonl"):
         pass

@@ -412,8 +412,9 @@ class ReplayApp(App[int]):
             bar.append(" " + _("predict score {score}").format(score=self.quiz.score) + " ", "bold black on #ffd23f")
         bar.append(f" {title} ", "bold")
         budget = _("budget {budget} tokens").format(budget=config.get("max_num_batched_tokens", "?"))
+        cache = f" · kv_cache_dtype {config['kv_cache_dtype']}" if "kv_cache_dtype" in config else ""
         bar.append(
-            f"· {header.get('model', '?')} · block_size {config.get('block_size', '?')} · {budget}",
+            f"· {header.get('model', '?')} · block_size {config.get('block_size', '?')} · {budget}{cache}",
             "#a0a0a0",
         )
         if self.selected_seq is not None:

@@ -503,7 +503,12 @@ def tokenizer_digest(tokenizer, size: int) -> str:
 
 
 def engine_config(engine: LLMEngine) -> dict:
-    return {name: getattr(engine.config, name) for name in CONFIG_FIELDS}
+    """The scheduler's knobs, and kv_cache_dtype where it is not auto (a trace of the default
+    engine's header is what it was before that option)."""
+    config = {name: getattr(engine.config, name) for name in CONFIG_FIELDS}
+    if engine.config.kv_cache_dtype != "auto":
+        config["kv_cache_dtype"] = engine.config.kv_cache_dtype
+    return config
 
 
 # The logits processors' and the outputs' fields: written only when a request sets them, so a
