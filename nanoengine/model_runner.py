@@ -13,7 +13,7 @@ from nanoengine.config import EngineConfig
 from nanoengine.loading.engine_parts import EngineParts, pick_backend
 from nanoengine.logits_processors import process_logits
 from nanoengine.logprobs import Sampled, prompt_logprobs, sampled_logprobs
-from nanoengine.model import CausalLM, head_dim_of
+from nanoengine.model import head_dim_of
 from nanoengine.sampler import sample
 from nanoengine.sequence import Sequence
 
@@ -69,16 +69,15 @@ def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
 class ModelRunner:
     def __init__(self, parts: EngineParts, config: EngineConfig):
         assert config.num_kv_blocks is not None, "the engine sizes the pool before the runner"
-        self.model: CausalLM = parts.model
+        self.model = model = parts.model
         self.block_size = config.block_size
         self.device = device = parts.device
         self.eos_token_ids = parts.eos_token_ids  # min_tokens masks them
         self.attend = pick_backend(config.attention_backend, device, self.block_size)
         self.sampler = sample  # held, as vLLM holds its Sampler: a faster one may replace it
-        model_config = parts.model.config
-        num_kv_heads, head_dim = model_config.num_key_value_heads, head_dim_of(model_config)
+        num_kv_heads, head_dim = model.config.num_key_value_heads, head_dim_of(model.config)
         one = self.attend.cache_shape(config.num_kv_blocks, self.block_size, num_kv_heads, head_dim)
-        shape = (len(parts.model.model.layers), 2, *one)  # K and V of every layer
+        shape = (len(model.model.layers), 2, *one)  # K and V of every layer
         dtype = parts.kv_dtype  # the model's, unless config.kv_cache_dtype says otherwise
         if device.type == "cpu":  # zeros the OS maps page by page as they are first written
             # (torch.zeros writes the whole pool up front: 1-3 s for 1 GiB, docs/benchmarks.md)

@@ -15,7 +15,7 @@ from tracer.bench.run import BenchSettings, run_benchmark
 from tracer.bench.workload import QUICK, STANDARD
 from tracer.cli.defaults import SHOWN, add_lang_arg, default_of
 from tracer.cli.help_format import ArgumentParser
-from tracer.kernels import ATTENTION_BACKENDS
+from tracer.kernels import ATTENTION_BACKENDS, KV_CACHE_DTYPES
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -50,7 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS)
     p.add_argument(
         "--kv-cache-dtype",
-        choices=("auto", "bfloat16"),
+        choices=KV_CACHE_DTYPES,
         help="nanoengine's KV cache numbers (default auto: the model's dtype; the baselines keep theirs)",
     )
     p.add_argument("--hf-batch-size", type=int, help="static generate batch size (default: all requests)")

@@ -13,7 +13,7 @@ from tracer.cli.beams import add_beam_args, request_params
 from tracer.cli.defaults import add_field_arg, add_lang_arg, default_of
 from tracer.cli.help_format import ArgumentParser
 from tracer.i18n import LANGUAGES, N_, _, error_line, set_language
-from tracer.kernels import ATTENTION_BACKENDS
+from tracer.kernels import ATTENTION_BACKENDS, KV_CACHE_DTYPES
 from tracer.trace.readable import printable
 
 SUBCOMMANDS = {  # name -> (module, function taking argv)
@@ -88,7 +88,7 @@ def add_engine_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     )
     p.add_argument(
         "--kv-cache-dtype",
-        choices=("auto", "bfloat16"),
+        choices=KV_CACHE_DTYPES,
         default=default_of(EngineConfig, "kv_cache_dtype"),
         help=_(
             "the KV cache's numbers (vLLM's option): auto keeps the model's dtype; bfloat16 under a float32 model"

@@ -4,3 +4,4 @@ stays pure Python and torch; every kernel here has a test holding it equal to th
 
 KERNEL = "cpu-kernel"  # the compiled paged-decode kernel, by name, for --attention-backend
 ATTENTION_BACKENDS = ("auto", "torch", "flash", KERNEL)  # the tools' choices (auto: the kernel on CPU)
+KV_CACHE_DTYPES = ("auto", "bfloat16")  # the tools' --kv-cache-dtype: what the kernels take (fused_ops.cache_fits)

@@ -66,10 +66,11 @@ def attention_in_use(options: dict) -> str:
     """What the tools run for these options, in words, for a report's header (with the KV cache's
     dtype where it is not the model's)."""
     backend = with_attention_kernel(options).get("attention_backend") or "auto"
-    kv = options.get("kv_cache_dtype") or "auto"
-    cache = "" if kv == "auto" else f", KV cache in {kv}"
     if isinstance(backend, PagedDecodeAttention):
-        return f"attention {KERNEL} (compiled paged decode; fused norms, RoPE, SiLU; few-row linears){cache}"
-    if backend == "auto":
-        return ("attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)") + cache
-    return f"attention {backend}{cache}"
+        what = f"attention {KERNEL} (compiled paged decode; fused norms, RoPE, SiLU; few-row linears)"
+    elif backend == "auto":
+        what = "attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)"
+    else:
+        what = f"attention {backend}"
+    kv = options.get("kv_cache_dtype") or "auto"
+    return what if kv == "auto" else f"{what}, KV cache in {kv}"

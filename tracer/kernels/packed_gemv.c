@@ -31,20 +31,9 @@
 #pragma GCC target("prefer-vector-width=512")
 
 enum { BLOCK = 64 }; /* outputs per block of the packed layout */
-
-#ifdef __AVX512F__ /* a tile: TILE_ROWS rows x 4 vectors of sums, and 4 of weights: 32 registers */
-typedef __m512 fvec;
-enum { FLOATS = 16, TILE_ROWS = 7, PARTS = BLOCK / FLOATS };
-#define FMA _mm512_fmadd_ps
-#define SET1 _mm512_set1_ps
-#define LOAD _mm512_loadu_ps
-#define STORE _mm512_storeu_ps
-#define ZERO _mm512_setzero_ps
-
 enum {
-    SLAB = 64,           /* rows a block's partial sums are kept for at a time */
     STRETCH = 64,        /* inputs a tile goes through before the next tile's rows take over */
-    AHEAD = 4 * STRETCH, /* how far ahead (in inputs) the weights are fetched */
+    AHEAD = 4 * STRETCH, /* how far ahead (in inputs) the tiles ask for the weights */
 };
 
 /* Where the weights AHEAD inputs after input i lie: in this block before input `edge`, from there
@@ -65,6 +54,18 @@ INLINE ahead_t ahead_of(const float *block, const float *next, int64_t in_padded
 INLINE const float *line_ahead(ahead_t a, int64_t i) {
     return (i < a.edge ? a.near : a.far) + i * BLOCK;
 }
+
+
+#ifdef __AVX512F__ /* a tile: TILE_ROWS rows x 4 vectors of sums, and 4 of weights: 32 registers */
+typedef __m512 fvec;
+enum { FLOATS = 16, TILE_ROWS = 7, PARTS = BLOCK / FLOATS };
+#define FMA _mm512_fmadd_ps
+#define SET1 _mm512_set1_ps
+#define LOAD _mm512_loadu_ps
+#define STORE _mm512_storeu_ps
+#define ZERO _mm512_setzero_ps
+
+enum { SLAB = 64 }; /* rows a block's partial sums are kept for at a time */
 
 /* part[r][o] (+)= sum over i in [start, end) of x[r, i] * w[o, i], for `rows` rows and `vecs`
  * vectors of a block's outputs (constants in each inlined copy; w and part start at the first of
@@ -283,7 +284,7 @@ static void few_outputs(const float *x, const float *block, const float *bias, f
  * asked into L2 meanwhile, evenly over all the stretch's tiles: asked for all in its first tile,
  * they stalled the core while its few miss buffers were full, and the decoder's linears from memory
  * took 1.33-1.39x as long at 16-32 rows (docs/benchmarks.md, thirty-fifth round). */
-enum { TILE_ROWS = 6, STRETCH = 64, AHEAD = 4 * STRETCH };
+enum { TILE_ROWS = 6 };
 
 /* part[r][0..16 * groups) (+)= sum over i in [start, end) of x[r, i] * w[o, i] for `rows` rows (a
  * constant in each inlined copy), 16 outputs at a time; w and part start at the first output;
@@ -385,13 +386,12 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
                           int64_t chunk, int64_t out, int64_t first, int64_t last) {
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
     const int64_t tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
-    next = next ? next : block + in_padded * BLOCK;
+    const ahead_t to_ask = ahead_of(block, next, in_padded, 0);
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         for (int64_t s = start; s < end; s += STRETCH) {
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
-            const float *ahead = s + AHEAD < in_padded ? block + (s + AHEAD) * BLOCK
-                                                       : next + (s + AHEAD - in_padded) * BLOCK;
+            const float *ahead = line_ahead(to_ask, s);
             const int64_t lines = (e - s) * BLOCK / 16; /* the weights AHEAD inputs on */
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
