@@ -55,7 +55,6 @@ INLINE const float *line_ahead(ahead_t a, int64_t i) {
     return (i < a.edge ? a.near : a.far) + i * BLOCK;
 }
 
-
 #ifdef __AVX512F__ /* a tile: TILE_ROWS rows x 4 vectors of sums, and 4 of weights: 32 registers */
 typedef __m512 fvec;
 enum { FLOATS = 16, TILE_ROWS = 7, PARTS = BLOCK / FLOATS };
