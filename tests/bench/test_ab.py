@@ -50,6 +50,16 @@ def test_a_build_against_a_copy_of_itself_runs_both_in_turns_and_agrees(tmp_path
     assert (decode_layers.decode_layers_library, packed_linear.packed_gemv_library) == loaders
 
 
+def test_the_kv_cache_asked_in_bfloat16_is_the_pool_both_builds_read(tmp_path, capsys):
+    copy = str(copy_of_kernels(tmp_path))
+    assert run_ab(capsys, str(ab.KERNELS), copy)["kv_cache_dtype"] == "float32"
+    report = run_ab(capsys, str(ab.KERNELS), copy, "--kv-cache-dtype", "bfloat16")
+    assert report["kv_cache_dtype"] == "bfloat16" and report["dtype"] == "float32"
+    assert report["same_tokens"] and all(g["steps_old"] > 0 and g["steps_new"] > 0 for g in report["groups"])
+    ab.print_report(report)
+    assert "float32, KV cache in bfloat16," in " ".join(capsys.readouterr().out.split())  # the title, wrapped
+
+
 def test_a_build_that_computes_differently_shows_in_the_tokens(tmp_path, capsys):
     planted = copy_of_kernels(tmp_path, NORM, NORM.replace("eps,", "eps + 1.0f,"))
     report = run_ab(capsys, str(ab.KERNELS), str(planted))

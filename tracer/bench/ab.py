@@ -1,9 +1,9 @@
 """Two builds of the compiled kernels in one engine, taking turns step by step: the A/B by which
 docs/benchmarks.md's rounds keep or drop a kernel change.
 
-    nanoengine bench --ab OLD NEW [--model default] [--dtype float32] [--threads 2]
-                     [--workload standard|quick|few|single] [--repeat 3] [--first old|new]
-                     [--json] [--out FILE]
+    nanoengine bench --ab OLD NEW [--model default] [--dtype float32] [--kv-cache-dtype auto]
+                     [--threads 2] [--workload standard|quick|few|single] [--repeat 3]
+                     [--first old|new] [--json] [--out FILE]
 
 OLD and NEW each name a build of tracer/kernels' C sources: a git revision of this repository
 (HEAD~1, a commit, a branch), a folder holding the sources (a copy of tracer/kernels), or a
@@ -50,7 +50,7 @@ from nanoengine.engine import LLMEngine
 from tracer.bench.engine import greedy_params, run_requests, warm_up
 from tracer.bench.run import warmup_requests
 from tracer.bench.workload import QUICK, STANDARD, BenchRequest, WorkloadSpec, build_workload, token_id_range
-from tracer.kernels import decode_layers, fused_ops, greedy_sample, packed_linear, paged_attention
+from tracer.kernels import KV_CACHE_DTYPES, decode_layers, fused_ops, greedy_sample, packed_linear, paged_attention
 from tracer.kernels.build import KernelUnavailable
 from tracer.kernels.choose import build_engine
 from tracer.kernels.paged_attention import PagedDecodeAttention
@@ -257,6 +257,7 @@ def run_ab(builds: list[Build], model: str, options: dict, name: str, repeat: in
         if not isinstance(engine.runner.attend, PagedDecodeAttention):
             raise ValueError("the compiled kernels do not run with these options: nothing to compare")
         vocab_size = engine.model.config.vocab_size
+        kv_dtype = str(engine.runner.kv_caches[0].dtype).removeprefix("torch.")
         warm = warmup_requests(WORKLOADS["quick"], vocab_size)
         for i in (first, 1 - first):
             switch.use(i)
@@ -273,6 +274,7 @@ def run_ab(builds: list[Build], model: str, options: dict, name: str, repeat: in
         "new": {"label": builds[1].label, "folder": str(builds[1].folder)},
         "model": model,
         "dtype": options["dtype"],
+        "kv_cache_dtype": kv_dtype,  # the pool as the engine built it
         "threads": options.get("num_threads"),
         "workload": name,
         "repeat": repeat,
@@ -291,7 +293,8 @@ def print_report(report: dict) -> None:
 
     threads = report["threads"] or "torch's default"
     title = (
-        f"NEW ({report['new']['label']}) over OLD ({report['old']['label']}): {report['dtype']}, "
+        f"NEW ({report['new']['label']}) over OLD ({report['old']['label']}): {report['dtype']}"
+        f"{cache_words(report)}, "
         f"{threads} threads, the {report['workload']} workload x{report['repeat']}, "
         f"{report['loaded_first'].upper()}'s libraries loaded first"
     )
@@ -316,6 +319,12 @@ def print_report(report: dict) -> None:
         console.print(f"same tokens: NO: request {report['first_request_differing']} of the quick workload differs")
 
 
+def cache_words(report: dict) -> str:
+    """', KV cache in bfloat16' where the pool's numbers are not the model's, else nothing."""
+    kv = report.get("kv_cache_dtype")  # absent in reports written before it was asked
+    return f", KV cache in {kv}" if kv and kv != report["dtype"] else ""
+
+
 def parse_args(argv: Iterable[str], prog: str, parser: type[argparse.ArgumentParser]) -> argparse.Namespace:
     p = parser(
         prog=prog,
@@ -327,6 +336,9 @@ def parse_args(argv: Iterable[str], prog: str, parser: type[argparse.ArgumentPar
     p.add_argument("new", metavar="NEW", help="the same for the build measured against OLD")
     p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny' or a folder")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument(
+        "--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto", help="the KV pool's numbers (default: the model's)"
+    )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--workload", choices=(*WORKLOADS, "few"), default="standard")
     p.add_argument("--repeat", type=int, default=3, help="runs of the workload (default 3)")
@@ -358,7 +370,12 @@ def main(
         builds = [resolve(label, Path(scratch)) for label in (args.old, args.new)]
         check_interfaces(builds)
         # no prefix caching: each build computes every prompt whole, so the tokens compare like with like
-        options: dict = {"device": "cpu", "dtype": args.dtype, "enable_prefix_caching": False}
+        options: dict = {
+            "device": "cpu",
+            "dtype": args.dtype,
+            "kv_cache_dtype": args.kv_cache_dtype,
+            "enable_prefix_caching": False,
+        }
         if args.threads is not None:
             options["num_threads"] = args.threads
         report = run_ab(builds, args.model, options, args.workload, args.repeat, 0 if args.first == "old" else 1)
