@@ -280,13 +280,14 @@ INLINE __m256 load8(const char *row, int64_t d, int is_bf16) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
 }
 
-/* 16 numbers of a cache row from its d-th on, for pass 3, as AVX-512's load32 takes 32: float32 as
- * two vectors in order; bfloat16 by one 32-byte load, the numbers at even places widened into v[0]
- * (a shift) and those at odd places into v[1] (a mask). Widening 8 at a time (load8) took a
- * vpmovzxwd each, and on a Zen 3 those, not the multiply-adds, set pass 3's pace: attention with a
- * bfloat16 cache 0.90-0.93x the time (docs/benchmarks.md, thirty-eighth round). store16 puts each
- * output back in its place, so every output sums its own products in token order: the same bits. */
-INLINE void load16(const char *row, int64_t d, int is_bf16, __m256 v[2]) {
+/* 16 numbers of a cache row from its d-th on, for pass 3, as a pair of vectors (as AVX-512's
+ * load32 takes 32): float32 in order; bfloat16 by one 32-byte load, the numbers at even places
+ * widened into v[0] (a shift) and those at odd places into v[1] (a mask). Widening 8 at a time
+ * (load8) took a vpmovzxwd each, and on a Zen 3 those, not the multiply-adds, set pass 3's pace:
+ * attention with a bfloat16 cache 0.90-0.93x the time (docs/benchmarks.md, thirty-eighth round).
+ * store16_pair puts each output back in place: each sums its own products in token order, the
+ * same bits. */
+INLINE void load16_pair(const char *row, int64_t d, int is_bf16, __m256 v[2]) {
     if (!is_bf16) {
         v[0] = _mm256_loadu_ps((const float *)row + d);
         v[1] = _mm256_loadu_ps((const float *)row + d + 8);
@@ -297,8 +298,8 @@ INLINE void load16(const char *row, int64_t d, int is_bf16, __m256 v[2]) {
     v[1] = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xFFFF0000)));
 }
 
-/* 16 floats to dst as load16 laid them out: bfloat16's even and odd places put back in order */
-INLINE void store16(float *dst, const __m256 v[2], int is_bf16) {
+/* 16 floats to dst as load16_pair laid them out: bfloat16's even and odd places back in order */
+INLINE void store16_pair(float *dst, const __m256 v[2], int is_bf16) {
     if (!is_bf16) {
         _mm256_storeu_ps(dst, v[0]);
         _mm256_storeu_ps(dst + 8, v[1]);
@@ -409,13 +410,14 @@ INLINE void values_pass(const float *scores, const char *v_head, const int32_t *
                     const __m256 p = _mm256_set1_ps(scores[g * len + first + t]);
                     for (int u = 0; u < 8; u += 2) {
                         __m256 value[2];
-                        load16(v + t * row_bytes, d0 + u * 8, is_bf16, value);
+                        load16_pair(v + t * row_bytes, d0 + u * 8, is_bf16, value);
                         acc[u] = _mm256_fmadd_ps(p, value[0], acc[u]);
                         acc[u + 1] = _mm256_fmadd_ps(p, value[1], acc[u + 1]);
                     }
                 }
             }
-            for (int u = 0; u < 8; u += 2) store16(out + g * dim + d0 + u * 8, acc + u, is_bf16);
+            for (int u = 0; u < 8; u += 2)
+                store16_pair(out + g * dim + d0 + u * 8, acc + u, is_bf16);
         }
 }
 #endif
