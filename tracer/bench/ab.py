@@ -50,7 +50,15 @@ from nanoengine.engine import LLMEngine
 from tracer.bench.engine import greedy_params, run_requests, warm_up
 from tracer.bench.run import warmup_requests
 from tracer.bench.workload import QUICK, STANDARD, BenchRequest, WorkloadSpec, build_workload, token_id_range
-from tracer.kernels import KV_CACHE_DTYPES, decode_layers, fused_ops, greedy_sample, packed_linear, paged_attention
+from tracer.kernels import (
+    KV_CACHE_DTYPES,
+    decode_layers,
+    fused_ops,
+    greedy_sample,
+    kv_cache_words,
+    packed_linear,
+    paged_attention,
+)
 from tracer.kernels.build import KernelUnavailable
 from tracer.kernels.choose import build_engine
 from tracer.kernels.paged_attention import PagedDecodeAttention
@@ -292,9 +300,10 @@ def print_report(report: dict) -> None:
     from rich.table import Table
 
     threads = report["threads"] or "torch's default"
+    kv = report.get("kv_cache_dtype")  # the pool's dtype; absent in reports written before it was asked
     title = (
         f"NEW ({report['new']['label']}) over OLD ({report['old']['label']}): {report['dtype']}"
-        f"{cache_words(report)}, "
+        f"{kv_cache_words(None if kv == report['dtype'] else kv)}, "
         f"{threads} threads, the {report['workload']} workload x{report['repeat']}, "
         f"{report['loaded_first'].upper()}'s libraries loaded first"
     )
@@ -317,12 +326,6 @@ def print_report(report: dict) -> None:
         console.print("same tokens: yes (each build alone, the quick workload)")
     else:
         console.print(f"same tokens: NO: request {report['first_request_differing']} of the quick workload differs")
-
-
-def cache_words(report: dict) -> str:
-    """', KV cache in bfloat16' where the pool's numbers are not the model's, else nothing."""
-    kv = report.get("kv_cache_dtype")  # absent in reports written before it was asked
-    return f", KV cache in {kv}" if kv and kv != report["dtype"] else ""
 
 
 def parse_args(argv: Iterable[str], prog: str, parser: type[argparse.ArgumentParser]) -> argparse.Namespace:

@@ -11,6 +11,7 @@ from rich.markup import escape
 from tracer.bench.efficiency import FULL_DECODE
 from tracer.bench.machine import cpu_line
 from tracer.bench.run import BF16_RUN
+from tracer.kernels import kv_cache_words
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,7 +61,7 @@ def decode_targets(report: dict) -> list[Target]:
     run's dtype and in the bfloat16 row where it ran; and bfloat16's speed-up over float32 there."""
     dtype = report.get("dtype", "float32")
     kv = (report.get("engine_options") or {}).get("kv_cache_dtype") or "auto"
-    targets = [reach_target(report, "nanoengine", dtype if kv == "auto" else f"{dtype}, KV cache in {kv}")]
+    targets = [reach_target(report, "nanoengine", dtype + kv_cache_words(kv))]
     if BF16_RUN in report["runs"]:
         targets.append(reach_target(report, BF16_RUN, "bfloat16"))
     fp32, bf16 = decode_phase(report), decode_phase(report, BF16_RUN)

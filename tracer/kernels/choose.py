@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from nanoengine.engine import LLMEngine
-from tracer.kernels import KERNEL
+from tracer.kernels import KERNEL, kv_cache_words
 from tracer.kernels.build import KernelUnavailable
 from tracer.kernels.decode_layers import decode_layers_library
 from tracer.kernels.fused_decoder import FusedDecoder
@@ -72,5 +72,4 @@ def attention_in_use(options: dict) -> str:
         what = "attention torch" if runs_on_cpu(options) else "attention auto (flash-attn where it runs)"
     else:
         what = f"attention {backend}"
-    kv = options.get("kv_cache_dtype") or "auto"
-    return what if kv == "auto" else f"{what}, KV cache in {kv}"
+    return what + kv_cache_words(options.get("kv_cache_dtype"))
