@@ -382,31 +382,34 @@ INLINE void score_tokens(const float *q, const char *k, int64_t m, int64_t group
     }
 }
 
-/* Pass 3 in AVX2 vectors: 8 vectors of one query head's outputs in registers, a sweep over the
- * values for each 64 of them (the values were asked for in pass 1; the first sweep asks for the
- * next block's, and for the keys of the task this thread runs next, k_after). With score_tokens, on
- * a Zen 3 a decode step's attention at >= 16 rows took 12.1 ms against the plain loops' 13.2, the
- * step 0.987-0.989x the time: its scattered pages' reads, not its arithmetic, are most of it
- * (docs/benchmarks.md, thirty-fourth round). */
+/* Pass 3 in AVX2 vectors, block by block: for each query head, 64 outputs at a time in 8
+ * vectors, carried from block to block in out (the values were asked for in pass 1; the block's
+ * first sweep asks for the next block's, and for the keys of the task this thread runs next,
+ * k_after). A sequence's values (~50 kB) outgrow L1, so sweeping them whole for each head read
+ * every row from L2 once a head; a block's (4 kB) stay in L1 for the heads after the first: 0.96x
+ * attention's time with either cache (docs/benchmarks.md, thirty-ninth round). Each output still
+ * adds its products in token order: the same bits. With score_tokens, on a Zen 3 a decode step's
+ * attention at >= 16 rows took 12.1 ms against the plain loops' 13.2 (thirty-fourth round). */
 INLINE void values_pass(const float *scores, const char *v_head, const int32_t *table, int64_t len,
                         int64_t group, int64_t dim, int64_t block_size, int64_t stride,
                         int is_bf16, float *out, const char *k_after) {
     const int64_t num_blocks = (len + block_size - 1) / block_size;
     const int64_t row_bytes = dim * (is_bf16 ? 2 : 4);
-    for (int64_t g = 0; g < group; ++g)
-        for (int64_t d0 = 0; d0 < dim; d0 += 64) {
-            const int ask = g == 0 && d0 == 0; /* the first sweep asks for what comes next */
-            __m256 acc[8];
-            for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
-            for (int64_t j = 0; j < num_blocks; ++j) {
-                const char *v = v_head + table[j] * stride;
-                const char *next = next_block(v_head, table, j, num_blocks, stride);
-                const int64_t first = j * block_size;
-                const int64_t n = tokens_in_block(j, len, block_size);
-                const char *k_next_task = k_after && ask ? k_after + table[j] * stride : NULL;
+    memset(out, 0, group * dim * sizeof(float));
+    for (int64_t j = 0; j < num_blocks; ++j) {
+        const char *v = v_head + table[j] * stride;
+        const char *next = next_block(v_head, table, j, num_blocks, stride);
+        const int64_t first = j * block_size;
+        const int64_t n = tokens_in_block(j, len, block_size);
+        const char *k_next_task = k_after ? k_after + table[j] * stride : NULL;
+        for (int64_t g = 0; g < group; ++g)
+            for (int64_t d0 = 0; d0 < dim; d0 += 64) {
+                const int ask = g == 0 && d0 == 0; /* the block's first sweep asks ahead */
+                __m256 acc[8];
+                for (int u = 0; u < 8; ++u) acc[u] = _mm256_loadu_ps(out + g * dim + d0 + u * 8);
                 for (int64_t t = 0; t < n; ++t) {
                     if (ask) prefetch_row(next, t, row_bytes);
-                    if (k_next_task) prefetch_row(k_next_task, t, row_bytes);
+                    if (ask && k_next_task) prefetch_row(k_next_task, t, row_bytes);
                     const __m256 p = _mm256_set1_ps(scores[g * len + first + t]);
                     for (int u = 0; u < 8; u += 2) {
                         __m256 value[2];
@@ -415,9 +418,13 @@ INLINE void values_pass(const float *scores, const char *v_head, const int32_t *
                         acc[u + 1] = _mm256_fmadd_ps(p, value[1], acc[u + 1]);
                     }
                 }
+                for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + g * dim + d0 + u * 8, acc[u]);
             }
-            for (int u = 0; u < 8; u += 2)
-                store16_pair(out + g * dim + d0 + u * 8, acc + u, is_bf16);
+    }
+    if (is_bf16) /* the even / odd places back in order */
+        for (int64_t i = 0; i < group * dim; i += 16) {
+            __m256 pair[2] = {_mm256_loadu_ps(out + i), _mm256_loadu_ps(out + i + 8)};
+            store16_pair(out + i, pair, 1);
         }
 }
 #endif
