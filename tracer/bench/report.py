@@ -60,7 +60,7 @@ def decode_targets(report: dict) -> list[Target]:
     """Decode at batch >= FULL_BATCH judged by its reach (what the machine's linears allow), in the
     run's dtype and in the bfloat16 row where it ran; and bfloat16's speed-up over float32 there."""
     dtype = report.get("dtype", "float32")
-    kv = (report.get("engine_options") or {}).get("kv_cache_dtype") or "auto"
+    kv = (report.get("engine_options") or {}).get("kv_cache_dtype")
     targets = [reach_target(report, "nanoengine", dtype + kv_cache_words(kv))]
     if BF16_RUN in report["runs"]:
         targets.append(reach_target(report, BF16_RUN, "bfloat16"))

@@ -285,7 +285,7 @@ INLINE __m256 load8(const char *row, int64_t d, int is_bf16) {
  * widened into v[0] (a shift) and those at odd places into v[1] (a mask). Widening 8 at a time
  * (load8) took a vpmovzxwd each, and on a Zen 3 those, not the multiply-adds, set pass 3's pace:
  * attention with a bfloat16 cache 0.90-0.93x the time (docs/benchmarks.md, thirty-eighth round).
- * store16_pair puts each output back in place: each sums its own products in token order, the
+ * put_back16 puts each output back in place: each sums its own products in token order, the
  * same bits. */
 INLINE void load16_pair(const char *row, int64_t d, int is_bf16, __m256 v[2]) {
     if (!is_bf16) {
@@ -298,16 +298,13 @@ INLINE void load16_pair(const char *row, int64_t d, int is_bf16, __m256 v[2]) {
     v[1] = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xFFFF0000)));
 }
 
-/* 16 floats to dst as load16_pair laid them out: bfloat16's even and odd places back in order */
-INLINE void store16_pair(float *dst, const __m256 v[2], int is_bf16) {
-    if (!is_bf16) {
-        _mm256_storeu_ps(dst, v[0]);
-        _mm256_storeu_ps(dst + 8, v[1]);
-        return;
-    }
-    const __m256 lo = _mm256_unpacklo_ps(v[0], v[1]), hi = _mm256_unpackhi_ps(v[0], v[1]);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(lo, hi, 0x20));
-    _mm256_storeu_ps(dst + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+/* 16 floats at p, laid out as load16_pair widens a bfloat16 row (its even places, then its odd
+ * ones), put back in order, in place */
+INLINE void put_back16(float *p) {
+    const __m256 even = _mm256_loadu_ps(p), odd = _mm256_loadu_ps(p + 8);
+    const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
+    _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
 /* r[t][i] -> r[i][t] for an 8 x 8 tile of floats, in registers */
@@ -408,8 +405,10 @@ INLINE void values_pass(const float *scores, const char *v_head, const int32_t *
                 __m256 acc[8];
                 for (int u = 0; u < 8; ++u) acc[u] = _mm256_loadu_ps(out + g * dim + d0 + u * 8);
                 for (int64_t t = 0; t < n; ++t) {
-                    if (ask) prefetch_row(next, t, row_bytes);
-                    if (ask && k_next_task) prefetch_row(k_next_task, t, row_bytes);
+                    if (ask) {
+                        prefetch_row(next, t, row_bytes);
+                        if (k_next_task) prefetch_row(k_next_task, t, row_bytes);
+                    }
                     const __m256 p = _mm256_set1_ps(scores[g * len + first + t]);
                     for (int u = 0; u < 8; u += 2) {
                         __m256 value[2];
@@ -421,11 +420,8 @@ INLINE void values_pass(const float *scores, const char *v_head, const int32_t *
                 for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + g * dim + d0 + u * 8, acc[u]);
             }
     }
-    if (is_bf16) /* the even / odd places back in order */
-        for (int64_t i = 0; i < group * dim; i += 16) {
-            __m256 pair[2] = {_mm256_loadu_ps(out + i), _mm256_loadu_ps(out + i + 8)};
-            store16_pair(out + i, pair, 1);
-        }
+    if (is_bf16)
+        for (int64_t i = 0; i < group * dim; i += 16) put_back16(out + i);
 }
 #endif
 
