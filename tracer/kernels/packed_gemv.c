@@ -208,18 +208,18 @@ static void block_outputs(const float *x, const float *block, const float *next,
     const int64_t tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
+        float(*into)[BLOCK] = start ? part : sum; /* the first chunk's sums straight into sum */
         for (int64_t s = start; s < end; s += STRETCH) {
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly among the tiles */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
                 tile_rows(x + r0 * in, in, block + first, ahead,
-                          (float(*)[BLOCK])(part[r0] + first), s, e, s == start, (int)t,
+                          (float(*)[BLOCK])(into[r0] + first), s, e, s == start, (int)t,
                           (int)tiles, r1 - r0, vecs);
             }
         }
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t o = first; o < last; ++o)
-                sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+        for (int64_t r = 0; start && r < rows; ++r)
+            for (int64_t o = first; o < last; ++o) sum[r][o] += part[r][o];
     }
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = first; o < last; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
@@ -388,6 +388,7 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
     const ahead_t to_ask = ahead_of(block, next, in_padded, 0);
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
+        float(*into)[BLOCK] = start ? part : sum; /* the first chunk's sums straight into sum */
         for (int64_t s = start; s < end; s += STRETCH) {
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
             const float *ahead = line_ahead(to_ask, s);
@@ -395,14 +396,13 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
                 const int64_t l0 = t * lines / tiles, l1 = (t + 1) * lines / tiles;
-                tile_rows(x + r0 * in, in, block + first, (float(*)[BLOCK])(part[r0] + first), s,
+                tile_rows(x + r0 * in, in, block + first, (float(*)[BLOCK])(into[r0] + first), s,
                           e, s == start, ahead + l0 * 16, l1 - l0, (last - first + 15) / 16,
                           r1 - r0);
             }
         }
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t o = first; o < last; ++o)
-                sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+        for (int64_t r = 0; start && r < rows; ++r)
+            for (int64_t o = first; o < last; ++o) sum[r][o] += part[r][o];
     }
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = first; o < last; ++o)
