@@ -401,6 +401,7 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
                           r1 - r0);
             }
         }
+        /* a later chunk's sums added (tested in the loop: an `if` around it, 1.01-1.02x as long) */
         for (int64_t r = 0; start && r < rows; ++r)
             for (int64_t o = first; o < last; ++o) sum[r][o] += part[r][o];
     }
