@@ -24,6 +24,7 @@ from tracer.bench.report import (
     fmt_limit,
     reach_limit,
     reach_share,
+    roofline_caption,
 )
 from tracer.bench.run import BF16_LEFT_OUT, BF16_RUN, NO_BF16_CPU, BenchSettings, bf16_skip_reason
 from tracer.bench.workload import QUICK, STANDARD, WorkloadSpec, build_workload
@@ -128,6 +129,9 @@ def test_efficiency_is_reported_per_system_and_phase(report):
     bandwidth = report["memory_bandwidth"]
     assert bandwidth["gb_s"] == max(bandwidth["by_kernel"].values()) > 0
     assert bandwidth["weight_mb_per_step"] > 0 and bandwidth["kv_kb_per_key"] > 0
+    # the engine's pool read as its decode kernel reads it, the rate its K/V are charged at
+    assert bandwidth["kv_reads"]["gb_s"] > 0 and bandwidth["kv_reads"]["dtype"] == "float32"
+    assert f"nothing computed: {bandwidth['kv_reads']['gb_s']:.1f} GB/s" in (roofline_caption(report) or "")
     # the same useful work, whoever does it
     gflops = {phases["whole run"]["gflop"] for phases in report["efficiency"].values()}
     assert max(gflops) - min(gflops) <= 0.01
@@ -331,11 +335,21 @@ def test_reach_limit_adds_the_kv_reads_to_the_linears():
     }
     kv_gb, kv_seconds, most = reach_limit(report)  # type: ignore[misc]
     assert (kv_gb, kv_seconds) == pytest.approx((20.0, 1.0)) and most == pytest.approx(10 / 11)
+    assert "at 20.0 GB/s, the measured bandwidth" in (decode_reach_caption(report) or "")
     assert "at most 91 % of the reach" in (decode_reach_caption(report) or "")
+    # where the bench read the pool's pages as the kernel does, the K/V are charged at that rate
+    report["memory_bandwidth"]["kv_reads"] = {"gb_s": 10.0}
+    assert reach_limit(report)[1:] == pytest.approx((2.0, 10 / 12))  # type: ignore[index]
+    assert "at 10.0 GB/s, as its pages are read here" in (decode_reach_caption(report) or "")
+    del report["memory_bandwidth"]["kv_reads"]
     report["bf16"] = {"weight_mb_per_step": 250.0}  # the bfloat16 row counts its own weights
     report["efficiency"][BF16_RUN] = {"decode at batch >= 16": phase}
     report["bf16"]["gemm_peak"] = {"model_linears_gflop_s": {"32": 120.0}}
     assert reach_limit(report, BF16_RUN)[0] == pytest.approx(45.0)  # type: ignore[index]
+    report["bf16"]["kv_reads"] = {"gb_s": 9.0}  # its own pool's rate, not the float32 row's
+    assert reach_limit(report, BF16_RUN)[1] == pytest.approx(5.0)  # type: ignore[index]
+    assert reach_limit(report)[1] == pytest.approx(1.0)  # type: ignore[index]
+    del report["bf16"]["kv_reads"]
     report["runs"] = {"nanoengine": {}}
     (share,) = [t for t in decode_targets(report) if "share of its reach" in t.name]
     assert share.most_here == pytest.approx(0.9091) and "(here at most 90.9 %)" in fmt_limit(share.to_dict())

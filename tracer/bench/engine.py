@@ -14,12 +14,14 @@ from pathlib import Path
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
 from tracer.bench.efficiency import ModelShape, measure_linear_ceiling
+from tracer.bench.kv_reads import measure_kv_reads
 from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.model_only import ForwardProbe, replay_forwards
 from tracer.bench.workload import BenchRequest
 from tracer.kernels.choose import build_engine
 from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.packed_linear import agree_all
+from tracer.kernels.paged_attention import PagedDecodeAttention
 
 
 @dataclass(slots=True)
@@ -31,6 +33,7 @@ class EngineRun:
     extra: dict = field(default_factory=dict)
     shape: ModelShape | None = None  # for the FLOP count
     linear_ceiling: dict[str, float] | None = None  # GFLOP/s of the model's linears alone, by decode batch
+    kv_reads: dict | None = None  # its KV pool's pages read as its decode kernel reads them (kv_reads.py)
 
     def to_dict(self) -> dict:
         elapsed = self.result.elapsed
@@ -103,6 +106,9 @@ def run_engine(
     decoder = engine.runner.model
     kernels = decoder.linears() if isinstance(decoder, FusedDecoder) else None
     run.linear_ceiling = measure_linear_ceiling(engine.model, kernels)
+    if isinstance(engine.runner.attend, PagedDecodeAttention):
+        kv_dtype = engine.runner.kv_caches[0].dtype
+        run.kv_reads = measure_kv_reads(ModelShape.of(engine.model.config), kv_dtype, engine.config.block_size)
     return run
 
 

@@ -333,21 +333,33 @@ def decode_reach(report: dict, key: str = "nanoengine") -> tuple[float, float, d
     return phase["bound_s"] / max(phase["bound_s"], seconds), seconds, phase
 
 
+def kv_read_rate(report: dict, key: str = "nanoengine") -> tuple[float, bool] | None:
+    """GB/s at which a run's K/V are charged: its pool's pages read as its decode kernel reads them
+    (kv_reads.py), else the machine's bandwidth (no kernel, or an older report); and whether it
+    is the former."""
+    memory = report.get("memory_bandwidth") or {}
+    per_step = (report.get("bf16") or {}) if key == BF16_RUN else memory
+    pages = (per_step.get("kv_reads") or {}).get("gb_s")
+    if pages:
+        return pages, True
+    return (memory["gb_s"], False) if memory.get("gb_s") else None
+
+
 def reach_limit(report: dict, key: str = "nanoengine") -> tuple[float, float, float] | None:
     """The largest share of its reach a run's decode at batch >= FULL_BATCH can have on this machine:
     an engine that spent its time on nothing but the linears at the ceiling's best rate and on
-    reading the phase's K/V once at the measured bandwidth. Returns (K/V GB, their seconds, the
-    share); None without the byte counts."""
+    reading the phase's K/V once at the rate its pages are read (kv_read_rate). Returns (K/V GB,
+    their seconds, the share); None without the byte counts."""
     memory = report.get("memory_bandwidth") or {}
     per_step = (report.get("bf16") or {}) if key == BF16_RUN else memory  # each run's own byte counts
-    reach, bandwidth, weight_mb = decode_reach(report, key), memory.get("gb_s"), per_step.get("weight_mb_per_step")
-    if reach is None or not bandwidth or weight_mb is None:
+    reach, rate, weight_mb = decode_reach(report, key), kv_read_rate(report, key), per_step.get("weight_mb_per_step")
+    if reach is None or rate is None or weight_mb is None:
         return None
     _, seconds, phase = reach
     if "gbytes" not in phase or "min_steps" not in phase:
         return None
     kv_gb = max(0.0, phase["gbytes"] - phase["min_steps"] * weight_mb / 1e3)  # the bytes less the weights
-    kv_seconds = kv_gb / bandwidth
+    kv_seconds = kv_gb / rate[0]
     return kv_gb, kv_seconds, min(1.0, max(phase["bound_s"], seconds) / (seconds + kv_seconds))
 
 
@@ -366,9 +378,11 @@ def decode_reach_caption(report: dict, key: str = "nanoengine") -> str | None:
     if limit is None:
         return caption
     kv_gb, kv_seconds, most = limit
+    gb_s, pages = kv_read_rate(report, key) or (0.0, False)
+    how = "as its pages are read here (scattered, nothing computed)" if pages else "the measured bandwidth"
     return (
-        f"{caption}; reading the phase's {kv_gb:.1f} GB of K/V once adds {kv_seconds:.2f} s at the measured "
-        f"bandwidth, so an engine doing nothing else reaches at most {most * 100:.0f} % of the reach"
+        f"{caption}; reading the phase's {kv_gb:.1f} GB of K/V once adds {kv_seconds:.2f} s at {gb_s:.1f} GB/s, "
+        f"{how}, so an engine doing nothing else reaches at most {most * 100:.0f} % of the reach"
     )
 
 
@@ -381,7 +395,8 @@ def bf16_caption(report: dict) -> str | None:
     lines = [
         f"{RUN_LABELS[BF16_RUN]} rows: against the bfloat16 GEMM peak, {peak['gflop_s']:.1f} GFLOP/s "
         f"({peak['library']}, {peak['shape']} at batch {peak['batch']}); a step moves "
-        f"{bf16['weight_mb_per_step']:.0f} MB of weights, each key {bf16['kv_kb_per_key']:.1f} kB of K/V",
+        f"{bf16['weight_mb_per_step']:.0f} MB of weights, each key {bf16['kv_kb_per_key']:.1f} kB of K/V"
+        + kv_reads_words(bf16.get("kv_reads")),
         ceiling_caption(peak, "Decode ceiling in bfloat16"),
         decode_reach_caption(report, BF16_RUN),
     ]
@@ -396,7 +411,18 @@ def roofline_caption(report: dict) -> str | None:
     return (
         f"Roofline: bound = max(GFLOP / GEMM peak, GB moved / {bw['gb_s']:.1f} GB/s memory bandwidth "
         f"({kernels} GB/s on {bw['buffer_mib']} MiB buffers)); a step moves {bw['weight_mb_per_step']:.0f} MB "
-        f"of weights, each key {bw['kv_kb_per_key']:.1f} kB of K/V"
+        f"of weights, each key {bw['kv_kb_per_key']:.1f} kB of K/V" + kv_reads_words(bw.get("kv_reads"))
+    )
+
+
+def kv_reads_words(kv_reads: dict | None) -> str:
+    """The probe of attention's reads alone (kv_reads.py), for a caption."""
+    if not kv_reads:
+        return ""
+    return (
+        f"; the KV pool's scattered pages read as decode attention reads them, nothing computed: "
+        f"{kv_reads['gb_s']:.1f} GB/s ({kv_reads['sequences']} sequences of {kv_reads['keys_each']} keys, "
+        f"{kv_reads['mb_a_step']:.0f} MB a step, {kv_reads['dtype']})"
     )
 
 

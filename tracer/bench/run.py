@@ -215,6 +215,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
             "measured_gb_s": [b["gb_s"] for b in bandwidths],
             "weight_mb_per_step": round(roofline.bytes.weight_bytes / 1e6, 1),
             "kv_kb_per_key": round(own_roofline.bytes.kv_bytes_per_key / 1e3, 2),  # nanoengine's
+            "kv_reads": engine_run.kv_reads,
         },
         "efficiency": efficiency,
         "bf16": bf16_report,
@@ -345,6 +346,7 @@ class Bf16Run:
             },
             "weight_mb_per_step": round(nbytes.weight_bytes / 1e6, 1),
             "kv_kb_per_key": round(nbytes.kv_bytes_per_key / 1e3, 2),
+            "kv_reads": self.engine.kv_reads,
             "engine": {"num_steps": self.engine.num_steps, "model_time_s": round(self.engine.model_time, 4)},
         }
 

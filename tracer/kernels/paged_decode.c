@@ -528,6 +528,16 @@ static void place_token(const fresh_t *f, int64_t b, int64_t h, int64_t heads, i
                   block_size, k_cache, v_cache, is_bf16, kv_bf16);
 }
 
+/* How many tasks (a sequence's KV head each) a thread takes at a time. A sequence's KV heads one
+ * after the other on one thread: they share each block's pages, so the hardware's prefetch of one
+ * head's rows brings in the next head's (docs/benchmarks.md, twenty-second round). With fewer
+ * sequences than threads (one on two: the single stream) the heads are shared out instead, or one
+ * thread would read them all while the others wait: 0.975-0.994x a single stream's step (fortieth
+ * round). */
+INLINE int64_t tasks_a_turn(int64_t num_seqs, int64_t num_kv_heads, int num_threads) {
+    return num_seqs < num_threads ? 1 : num_kv_heads;
+}
+
 /* paged_decode; with fresh (not NULL), each task first places its token (place_token) and q is not
  * read: the rotary and the K/V write done where attention reads them, not in a pass of their own
  * over the step (docs/benchmarks.md, twenty-ninth round). */
@@ -540,12 +550,7 @@ static int decode_attention(const void *q, void *k_cache, void *v_cache, void *o
     const int64_t group = num_heads / num_kv_heads, elem_size = kv_bf16 ? 2 : 4;
     const int64_t head_bytes = block_size * dim * elem_size, stride = num_kv_heads * head_bytes;
     int failed = 0;
-    /* A sequence's KV heads one after the other on one thread: they share each block's pages, so
-     * the hardware's prefetch of one head's rows brings in the next head's (docs/benchmarks.md,
-     * twenty-second round). With fewer sequences than threads (one on two: the single stream) the
-     * heads are shared out instead, or one thread would read them all while the others wait:
-     * 0.975-0.994x a single stream's step (fortieth round). */
-    const int64_t heads_a_turn = num_seqs < num_threads ? 1 : num_kv_heads;
+    const int64_t heads_a_turn = tasks_a_turn(num_seqs, num_kv_heads, num_threads);
 #pragma omp parallel for schedule(dynamic, heads_a_turn) num_threads(num_threads) \
     reduction(| : failed)
     for (int64_t task = 0; task < num_seqs * num_kv_heads; ++task) {
@@ -598,4 +603,50 @@ int paged_decode(const void *q, void *k_cache, void *v_cache, void *out,
     return decode_attention(q, k_cache, v_cache, out, block_tables, seq_lens, num_seqs, num_heads,
                             num_kv_heads, dim, num_blocks, block_size, max_blocks, scale, is_bf16,
                             kv_bf16, num_threads, wide, NULL);
+}
+
+/* One KV head's rows of a sequence, in the order attend reads them: its keys block by block, asking
+ * for the next block's rows and this block's values as it goes (pass 1), then its values, asking
+ * for the next block's (pass 3). Each row is folded into `seen` instead of attended to. */
+INLINE uint64_t read_task(const char *k_head, const char *v_head, const int32_t *table,
+                          int64_t len, int64_t block_size, int64_t stride, int64_t row_bytes) {
+    const int64_t num_blocks = (len + block_size - 1) / block_size, words = row_bytes / 8;
+    uint64_t seen = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        const char *head = pass ? v_head : k_head;
+        for (int64_t j = 0; j < num_blocks; ++j) {
+            const char *rows = head + table[j] * stride;
+            const char *next = next_block(head, table, j, num_blocks, stride);
+            for (int64_t t = 0; t < tokens_in_block(j, len, block_size); ++t) {
+                prefetch_row(next, t, row_bytes);
+                if (!pass) prefetch_row(v_head + table[j] * stride, t, row_bytes);
+                const uint64_t *row = (const uint64_t *)(rows + t * row_bytes);
+#pragma omp simd reduction(^ : seen)
+                for (int64_t i = 0; i < words; ++i) seen ^= row[i];
+            }
+        }
+    }
+    return seen;
+}
+
+/* Attention's reads alone, for the bench's bound on a decode step (tracer/bench/kv_reads.py): every
+ * task of decode_attention (a sequence's KV head) reads its K and V rows as attend does, in the
+ * same tasks handed out the same way, with nothing computed. Returns the XOR of every 8 bytes read
+ * (so that no read can be left out, and a test can check which were). Tables are not checked. */
+uint64_t read_pages(const void *k_cache, const void *v_cache, const int32_t *block_tables,
+                    const int32_t *seq_lens, int64_t num_seqs, int64_t num_kv_heads, int64_t dim,
+                    int64_t block_size, int64_t max_blocks, int kv_bf16, int num_threads) {
+    const int64_t row_bytes = dim * (kv_bf16 ? 2 : 4), head_bytes = block_size * row_bytes;
+    const int64_t stride = num_kv_heads * head_bytes;
+    const int64_t heads_a_turn = tasks_a_turn(num_seqs, num_kv_heads, num_threads);
+    uint64_t seen = 0;
+#pragma omp parallel for schedule(dynamic, heads_a_turn) num_threads(num_threads) \
+    reduction(^ : seen)
+    for (int64_t task = 0; task < num_seqs * num_kv_heads; ++task) {
+        const int64_t b = task / num_kv_heads, h = task % num_kv_heads;
+        seen ^= read_task((const char *)k_cache + h * head_bytes,
+                          (const char *)v_cache + h * head_bytes, block_tables + b * max_blocks,
+                          seq_lens[b], block_size, stride, row_bytes);
+    }
+    return seen;
 }
