@@ -49,3 +49,9 @@ def test_measure_kv_reads_counts_the_bytes_of_its_rows():
     rows = 24 * 256 * SHAPE.num_layers * 2 * SHAPE.num_kv_heads  # NUM_SEQS x SEQ_LEN keys, K and V
     assert got["mb_a_step"] == pytest.approx(rows * SHAPE.head_dim * 4 / 1e6, abs=0.1)
     assert got["gb_s"] > 0 and got["dtype"] == "float32" and got["threads"] == torch.get_num_threads()
+
+
+def test_measure_kv_reads_takes_fewer_sequences_where_the_pool_would_be_large():
+    wide = ModelShape(40, 4096, 32, 32, 128, 11008, 300)  # 1.3 MB of K/V a key in float32
+    got = measure_kv_reads(wide, torch.float32, block_size=16, min_time=0.01)
+    assert got["sequences"] == 1 and got["mb_a_step"] == pytest.approx(256 * 40 * 2 * 32 * 128 * 4 / 1e6, abs=0.1)

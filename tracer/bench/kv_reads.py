@@ -19,6 +19,7 @@ from tracer.bench.timing import time_call
 from tracer.kernels.paged_attention import paged_decode_library
 
 NUM_SEQS, SEQ_LEN = 24, 256  # like the standard workload's steps at >= 16 rows (~200 keys each)
+MAX_POOL_BYTES = 512 << 20  # fewer sequences for a model whose K/V would pass it (still far past the cache)
 SCRAMBLE = -0x61C8864680B583EB  # odd, so i -> i * SCRAMBLE (mod 2**64) takes every i elsewhere
 
 
@@ -79,12 +80,14 @@ class KVPool:
 def measure_kv_reads(shape: ModelShape, dtype: torch.dtype, block_size: int, min_time: float = 0.5) -> dict:
     """GB/s at which a step's K/V pages are read as the decode kernel reads them, every layer in turn
     (the pool far larger than the cache, as a step's), with the threads torch uses now."""
-    kv = KVPool.random(shape, dtype, block_size, NUM_SEQS, SEQ_LEN)
+    key_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
+    num_seqs = max(1, min(NUM_SEQS, MAX_POOL_BYTES // (key_bytes * SEQ_LEN)))
+    kv = KVPool.random(shape, dtype, block_size, num_seqs, SEQ_LEN)
     seconds = time_call(kv.read_all, torch.device("cpu"), min_time=min_time)
     return {
         "gb_s": round(kv.bytes_read / seconds / 1e9, 2),
         "dtype": str(dtype).removeprefix("torch."),
-        "sequences": NUM_SEQS,
+        "sequences": num_seqs,
         "keys_each": SEQ_LEN,
         "mb_a_step": round(kv.bytes_read / 1e6, 1),
         "threads": torch.get_num_threads(),
