@@ -60,6 +60,17 @@ def test_the_kv_cache_asked_in_bfloat16_is_the_pool_both_builds_read(tmp_path, c
     assert "float32, KV cache in bfloat16," in " ".join(capsys.readouterr().out.split())  # the title, wrapped
 
 
+def test_a_build_from_before_the_benchs_own_kernel_functions_still_runs(tmp_path, capsys):
+    """paged_decode.c's read_pages is the bench's probe (kv_reads.py), not the step's: a build that
+    predates it is compared like any other."""
+    older = copy_of_kernels(tmp_path)
+    source = older / "paged_decode.c"
+    text = source.read_text()
+    source.write_text(text[: text.index("/* One KV head's rows of a sequence")])
+    report = run_ab(capsys, str(older), str(ab.KERNELS))
+    assert report["same_tokens"] and all(g["steps_old"] > 0 for g in report["groups"])
+
+
 def test_a_build_that_computes_differently_shows_in_the_tokens(tmp_path, capsys):
     planted = copy_of_kernels(tmp_path, NORM, NORM.replace("eps,", "eps + 1.0f,"))
     report = run_ab(capsys, str(ab.KERNELS), str(planted))

@@ -9,7 +9,10 @@ reads alone came at ~24 GB/s where torch's sum of one buffer read ~32-43."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +24,17 @@ from tracer.kernels.paged_attention import paged_decode_library
 NUM_SEQS, SEQ_LEN = 24, 256  # like the standard workload's steps at >= 16 rows (~200 keys each)
 MAX_POOL_BYTES = 512 << 20  # fewer sequences for a model whose K/V would pass it (still far past the cache)
 SCRAMBLE = -0x61C8864680B583EB  # odd, so i -> i * SCRAMBLE (mod 2**64) takes every i elsewhere
+PTR, I64, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+@functools.cache
+def read_pages() -> Callable[..., int]:
+    """paged_decode.c's read_pages, typed here rather than with the kernel's own functions: `bench
+    --ab` loads older builds of paged_decode.c, which have no such function."""
+    function = paged_decode_library().read_pages
+    function.argtypes = [PTR] * 4 + [I64] * 5 + [INT] * 2
+    function.restype = ctypes.c_uint64
+    return function
 
 
 @dataclass(slots=True)
@@ -58,7 +72,7 @@ class KVPool:
         """One layer's pages, as a decode step's attention reads them: the XOR of every 8 bytes."""
         _, _, _, kv_heads, block_size, head_dim = self.pool.shape
         kv = self.pool[layer]
-        return paged_decode_library().read_pages(
+        return read_pages()(
             kv.data_ptr(),
             kv[1].data_ptr(),
             self.block_tables.data_ptr(),

@@ -29,8 +29,6 @@ def paged_decode_library(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) 
     library = load(source, flags)
     library.paged_decode.restype = ctypes.c_int
     library.paged_decode.argtypes = [PTR] * 6 + [I64] * 7 + [ctypes.c_float] + [ctypes.c_int] * 4
-    library.read_pages.restype = ctypes.c_uint64
-    library.read_pages.argtypes = [PTR] * 4 + [I64] * 5 + [ctypes.c_int] * 2
     return library
 
 
