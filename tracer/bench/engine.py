@@ -88,6 +88,7 @@ def run_engine(
     probe = ForwardProbe(engine)
     result = run_requests(engine, requests)
     probe.detach()
+    shape = ModelShape.of(engine.model.config)
     run = EngineRun(
         result,
         probe.num_steps,
@@ -99,7 +100,7 @@ def run_engine(
             "max_num_seqs": engine.config.max_num_seqs,
             "kv_itemsize": engine.runner.kv_caches[0].element_size(),  # kv_cache_dtype's, or the model's
         },
-        shape=ModelShape.of(engine.model.config),
+        shape=shape,
     )
     if model_only:
         run.model_only_time = replay_forwards(engine, probe.inputs)
@@ -107,8 +108,7 @@ def run_engine(
     kernels = decoder.linears() if isinstance(decoder, FusedDecoder) else None
     run.linear_ceiling = measure_linear_ceiling(engine.model, kernels)
     if isinstance(engine.runner.attend, PagedDecodeAttention):
-        kv_dtype = engine.runner.kv_caches[0].dtype
-        run.kv_reads = measure_kv_reads(ModelShape.of(engine.model.config), kv_dtype, engine.config.block_size)
+        run.kv_reads = measure_kv_reads(shape, engine.runner.kv_caches[0].dtype, engine.config.block_size)
     return run
 
 

@@ -333,13 +333,17 @@ def decode_reach(report: dict, key: str = "nanoengine") -> tuple[float, float, d
     return phase["bound_s"] / max(phase["bound_s"], seconds), seconds, phase
 
 
+def run_bytes(report: dict, key: str = "nanoengine") -> dict:
+    """A run's own byte counts and K/V read rate: the bfloat16 row's, else the float32 run's."""
+    return (report.get("bf16") or {}) if key == BF16_RUN else (report.get("memory_bandwidth") or {})
+
+
 def kv_read_rate(report: dict, key: str = "nanoengine") -> tuple[float, bool] | None:
     """GB/s at which a run's K/V are charged: its pool's pages read as its decode kernel reads them
     (kv_reads.py), else the machine's bandwidth (no kernel, or an older report); and whether it
     is the former."""
     memory = report.get("memory_bandwidth") or {}
-    per_step = (report.get("bf16") or {}) if key == BF16_RUN else memory
-    pages = (per_step.get("kv_reads") or {}).get("gb_s")
+    pages = (run_bytes(report, key).get("kv_reads") or {}).get("gb_s")
     if pages:
         return pages, True
     return (memory["gb_s"], False) if memory.get("gb_s") else None
@@ -350,9 +354,8 @@ def reach_limit(report: dict, key: str = "nanoengine") -> tuple[float, float, fl
     an engine that spent its time on nothing but the linears at the ceiling's best rate and on
     reading the phase's K/V once at the rate its pages are read (kv_read_rate). Returns (K/V GB,
     their seconds, the share); None without the byte counts."""
-    memory = report.get("memory_bandwidth") or {}
-    per_step = (report.get("bf16") or {}) if key == BF16_RUN else memory  # each run's own byte counts
-    reach, rate, weight_mb = decode_reach(report, key), kv_read_rate(report, key), per_step.get("weight_mb_per_step")
+    weight_mb = run_bytes(report, key).get("weight_mb_per_step")
+    reach, rate = decode_reach(report, key), kv_read_rate(report, key)
     if reach is None or rate is None or weight_mb is None:
         return None
     _, seconds, phase = reach

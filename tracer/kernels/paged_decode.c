@@ -615,11 +615,12 @@ INLINE uint64_t read_task(const char *k_head, const char *v_head, const int32_t 
     for (int pass = 0; pass < 2; ++pass) {
         const char *head = pass ? v_head : k_head;
         for (int64_t j = 0; j < num_blocks; ++j) {
-            const char *rows = head + table[j] * stride;
+            const char *rows = head + table[j] * stride, *values = v_head + table[j] * stride;
             const char *next = next_block(head, table, j, num_blocks, stride);
-            for (int64_t t = 0; t < tokens_in_block(j, len, block_size); ++t) {
+            const int64_t n = tokens_in_block(j, len, block_size);
+            for (int64_t t = 0; t < n; ++t) {
                 prefetch_row(next, t, row_bytes);
-                if (!pass) prefetch_row(v_head + table[j] * stride, t, row_bytes);
+                if (!pass) prefetch_row(values, t, row_bytes);
                 const uint64_t *row = (const uint64_t *)(rows + t * row_bytes);
 #pragma omp simd reduction(^ : seen)
                 for (int64_t i = 0; i < words; ++i) seen ^= row[i];
