@@ -81,7 +81,6 @@ class TorchAttention:
         out = torch.empty_like(q)
         _, _, num_kv_heads, block_size, dim = kv.shape
         group = q.shape[1] // num_kv_heads  # query heads per KV head
-        gqa = group > 1
         by_head = kv.transpose(1, 2)  # [2, kv_heads, num_kv_blocks, block_size, dim], a view
         if meta.decode_groups is None:
             groups = group_by_length(meta.decodes)
@@ -102,11 +101,14 @@ class TorchAttention:
             mask = None
             if n != seq_len:
                 mask = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(seq_len - n)
-            q_chunk = q[start : start + n].transpose(0, 1)
+            # Each KV head repeated for its query heads, all [1, heads, tokens, dim]: torch's fused
+            # CPU kernel (3-D inputs or enable_gqa fall back to its 2x slower matmul path).
+            k, v = k.repeat_interleave(group, 0)[None], v.repeat_interleave(group, 0)[None]
+            q_chunk = q[None, start : start + n].transpose(1, 2)
             o = F.scaled_dot_product_attention(
-                q_chunk, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa
+                q_chunk, k, v, attn_mask=mask, is_causal=mask is None, scale=scale
             )
-            out[start : start + n] = o.transpose(0, 1)
+            out[start : start + n] = o[0].transpose(0, 1)
         return out
 
 
