@@ -1,5 +1,7 @@
 """The weights marked for 2 MiB pages (tracer/kernels/huge_pages.py): every page a weight touches,
-its ends included; moved there, no bit of any weight changes and the kernels still read them."""
+its ends included; moved there a page at a time (as a server does while idle), they lie in huge
+pages, no bit of any weight changes and the kernels still read them; where nothing can be moved the
+mover gives up."""
 
 from __future__ import annotations
 
@@ -13,17 +15,18 @@ import torch
 from nanoengine.loading.build import pack_for_onednn
 from nanoengine.model import ONEDNN, Linear
 from tracer.kernels.huge_pages import (
+    GIVE_UP_AFTER,
     HUGE_PAGE,
     MADV_HUGEPAGE,
     huge_page_spans,
     madvise,
     mark_for_huge_pages,
+    move_to_huge_pages,
     runs_of,
     weight_bytes,
+    weight_pages,
 )
 from tracer.kernels.packed_linear import few_rows_first
-
-MADV_COLLAPSE = 25  # Linux 6.1: move written memory into huge pages now
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux's transparent huge pages")
 
@@ -110,16 +113,41 @@ def test_every_page_a_weight_touches_is_marked(packed):
     assert all(marked(p, after) for p in pages)
 
 
+def huge_bytes_in(pages: list[int]) -> int:
+    """AnonHugePages of the mappings that hold these 2 MiB pages (/proc/self/smaps), in bytes."""
+    total, holds = 0, False
+    for line in open("/proc/self/smaps"):
+        span = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if span:
+            start, end = int(span[1], 16), int(span[2], 16)
+            holds = any(start <= page < end for page in pages)
+        elif holds and line.startswith("AnonHugePages:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
 @pytest.mark.parametrize("packed", PACKED)
-def test_weights_moved_into_huge_pages_keep_their_bits(packed):
+def test_weights_moved_into_huge_pages_lie_there_and_keep_their_bits(packed):
     layers = linears(packed)
     matmuls = [few_rows_first(layer, {}) for layer in layers]  # the kernels hold the addresses
     x = torch.randn(3, 576, generator=torch.Generator().manual_seed(1))
     before = [matmul(x) for matmul in matmuls]
     mark_for_huge_pages(layers)
-    advise = madvise()
-    assert advise is not None
-    runs = runs_of(p for layer in layers for p in huge_page_spans(*weight_bytes(layer)))
-    if not any(advise(page, HUGE_PAGE, MADV_COLLAPSE) == 0 for run in runs for page in run[::HUGE_PAGE]):
+    pages = weight_pages(layers)
+    assert pages == sorted({p for layer in layers for p in huge_page_spans(*weight_bytes(layer))})
+    huge_before = huge_bytes_in(pages)
+    moved = sum(move_to_huge_pages(pages))  # a page each time it is advanced
+    if not moved:
         pytest.skip("this system moves no memory into huge pages on request (Linux < 6.1 or THP off)")
+    assert moved >= 2 * HUGE_PAGE  # the 7 MB weight's own pages at least
+    assert huge_bytes_in(pages) >= huge_before + moved - 2 * HUGE_PAGE  # (khugepaged may have moved one)
     assert all(torch.equal(matmul(x), y) for matmul, y in zip(matmuls, before))
+
+
+def test_the_mover_gives_up_where_no_page_can_be_moved():
+    buffer = mmap.mmap(-1, 64 * HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+    start = torch.frombuffer(buffer, dtype=torch.uint8).data_ptr()
+    first = start - start % HUGE_PAGE + HUGE_PAGE
+    buffer.close()  # unmapped: no page there can be moved
+    pages = [first + i * HUGE_PAGE for i in range(40)]
+    assert list(move_to_huge_pages(pages)) == [0] * (GIVE_UP_AFTER - 1)

@@ -251,3 +251,43 @@ def test_a_beam_search_gets_one_update_with_its_best_beam_when_the_whole_search_
     best = want.sequences[0]
     assert last.finish_reason == "length" and tokens == best.tokens[-8:] and last.text == best.text
     assert loop.call(lambda engine: engine.sequences).result(WAIT) == {}
+
+
+def test_idle_work_runs_only_while_nothing_can_step_and_a_request_waits_one_item_at_most(loop):
+    seen: list[tuple[bool, int]] = []  # (work to step, steps taken) at each item, in the loop thread
+    inbox, done = Inbox(), threading.Event()
+
+    def work():
+        for item in range(8):
+            seen.append((loop.engine.has_unfinished(), loop.engine.num_steps))
+            if item == 3:
+                loop.add("hello", PARAMS, inbox)  # admitted before the next item is taken
+            yield item
+        done.set()
+
+    loop.when_idle(work())
+    tokens, last = inbox.until_finished()
+    assert done.wait(WAIT) and len(tokens) == PARAMS.max_tokens and last.finish_reason == "length"
+    assert not any(busy for busy, _ in seen)  # never while a step could be taken
+    steps = [num_steps for _, num_steps in seen]
+    assert steps[:4] == [0] * 4 and steps[4:] == [steps[4]] * 4 and steps[4] >= PARAMS.max_tokens
+    assert loop.call(lambda engine: engine.num_steps).result(WAIT) == steps[4]  # no step since
+
+
+def test_idle_work_that_raises_is_logged_and_dropped_and_the_loop_goes_on(loop, capsys):
+    raising = threading.Event()
+
+    def work():
+        yield
+        raising.set()  # in the loop thread, just before the failure
+        raise RuntimeError("a planted bug")
+
+    loop.when_idle(work())
+    assert raising.wait(WAIT)
+    assert loop.call(lambda engine: loop.idle_work).result(WAIT) is None  # dropped
+    fine = Inbox()
+    loop.add("hello", PARAMS, fine)
+    tokens, last = fine.until_finished()
+    assert len(tokens) == PARAMS.max_tokens and loop.thread.is_alive()
+    err = capsys.readouterr().err
+    assert "RuntimeError: a planted bug" in err and "Traceback" not in err

@@ -11,14 +11,19 @@ Why not move them at once (MADV_COLLAPSE, Linux 6.1): on that host, a virtual ma
 2 MiB page cost ~10 ms, 0.2-3.8 s for a model, more than a short run gains. Marked, the weights
 move at khugepaged's pace (16 MB every 10 s by default) on a CPU's spare time, and a long-lived
 engine gets the faster steps after its first minutes. The numbers do not move, only the pages that hold them.
-Where the system's setting is `never`, or this is not Linux, nothing changes."""
+Where the system's setting is `never`, or this is not Linux, nothing changes.
+
+A server also moves them itself while it has no request to run (move_to_huge_pages, Linux 6.1's
+MADV_COLLAPSE, a page at a time): on the Zen 3 VM of docs/benchmarks.md (forty-second round) the
+steps were then 4.5 % shorter at 16-32 rows, 6 % at 4-15 and 12 % at 1-3, for 2-6 ms of idle time a
+2 MiB page (0.55-2.3 s for the default model), where khugepaged takes minutes."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -26,6 +31,8 @@ from nanoengine.model import Linear
 
 HUGE_PAGE = 2 << 20  # bytes: x86-64's transparent huge page
 MADV_HUGEPAGE = 14  # <linux/mman.h>
+MADV_COLLAPSE = 25  # Linux 6.1: move the memory into huge pages now
+GIVE_UP_AFTER = 16  # pages in a row that could not be moved: the system moves none on request
 
 
 @functools.cache
@@ -78,3 +85,26 @@ def mark_for_huge_pages(modules: Iterable[torch.nn.Module]) -> int:
         else:
             marked += sum(HUGE_PAGE for s in run[::HUGE_PAGE] if advise(s, HUGE_PAGE, MADV_HUGEPAGE) == 0)
     return marked
+
+
+def weight_pages(modules: Iterable[torch.nn.Module]) -> list[int]:
+    """The start of every 2 MiB page that a CPU linear's weight among the modules touches, in order."""
+    linears = [m for m in modules if isinstance(m, Linear) and m.weight.device.type == "cpu"]
+    return sorted({page for linear in linears for page in huge_page_spans(*weight_bytes(linear))})
+
+
+def move_to_huge_pages(pages: Iterable[int]) -> Iterator[int]:
+    """Each 2 MiB page moved into a huge page now (MADV_COLLAPSE), one page each time the iterator is
+    advanced, which yields the bytes it moved: 0 for a page that lies across two mappings (the ends
+    of the weights' memory), or once GIVE_UP_AFTER pages in a row could not be moved, nothing more
+    (a kernel before 6.1, or huge pages `never`). Nothing where this is not Linux."""
+    advise = madvise()
+    if advise is None:
+        return
+    failures = 0
+    for page in pages:
+        moved = advise(page, HUGE_PAGE, MADV_COLLAPSE) == 0
+        failures = 0 if moved else failures + 1
+        if failures == GIVE_UP_AFTER:
+            return
+        yield HUGE_PAGE if moved else 0

@@ -11,6 +11,7 @@ finished.
     loop.pause(); loop.step_once(); loop.resume()  # debugger-style control (the live TUI)
     loop.call(fn) -> Future                        # fn(engine) in the loop thread, between two steps
     loop.add_step_callback(fn)                     # fn(appended sequences) after every step, in the loop
+    loop.when_idle(work)                           # next(work) while there is nothing else to do
     loop.stop()                                    # aborts what is left (recorded), joins the thread
 
 A callback must be quick and must not raise (a server hands the update to its event loop).
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,7 @@ class EngineLoop:
         self.steps_allowed = 0  # step_once() while paused
         self.stopping = False
         self.error = ""  # the last step failure, in one line
+        self.idle_work: Iterator[object] | None = None  # advanced one item at a time while idle
         self.thread = threading.Thread(target=self.run, name="nanoengine-loop", daemon=True)
 
     # ---- any thread ---------------------------------------------------------------------------
@@ -147,6 +149,11 @@ class EngineLoop:
     def add_step_callback(self, fn: Callable[[list[Sequence]], None]) -> None:
         self.submit(lambda: self.step_callbacks.append(fn))
 
+    def when_idle(self, work: Iterator[object]) -> None:
+        """Advance work one item at a time whenever the loop has no command to run and no step to
+        take, until it is exhausted: a request that arrives waits for one item at most."""
+        self.submit(lambda: setattr(self, "idle_work", work))
+
     def stop(self, timeout: float | None = None) -> None:
         """Abort every request left (each gets its last update) and end the thread."""
         with self.wake:
@@ -171,10 +178,12 @@ class EngineLoop:
                 return
             if self.may_step():
                 self.step()
+            elif not commands:
+                self.work_while_idle()
 
     def wait_for_work(self) -> tuple[list[Callable[[], None]], bool]:
         with self.wake:
-            while not (self.commands or self.stopping or self.may_step()):
+            while not (self.commands or self.stopping or self.may_step() or self.idle_work is not None):
                 self.wake.wait()
             commands = list(self.commands)
             self.commands.clear()
@@ -208,6 +217,17 @@ class EngineLoop:
                 fn(appended)
             except Exception as e:  # a viewer's bug must not stop the engine
                 self.error = f"step callback {type(e).__name__}: {e}".splitlines()[0][:200]
+
+    def work_while_idle(self) -> None:
+        if self.idle_work is None:
+            return
+        try:
+            next(self.idle_work)
+        except StopIteration:
+            self.idle_work = None
+        except Exception as e:  # idle work is a bonus: its failure ends it, never the loop
+            self.idle_work, self.error = None, first_line(e)
+            log(f"idle work failed and was dropped ({self.error})")
 
     def admit(self, request: LoopRequest) -> None:
         try:
