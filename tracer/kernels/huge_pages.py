@@ -77,9 +77,8 @@ def mark_for_huge_pages(modules: Iterable[torch.nn.Module]) -> int:
     advise = madvise()
     if advise is None:
         return 0
-    linears = [m for m in modules if isinstance(m, Linear) and m.weight.device.type == "cpu"]
     marked = 0
-    for run in runs_of(s for linear in linears for s in huge_page_spans(*weight_bytes(linear))):
+    for run in runs_of(weight_pages(modules)):
         if advise(run.start, len(run), MADV_HUGEPAGE) == 0:
             marked += len(run)
         else:
