@@ -33,22 +33,23 @@
 enum { BLOCK = 64 }; /* outputs per block of the packed layout */
 enum {
     STRETCH = 64,        /* inputs a tile goes through before the next tile's rows take over */
-    AHEAD = 4 * STRETCH, /* how far ahead (in inputs) the tiles ask for the weights */
+    AHEAD = 4 * STRETCH, /* how far ahead (in inputs) AVX-512's tiles and rows ask for weights */
 };
 
-/* Where the weights AHEAD inputs after input i lie: in this block before input `edge`, from there
- * in the block this thread goes through next, which need not follow it in memory (decode_layers.c:
- * gate_up_silu goes from a block of gate's outputs to the same block of up's). */
+/* Where the weights `distance` inputs after input i lie: in this block before input `edge`, from
+ * there in the block this thread goes through next, which need not follow it in memory
+ * (decode_layers.c: gate_up_silu goes from a block of gate's outputs to the same block of up's). */
 typedef struct {
     const float *near, *far; /* input i's line is near + i * BLOCK, or far + i * BLOCK */
     int64_t edge;
 } ahead_t;
 
 /* block (its outputs from the first) is followed by next (NULL: the block after it in memory) */
-INLINE ahead_t ahead_of(const float *block, const float *next, int64_t in_padded, int64_t first) {
+INLINE ahead_t ahead_of(const float *block, const float *next, int64_t in_padded, int64_t first,
+                        int64_t distance) {
     next = next ? next : block + in_padded * BLOCK;
-    return (ahead_t){block + first + AHEAD * BLOCK, next + first + (AHEAD - in_padded) * BLOCK,
-                     in_padded - AHEAD};
+    return (ahead_t){block + first + distance * BLOCK,
+                     next + first + (distance - in_padded) * BLOCK, in_padded - distance};
 }
 
 INLINE const float *line_ahead(ahead_t a, int64_t i) {
@@ -170,8 +171,8 @@ static void few_rows_blocks(const float *x, const float *weight, const float *bi
     stream_t s[STREAMS];
     for (int k = 0; k < n; ++k) {
         const float *w = weight + blocks[k] * in_padded * BLOCK;
-        s[k] = (stream_t){w, bias ? bias + blocks[k] * BLOCK : 0, ahead_of(w, 0, in_padded, 0),
-                          y[k]};
+        s[k] = (stream_t){w, bias ? bias + blocks[k] * BLOCK : 0,
+                          ahead_of(w, 0, in_padded, 0, AHEAD), y[k]};
     }
     WITH_CONSTANT_ROWS_AND_STREAMS(rows, n, PARTS, few_rows, x, s, in, chunk, stride, BLOCK);
 }
@@ -198,7 +199,7 @@ static void block_outputs(const float *x, const float *block, const float *next,
                           const float *bias, float *y, int64_t rows, int64_t in, int64_t in_padded,
                           int64_t chunk, int64_t out, int64_t first, int64_t last) {
     const int64_t vecs = (last - first + FLOATS - 1) / FLOATS;
-    const ahead_t ahead = ahead_of(block, next, in_padded, first);
+    const ahead_t ahead = ahead_of(block, next, in_padded, first, AHEAD);
     if (rows == 1) {
         const stream_t s = {block + first, bias ? bias + first : 0, ahead, y + first};
         WITH_CONSTANT_VECS(vecs, few_rows, x, &s, in, chunk, out, last - first, 1, 1);
@@ -279,11 +280,13 @@ static void few_outputs(const float *x, const float *block, const float *bias, f
 #include <immintrin.h>
 /* More than FEW rows go through a block in tiles of up to TILE_ROWS rows x 16 outputs: 12 sums,
  * 2 vectors of weights and one of x fill 15 of the 16 registers. Each stretch of inputs goes
- * through every 16 outputs' tiles while its weights are in L1, and the weights AHEAD inputs on are
+ * through every 16 outputs' tiles while its weights are in L1, and the next stretch's weights are
  * asked into L2 meanwhile, evenly over all the stretch's tiles: asked for all in its first tile,
  * they stalled the core while its few miss buffers were full, and the decoder's linears from memory
- * took 1.33-1.39x as long at 16-32 rows (docs/benchmarks.md, thirty-fifth round). */
-enum { TILE_ROWS = 6 };
+ * took 1.33-1.39x as long at 16-32 rows (docs/benchmarks.md, thirty-fifth round). Asked AHEAD
+ * inputs on, as AVX-512's tiles ask, they took 1.01-1.05x as long at 8-28 rows on a Zen 3, half a
+ * stretch on 1.2-1.3x (forty-third round). */
+enum { TILE_ROWS = 6, TILE_AHEAD = STRETCH };
 
 /* part[r][0..16 * groups) (+)= sum over i in [start, end) of x[r, i] * w[o, i] for `rows` rows (a
  * constant in each inlined copy), 16 outputs at a time; w and part start at the first output;
@@ -385,14 +388,14 @@ static void tiled_outputs(const float *x, const float *block, const float *next,
                           int64_t chunk, int64_t out, int64_t first, int64_t last) {
     float sum[SLAB][BLOCK], part[SLAB][BLOCK];
     const int64_t tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
-    const ahead_t to_ask = ahead_of(block, next, in_padded, 0);
+    const ahead_t to_ask = ahead_of(block, next, in_padded, 0, TILE_AHEAD);
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
         float(*into)[BLOCK] = start ? part : sum; /* the first chunk's sums straight into sum */
         for (int64_t s = start; s < end; s += STRETCH) {
             const int64_t e = s + STRETCH < end ? s + STRETCH : end;
             const float *ahead = line_ahead(to_ask, s);
-            const int64_t lines = (e - s) * BLOCK / 16; /* the weights AHEAD inputs on */
+            const int64_t lines = (e - s) * BLOCK / 16; /* the next stretch's weights */
             for (int64_t t = 0; t < tiles; ++t) { /* the rows shared out evenly */
                 const int64_t r0 = t * rows / tiles, r1 = (t + 1) * rows / tiles;
                 const int64_t l0 = t * lines / tiles, l1 = (t + 1) * lines / tiles;
