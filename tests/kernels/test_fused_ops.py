@@ -252,8 +252,8 @@ def wide_mlp_folder(folder, intermediate_size: int):
 )
 def test_a_few_rows_read_whole_blocks_side_by_side_to_the_bit(tmp_path, monkeypatch, dtype, build):
     """Up to four rows, the few-row linears read several of a thread's whole blocks of 64 outputs
-    side by side (packed_gemv.c: few_rows_runs, with AVX2 one row's one_row_runs; decode_layers.c:
-    gate_up_silu_few_rows and gate_up_silu_one_row, each block's gate and up together). An MLP of
+    side by side (packed_gemv.c: few_rows_runs, with AVX2 two at a time, two_block_runs;
+    decode_layers.c: gate_up_silu_few_rows, each block's gate and up together). An MLP of
     11 blocks on 2 threads gives each thread five whole blocks, in runs of unequal length, and half
     of the sixth, which it reads alone. Four requests that stop one after the other decode 4, 3, 2
     and then 1 row a step, each step in one call: the model's hidden states to the bit; also with

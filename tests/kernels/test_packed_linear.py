@@ -117,11 +117,12 @@ def splits_among_threads(linear: Linear, x: torch.Tensor) -> bool:
 @example(in_features=1100, out_features=960, bias=False, rows=64, seed=5)  # the most, chunked
 @example(in_features=576, out_features=100, bias=True, rows=4, seed=1)  # the most rows in the straight loop
 @example(in_features=1100, out_features=960, bias=True, rows=1, seed=2)  # one row, two blocks at once
+@example(in_features=576, out_features=960, bias=True, rows=3, seed=4)  # 2-4 rows, two blocks at once
 def test_the_avx2_code_gives_onednns_bits_at_every_row_count(in_features, out_features, bias, rows, seed):
-    """packed_gemv.c built without AVX-512, as an AVX2 CPU builds it: one row two blocks at a time,
-    up to 4 rows through the straight loop, more in register tiles, a share of a block's outputs to
-    each thread; some chunk gives oneDNN's bits, as FewRowsLinear's first call finds it, at every
-    row count up to MAX_ROWS."""
+    """packed_gemv.c built without AVX-512, as an AVX2 CPU builds it: up to 4 rows two whole blocks
+    at a time (one row by its own loop), the straight loop for a block's part, more rows in register
+    tiles, a share of a block's outputs to each thread; some chunk gives oneDNN's bits, as
+    FewRowsLinear's first call finds it, at every row count up to MAX_ROWS."""
     gemv = packed_gemv_library(packed_linear.SOURCE, AVX2_ONLY).packed_gemv
     linear = packed_linear_of(in_features, out_features, bias, seed)
     shape = kernel_shape(linear)

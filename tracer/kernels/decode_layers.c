@@ -131,13 +131,14 @@ static void gate_up_silu_few_rows(const linear_t *l, const void *x, void *act, i
 #endif
 
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
-/* gate_up_silu's whole blocks [b0, b1) for one float32 row: each block of gate's outputs read side
- * by side with the same block of up's (packed_gemv.c: one_row_two_blocks). */
-static void gate_up_silu_one_row(const linear_t *l, const float *x, void *act, int64_t b0,
-                                 int64_t b1, int64_t vectorized) {
+/* gate_up_silu's whole blocks [b0, b1) for up to FEW float32 rows: each block of gate's outputs
+ * read side by side with the same block of up's (packed_gemv.c: one_row_two_blocks,
+ * few_rows_two_blocks). */
+static void gate_up_silu_few_rows(const linear_t *l, const float *x, void *act, int64_t rows,
+                                  int64_t b0, int64_t b1, int64_t vectorized) {
     const int64_t width = l->out / 2, half = width / BLOCK;
     const float *weight = l->weight, *bias = l->bias;
-    _Alignas(64) float gate[BLOCK], up[BLOCK];
+    _Alignas(64) float gate[FEW * BLOCK], up[FEW * BLOCK];
     float *const y[2] = {gate, up};
     for (int64_t b = b0; b < b1; ++b) {
         const int64_t blocks[2] = {b, b + half};
@@ -146,8 +147,11 @@ static void gate_up_silu_one_row(const linear_t *l, const float *x, void *act, i
             w[k] = weight + blocks[k] * l->in_padded * BLOCK;
             bs[k] = bias ? bias + blocks[k] * BLOCK : 0;
         }
-        one_row_two_blocks(x, w, bs, y, l->in, l->chunk);
-        silu_block((const char *)gate, (const char *)up, act, 0, 1, width, b, 0, BLOCK,
+        if (rows == 1)
+            one_row_two_blocks(x, w, bs, y, l->in, l->chunk);
+        else
+            few_rows_two_blocks(x, w, bs, y, rows, l->in, l->chunk, BLOCK);
+        silu_block((const char *)gate, (const char *)up, act, 0, rows, width, b, 0, BLOCK,
                    vectorized, 0);
     }
 }
@@ -158,8 +162,8 @@ static void gate_up_silu_one_row(const linear_t *l, const float *x, void *act, i
  * while they are in its cache. linear() then silu_and_mul() wrote gate_up out and read it back,
  * from memory where the weights streaming through the cache had pushed it out meanwhile. The same
  * sums and the same SiLU: the same bits. Up to FEW_ROWS rows read the blocks a thread holds whole
- * several at a time (gate_up_silu_few_rows), as the few-row linears do; with AVX2 one row reads a
- * block of gate's and the same of up's side by side (gate_up_silu_one_row). */
+ * several at a time (gate_up_silu_few_rows), as the few-row linears do; with AVX2 up to FEW rows
+ * read a block of gate's and the same of up's side by side (its gate_up_silu_few_rows). */
 static void gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
     const int64_t width = l->out / 2, size = s->is_bf16 ? 2 : 4;
     const int64_t vectorized = silu_vectorized(width, s->silu_run);
@@ -174,9 +178,9 @@ static void gate_up_silu(const linear_t *l, const void *x, void *act, const step
             gate_up_silu_few_rows(l, x, act, s->rows, b0, b1, vectorized, s->is_bf16);
         }
 #elif defined(__AVX2__) && defined(__FMA__)
-        if (s->rows == 1 && !s->is_bf16) {
+        if (s->rows <= FEW && !s->is_bf16) {
             whole_blocks(share, PARTS, width / BLOCK, &b0, &b1);
-            gate_up_silu_one_row(l, x, act, b0, b1, vectorized);
+            gate_up_silu_few_rows(l, x, act, s->rows, b0, b1, vectorized);
         }
 #endif
         for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {

@@ -228,45 +228,60 @@ static void block_outputs(const float *x, const float *block, const float *next,
 
 #else /* AVX2 and others: a block's outputs shared among the threads by quarters */
 enum { SLAB = 64, PARTS = 4 }; /* rows a block's partial sums are kept for at a time */
-enum { FEW = 4 };             /* rows the straight loop takes at once */
+enum { FEW = 4, FEW_AHEAD = STRETCH }; /* rows the straight loop takes at once; how far ahead
+                                          (inputs) it asks for the weights */
 
-/* Outputs [0, width) of a block (block, bias and y from its first on; width and rows constants
+/* Outputs [0, width) of `blocks` blocks side by side (block k's weights, bias and y from w[k],
+ * bias[k] (NULL: none) and y[k], each from its first output on; width, rows and blocks constants
  * in each inlined copy, so gcc keeps the sums in registers; n <= width stored): the thirteenth
- * round's loop, which gcc vectorizes, the block's weights read once for all the rows. */
-INLINE void rows_outputs(const float *x, const float *block, const float *bias, float *y,
-                         int64_t in, int64_t chunk, int64_t out, int64_t n, const int width,
-                         const int rows) {
-    float sum[FEW][BLOCK];
+ * round's loop, which gcc vectorizes, each block's weights read once for all the rows and asked
+ * into L2 FEW_AHEAD inputs ahead. A block at a time and unasked, the model's linears from memory
+ * at 2-4 rows took 1.1-1.2x as long on a Zen 3, whose core had too few lines in flight (forty-third
+ * round). */
+INLINE void rows_outputs(const float *x, const float *const *w, const float *const *bias,
+                         float *const *y, int64_t in, int64_t chunk, int64_t out, int64_t n,
+                         const int width, const int rows, const int blocks) {
+    float sum[2][FEW][BLOCK];
     for (int64_t start = 0; start < in; start += chunk) {
         const int64_t end = start + chunk < in ? start + chunk : in;
-        float part[FEW][BLOCK] = {{0}};
+        float part[2][FEW][BLOCK] = {{{0}}};
         for (int64_t i = start; i < end; ++i)
-            for (int r = 0; r < rows; ++r) {
-                const float xi = x[r * in + i];
+            for (int k = 0; k < blocks; ++k) {
+                for (int o = 0; o < width; o += 16) /* into L2 */
+                    __builtin_prefetch(w[k] + (i + FEW_AHEAD) * BLOCK + o, 0, 2);
+                for (int r = 0; r < rows; ++r) {
+                    const float xi = x[r * in + i];
+#pragma omp simd
+                    for (int o = 0; o < width; ++o)
+                        part[k][r][o] = __builtin_fmaf(xi, w[k][i * BLOCK + o], part[k][r][o]);
+                }
+            }
+        for (int k = 0; k < blocks; ++k)
+            for (int r = 0; r < rows; ++r)
 #pragma omp simd
                 for (int o = 0; o < width; ++o)
-                    part[r][o] = __builtin_fmaf(xi, block[i * BLOCK + o], part[r][o]);
-            }
-        for (int r = 0; r < rows; ++r)
-#pragma omp simd
-            for (int o = 0; o < width; ++o) sum[r][o] = start ? sum[r][o] + part[r][o] : part[r][o];
+                    sum[k][r][o] = start ? sum[k][r][o] + part[k][r][o] : part[k][r][o];
     }
-    for (int r = 0; r < rows; ++r)
-        for (int64_t o = 0; o < n; ++o) y[r * out + o] = bias ? sum[r][o] + bias[o] : sum[r][o];
+    for (int k = 0; k < blocks; ++k)
+        for (int r = 0; r < rows; ++r)
+            for (int64_t o = 0; o < n; ++o)
+                y[k][r * out + o] = bias[k] ? sum[k][r][o] + bias[k][o] : sum[k][r][o];
 }
 
 #define ROWS_OUTPUTS(width)                                                                       \
     switch (rows) {                                                                               \
-    case 1: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 1); break;                  \
-    case 2: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 2); break;                  \
-    case 3: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 3); break;                  \
-    default: rows_outputs(x, block, bias, y, in, chunk, out, n, width, 4); break;                 \
+    case 1: rows_outputs(x, w, b, ys, in, chunk, out, n, width, 1, 1); break;                     \
+    case 2: rows_outputs(x, w, b, ys, in, chunk, out, n, width, 2, 1); break;                     \
+    case 3: rows_outputs(x, w, b, ys, in, chunk, out, n, width, 3, 1); break;                     \
+    default: rows_outputs(x, w, b, ys, in, chunk, out, n, width, 4, 1); break;                    \
     }
 
 /* Up to FEW rows of outputs [first, first + n) of a block, n <= 64 (all pointers from the block's
  * first output on). */
 static void few_outputs(const float *x, const float *block, const float *bias, float *y,
                         int64_t rows, int64_t in, int64_t chunk, int64_t out, int64_t n) {
+    const float *const w[1] = {block}, *const b[1] = {bias};
+    float *const ys[1] = {y};
     switch ((n + 15) / 16) {
     case 1: ROWS_OUTPUTS(16); break;
     case 2: ROWS_OUTPUTS(32); break;
@@ -362,10 +377,23 @@ static void one_row_two_blocks(const float *x, const float *const w[2], const fl
                                                    : sum[k][v]);
 }
 
-/* One row through whole blocks [b0, b1) in two runs read side by side; returns where the blocks
- * it read end (an odd one is left). y [1, out]. */
-static int64_t one_row_runs(const float *x, const float *weight, const float *bias, float *y,
-                            int64_t b0, int64_t b1, int64_t in, int64_t in_padded, int64_t chunk) {
+/* 2 to FEW rows through two whole blocks side by side (w, bias and y: each block's, from its first
+ * output; row r's outputs `out` after row r - 1's): the same sums as few_outputs', the same bits. */
+static void few_rows_two_blocks(const float *x, const float *const w[2],
+                                const float *const bias[2], float *const y[2], int64_t rows,
+                                int64_t in, int64_t chunk, int64_t out) {
+    switch (rows) {
+    case 2: rows_outputs(x, w, bias, y, in, chunk, out, BLOCK, BLOCK, 2, 2); break;
+    case 3: rows_outputs(x, w, bias, y, in, chunk, out, BLOCK, BLOCK, 3, 2); break;
+    default: rows_outputs(x, w, bias, y, in, chunk, out, BLOCK, BLOCK, 4, 2); break;
+    }
+}
+
+/* Up to FEW rows through whole blocks [b0, b1) in two runs read side by side; returns where the
+ * blocks it read end (an odd one is left). y [rows, out]. */
+static int64_t two_block_runs(const float *x, const float *weight, const float *bias, float *y,
+                              int64_t rows, int64_t b0, int64_t b1, int64_t in, int64_t in_padded,
+                              int64_t out, int64_t chunk) {
     const int64_t per = (b1 - b0) / 2; /* blocks a run */
     for (int64_t j = b0; j < b0 + per; ++j) {
         const int64_t blocks[2] = {j, j + per};
@@ -376,7 +404,10 @@ static int64_t one_row_runs(const float *x, const float *weight, const float *bi
             b[k] = bias ? bias + blocks[k] * BLOCK : 0;
             ys[k] = y + blocks[k] * BLOCK;
         }
-        one_row_two_blocks(x, w, b, ys, in, chunk);
+        if (rows == 1)
+            one_row_two_blocks(x, w, b, ys, in, chunk);
+        else
+            few_rows_two_blocks(x, w, b, ys, rows, in, chunk, out);
     }
     return b0 + 2 * per;
 }
@@ -437,8 +468,8 @@ static void block_outputs(const float *x, const float *block, const float *next,
 /* y [rows, out] = x [rows, in] times the packed weight, plus bias (NULL for none). The outputs are
  * shared among the threads as shares.h says (a block is PARTS vectors of AVX-512, or quarters of
  * a block with AVX2); the rows go SLAB at a time. With AVX-512 up to FEW_ROWS rows read the blocks
- * a thread holds whole several at a time (few_rows_runs), with AVX2 one row two at a time
- * (one_row_runs), and a block it holds part of alone. */
+ * a thread holds whole several at a time (few_rows_runs), with AVX2 up to FEW rows two at a time
+ * (two_block_runs), and a block it holds part of alone. */
 void packed_gemv(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
                  int64_t in, int64_t in_padded, int64_t out, int64_t chunk, int threads) {
 #pragma omp parallel num_threads(threads)
@@ -451,9 +482,9 @@ void packed_gemv(const float *x, const float *weight, const float *bias, float *
             few_rows_runs(x, weight, bias, y, rows, b0, b1, in, in_padded, out, chunk);
         }
 #elif defined(__AVX2__) && defined(__FMA__)
-        if (rows == 1) {
+        if (rows <= FEW) {
             whole_blocks(share, PARTS, out / BLOCK, &b0, &b1);
-            b1 = one_row_runs(x, weight, bias, y, b0, b1, in, in_padded, chunk);
+            b1 = two_block_runs(x, weight, bias, y, rows, b0, b1, in, in_padded, out, chunk);
         }
 #endif
         for (int64_t b = share.begin / PARTS; b * PARTS < share.end; ++b) {
