@@ -233,7 +233,7 @@ enum { FEW = 4, FEW_AHEAD = STRETCH }; /* rows the straight loop takes at once; 
 
 /* Outputs [0, width) of `blocks` blocks side by side (block k's weights, bias and y from w[k],
  * bias[k] (NULL: none) and y[k], each from its first output on; width, rows and blocks constants
- * in each inlined copy, so gcc keeps the sums in registers; n <= width stored): the thirteenth
+ * in each inlined copy, so gcc unrolls every loop; n <= width stored): the thirteenth
  * round's loop, which gcc vectorizes, each block's weights read once for all the rows and asked
  * into L2 FEW_AHEAD inputs ahead. A block at a time and unasked, the model's linears from memory
  * at 2-4 rows took 1.1-1.2x as long on a Zen 3, whose core had too few lines in flight (forty-third

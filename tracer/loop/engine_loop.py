@@ -90,7 +90,7 @@ class EngineLoop:
         self.paused = False
         self.steps_allowed = 0  # step_once() while paused
         self.stopping = False
-        self.error = ""  # the last step failure, in one line
+        self.error = ""  # the last failure (a step, command, callback or idle work), in one line
         self.idle_work: Iterator[object] | None = None  # advanced one item at a time while idle
         self.thread = threading.Thread(target=self.run, name="nanoengine-loop", daemon=True)
 
