@@ -132,8 +132,7 @@ static void gate_up_silu_few_rows(const linear_t *l, const void *x, void *act, i
 
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
 /* gate_up_silu's whole blocks [b0, b1) for up to FEW float32 rows: each block of gate's outputs
- * read side by side with the same block of up's (packed_gemv.c: one_row_two_blocks,
- * few_rows_two_blocks). */
+ * read side by side with the same block of up's (packed_gemv.c: few_rows_two_blocks). */
 static void gate_up_silu_few_rows(const linear_t *l, const float *x, void *act, int64_t rows,
                                   int64_t b0, int64_t b1, int64_t vectorized) {
     const int64_t width = l->out / 2, half = width / BLOCK;
@@ -147,10 +146,7 @@ static void gate_up_silu_few_rows(const linear_t *l, const float *x, void *act, 
             w[k] = weight + blocks[k] * l->in_padded * BLOCK;
             bs[k] = bias ? bias + blocks[k] * BLOCK : 0;
         }
-        if (rows == 1)
-            one_row_two_blocks(x, w, bs, y, l->in, l->chunk);
-        else
-            few_rows_two_blocks(x, w, bs, y, rows, l->in, l->chunk, BLOCK);
+        few_rows_two_blocks(x, w, bs, y, rows, l->in, l->chunk, BLOCK);
         silu_block((const char *)gate, (const char *)up, act, 0, rows, width, b, 0, BLOCK,
                    vectorized, 0);
     }

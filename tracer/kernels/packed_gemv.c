@@ -377,12 +377,14 @@ static void one_row_two_blocks(const float *x, const float *const w[2], const fl
                                                    : sum[k][v]);
 }
 
-/* 2 to FEW rows through two whole blocks side by side (w, bias and y: each block's, from its first
- * output; row r's outputs `out` after row r - 1's): the same sums as few_outputs', the same bits. */
+/* 1 to FEW rows through two whole blocks side by side (w, bias and y: each block's, from its first
+ * output; row r's outputs `out` after row r - 1's): one row by its own loop, more by the straight
+ * loop; the same sums as few_outputs', the same bits. */
 static void few_rows_two_blocks(const float *x, const float *const w[2],
                                 const float *const bias[2], float *const y[2], int64_t rows,
                                 int64_t in, int64_t chunk, int64_t out) {
     switch (rows) {
+    case 1: one_row_two_blocks(x, w, bias, y, in, chunk); break;
     case 2: rows_outputs(x, w, bias, y, in, chunk, out, BLOCK, BLOCK, 2, 2); break;
     case 3: rows_outputs(x, w, bias, y, in, chunk, out, BLOCK, BLOCK, 3, 2); break;
     default: rows_outputs(x, w, bias, y, in, chunk, out, BLOCK, BLOCK, 4, 2); break;
@@ -404,10 +406,7 @@ static int64_t two_block_runs(const float *x, const float *weight, const float *
             b[k] = bias ? bias + blocks[k] * BLOCK : 0;
             ys[k] = y + blocks[k] * BLOCK;
         }
-        if (rows == 1)
-            one_row_two_blocks(x, w, b, ys, in, chunk);
-        else
-            few_rows_two_blocks(x, w, b, ys, rows, in, chunk, out);
+        few_rows_two_blocks(x, w, b, ys, rows, in, chunk, out);
     }
     return b0 + 2 * per;
 }
