@@ -3,8 +3,9 @@
  * same bits), without going back to Python between them. At one sequence that loop makes ~270
  * calls a step, and each costs 15-25 us of Python around a few microseconds of C
  * (docs/benchmarks.md, thirteenth round). Two steps are fused further: the gate_up linear and SiLU
- * (gate_up_silu; twenty-eighth round), and the rotary with the K/V write into attention's tasks,
- * each turning and writing its own token (paged_decode.c: place_token; twenty-ninth round).
+ * (gate_up_silu; twenty-eighth round; on AMX amx_gate_up_silu, forty-fifth), and the rotary with
+ * the K/V write into attention's tasks, each turning and writing its own token (paged_decode.c:
+ * place_token; twenty-ninth round).
  *
  * float32 or bfloat16 (the KV cache bfloat16 under float32 too: kv_cache_dtype); every row one
  * sequence's decode token; every linear packed for oneDNN and
@@ -45,8 +46,11 @@ typedef struct { /* what every layer shares in this step */
     int amx;     /* bfloat16 linears on AMX, else by VDPBF16PS */
 } step_t;
 
+/* Whether the linears run on AMX's tiles: bfloat16 where the CPU has them */
+static int on_amx(const step_t *s) { return s->is_bf16 && s->amx; }
+
 static void linear(const linear_t *l, const void *x, void *y, const step_t *s) {
-    if (s->is_bf16 && s->amx)
+    if (on_amx(s))
         amx_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->out, s->threads);
     else if (s->is_bf16)
         dpbf16_gemv(x, l->weight, l->bias, y, s->rows, l->in, l->out, l->chunk, s->threads);
@@ -197,6 +201,42 @@ static void gate_up_silu(const linear_t *l, const void *x, void *act, const step
     }
 }
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+/* gate_up_silu on AMX's tiles (bfloat16): a thread computes a block of 32 of gate's outputs and the
+ * same block of up's (amx_gemv.c: tile_block_outputs, each rounded to bfloat16 as amx_gemv rounds
+ * it) and writes silu(gate) * up at once, as silu_and_mul would from the same numbers: the same
+ * bits, without writing gate_up out and reading it back in a pass of its own. Up to 32 rows. */
+static void amx_gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
+    const int64_t width = l->out / 2, half = width / AMX_BLOCK, rows = s->rows;
+    const int64_t vectorized = silu_vectorized(width, s->silu_run);
+    const int64_t rows0 = rows < GROUP ? rows : GROUP, rows1 = rows - rows0;
+    const uint16_t *weight = l->weight, *bias = l->bias;
+#pragma omp parallel num_threads(s->threads)
+    {
+        _Alignas(64) uint16_t gate[2 * GROUP * AMX_BLOCK], up[sizeof gate / 2];
+        configure_tiles(rows0, rows1);
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < half; ++b) {
+            const int64_t column = b * AMX_BLOCK;
+            int64_t sleef = vectorized - column; /* of this block's 32 */
+            sleef = sleef < 0 ? 0 : sleef > AMX_BLOCK ? AMX_BLOCK : sleef;
+            tile_block_outputs(x, weight + b * l->in * AMX_BLOCK, bias ? bias + column : 0, gate,
+                               l->in, AMX_BLOCK, AMX_BLOCK, rows0, rows1);
+            tile_block_outputs(x, weight + (b + half) * l->in * AMX_BLOCK,
+                               bias ? bias + width + column : 0, up, l->in, AMX_BLOCK, AMX_BLOCK,
+                               rows0, rows1);
+            for (int64_t r = 0; r < rows; ++r)
+                silu_span(gate + r * AMX_BLOCK, up + r * AMX_BLOCK,
+                          (uint16_t *)act + r * width + column, AMX_BLOCK, sleef, 1);
+        }
+    }
+}
+#else
+static void amx_gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
+    (void)l, (void)x, (void)act, (void)s;
+}
+#endif
+
 /* residual [rows, hidden]: the embedded tokens in, the last layer's residual stream out. Returns
  * 0; 1 where a buffer could not be allocated, 2 where a block table does not fit. */
 int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, void *residual) {
@@ -223,7 +263,9 @@ int decode_layers(const layer_t *layers, int64_t num_layers, const step_t *s, vo
         linear(&l->o, o, out, s);
         failed |= add_rms_norm(out, residual, l->post_attention_norm, h, rows, s->hidden,
                                l->post_attention_eps, bf16, s->threads);
-        if (!s->amx && s->intermediate % BLOCK == 0) {
+        if (on_amx(s) && s->intermediate % AMX_BLOCK == 0) {
+            amx_gate_up_silu(&l->gate_up, h, act, s);
+        } else if (!on_amx(s) && s->intermediate % BLOCK == 0) {
             gate_up_silu(&l->gate_up, h, act, s);
         } else {
             linear(&l->gate_up, h, gate_up, s);
