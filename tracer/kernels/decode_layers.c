@@ -43,7 +43,7 @@ typedef struct { /* what every layer shares in this step */
     int threads;
     int is_bf16; /* every tensor bfloat16, else float32 */
     int kv_bf16; /* the KV cache bfloat16 (under a float32 model: kv_cache_dtype) */
-    int amx;     /* bfloat16 linears on AMX, else by VDPBF16PS */
+    int amx;     /* the CPU has AMX: bfloat16 linears on its tiles (on_amx), else by VDPBF16PS */
 } step_t;
 
 /* Whether the linears run on AMX's tiles: bfloat16 where the CPU has them */
@@ -213,7 +213,8 @@ static void amx_gate_up_silu(const linear_t *l, const void *x, void *act, const 
     const uint16_t *weight = l->weight, *bias = l->bias;
 #pragma omp parallel num_threads(s->threads)
     {
-        _Alignas(64) uint16_t gate[2 * GROUP * AMX_BLOCK], up[sizeof gate / 2];
+        /* each [row][32]: the block's outputs for up to 32 rows */
+        _Alignas(64) uint16_t gate[2 * GROUP * AMX_BLOCK], up[2 * GROUP * AMX_BLOCK];
         configure_tiles(rows0, rows1);
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < half; ++b) {
@@ -231,7 +232,7 @@ static void amx_gate_up_silu(const linear_t *l, const void *x, void *act, const 
         }
     }
 }
-#else
+#else /* never called: amx is 0 where the compiler has no AMX (amx_gemv_ready says no) */
 static void amx_gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
     (void)l, (void)x, (void)act, (void)s;
 }
