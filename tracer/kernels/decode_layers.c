@@ -204,31 +204,29 @@ static void gate_up_silu(const linear_t *l, const void *x, void *act, const step
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 /* gate_up_silu on AMX's tiles (bfloat16): a thread computes a block of 32 of gate's outputs and the
  * same block of up's (amx_gemv.c: tile_block_outputs, each rounded to bfloat16 as amx_gemv rounds
- * it) and writes silu(gate) * up at once, as silu_and_mul would from the same numbers: the same
- * bits, without writing gate_up out and reading it back in a pass of its own. Up to 32 rows. */
+ * it) and writes silu(gate) * up at once (silu_block), as silu_and_mul would from the same numbers:
+ * the same bits, without writing gate_up out and reading it back in a pass of its own. Up to 32
+ * rows. AMX block b is outputs [first, first + 32) of silu_block's block of 64, b / 2. */
 static void amx_gate_up_silu(const linear_t *l, const void *x, void *act, const step_t *s) {
     const int64_t width = l->out / 2, half = width / AMX_BLOCK, rows = s->rows;
     const int64_t vectorized = silu_vectorized(width, s->silu_run);
     const int64_t rows0 = rows < GROUP ? rows : GROUP, rows1 = rows - rows0;
     const uint16_t *weight = l->weight, *bias = l->bias;
+    _Static_assert(BLOCK == 2 * AMX_BLOCK, "an AMX block is half of silu_block's");
 #pragma omp parallel num_threads(s->threads)
     {
-        /* each [row][32]: the block's outputs for up to 32 rows */
-        _Alignas(64) uint16_t gate[2 * GROUP * AMX_BLOCK], up[2 * GROUP * AMX_BLOCK];
+        _Alignas(64) uint16_t gate[2 * GROUP * BLOCK], up[2 * GROUP * BLOCK]; /* [row][BLOCK] */
         configure_tiles(rows0, rows1);
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < half; ++b) {
-            const int64_t column = b * AMX_BLOCK;
-            int64_t sleef = vectorized - column; /* of this block's 32 */
-            sleef = sleef < 0 ? 0 : sleef > AMX_BLOCK ? AMX_BLOCK : sleef;
-            tile_block_outputs(x, weight + b * l->in * AMX_BLOCK, bias ? bias + column : 0, gate,
-                               l->in, AMX_BLOCK, AMX_BLOCK, rows0, rows1);
+            const int64_t first = b % 2 * AMX_BLOCK, column = b * AMX_BLOCK;
+            tile_block_outputs(x, weight + b * l->in * AMX_BLOCK, bias ? bias + column : 0,
+                               gate + first, l->in, BLOCK, AMX_BLOCK, rows0, rows1);
             tile_block_outputs(x, weight + (b + half) * l->in * AMX_BLOCK,
-                               bias ? bias + width + column : 0, up, l->in, AMX_BLOCK, AMX_BLOCK,
-                               rows0, rows1);
-            for (int64_t r = 0; r < rows; ++r)
-                silu_span(gate + r * AMX_BLOCK, up + r * AMX_BLOCK,
-                          (uint16_t *)act + r * width + column, AMX_BLOCK, sleef, 1);
+                               bias ? bias + width + column : 0, up + first, l->in, BLOCK,
+                               AMX_BLOCK, rows0, rows1);
+            silu_block((const char *)gate, (const char *)up, act, 0, rows, width, b / 2, first,
+                       first + AMX_BLOCK, vectorized, 1);
         }
     }
 }
