@@ -132,6 +132,8 @@ def test_efficiency_is_reported_per_system_and_phase(report):
     # the engine's pool read as its decode kernel reads it, the rate its K/V are charged at
     assert bandwidth["kv_reads"]["gb_s"] > 0 and bandwidth["kv_reads"]["dtype"] == "float32"
     assert f"nothing computed: {bandwidth['kv_reads']['gb_s']:.1f} GB/s" in (roofline_caption(report) or "")
+    # with a step's weights read between two reads of the pool, as a step reads them
+    assert bandwidth["kv_reads"]["read_between_mb"] == pytest.approx(bandwidth["weight_mb_per_step"], abs=0.1)
     # the same useful work, whoever does it
     gflops = {phases["whole run"]["gflop"] for phases in report["efficiency"].values()}
     assert max(gflops) - min(gflops) <= 0.01

@@ -132,7 +132,7 @@ def test_linear_ceiling_takes_the_faster_way_to_run_the_linears(tiny_model, monk
     widths: list[int] = []
     kernels = [lambda x, m=m: (widths.append(x.shape[1]), m(x))[1] for m in linears]
 
-    def seconds(fn, device, min_time):  # the kernels' way takes half the modules' time
+    def seconds(fn, device, min_time, between=None):  # the kernels' way takes half the modules' time
         widths.clear()
         fn()
         return 0.5 if widths else 1.0
@@ -142,3 +142,15 @@ def test_linear_ceiling_takes_the_faster_way_to_run_the_linears(tiny_model, monk
     both = measure_linear_ceiling(tiny_model, kernels, batches=(4,))
     assert widths == [m.in_features for m in linears]  # each kernel called with its own linear's rows
     assert both["4"] == pytest.approx(2 * alone["4"], rel=0.01)
+
+
+def test_linear_ceiling_reads_other_memory_between_its_calls(tiny_model, monkeypatch):
+    """As a step reads its K/V between two reads of a weight, the ceiling reads between_bytes of
+    memory of its own before each timed call; none where it is not asked to."""
+    read: list[int] = []
+    monkeypatch.setattr(efficiency, "other_reads", lambda n: lambda: read.append(n))
+    measure_linear_ceiling(tiny_model, batches=(2,), between_bytes=1 << 20)
+    assert len(read) >= 3 and set(read) == {1 << 20}  # time_call's three timed calls at least
+    read.clear()
+    measure_linear_ceiling(tiny_model, batches=(2,))
+    assert read == []

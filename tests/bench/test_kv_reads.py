@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from tracer.bench.kv_reads import KVPool, measure_kv_reads
+from tracer.bench import kv_reads
+from tracer.bench.kv_reads import KVPool, kv_bytes_a_step, measure_kv_reads
 from tracer.bench.model_shape import ModelShape
 
 SHAPE = ModelShape(3, 64, 4, 2, 16, 128, 300)  # 2 KV heads of 16 numbers a row
@@ -45,10 +46,26 @@ def test_read_pages_reads_every_row_attention_reads_and_no_other(dtype, threads,
 
 
 def test_measure_kv_reads_counts_the_bytes_of_its_rows():
-    got = measure_kv_reads(SHAPE, torch.float32, block_size=16, min_time=0.01)
+    got = measure_kv_reads(SHAPE, torch.float32, block_size=16, weight_bytes=3 << 20, min_time=0.01)
     rows = 24 * 256 * SHAPE.num_layers * 2 * SHAPE.num_kv_heads  # NUM_SEQS x SEQ_LEN keys, K and V
     assert got["mb_a_step"] == pytest.approx(rows * SHAPE.head_dim * 4 / 1e6, abs=0.1)
+    assert kv_bytes_a_step(SHAPE, torch.float32) == rows * SHAPE.head_dim * 4  # what the ceiling reads between
     assert got["gb_s"] > 0 and got["dtype"] == "float32" and got["threads"] == torch.get_num_threads()
+    assert got["read_between_mb"] == pytest.approx(3 * 1.048576, abs=0.1)
+
+
+def test_measure_kv_reads_reads_a_steps_weights_between_two_reads_of_its_pool(monkeypatch):
+    """A step reads its weights between two reads of a page: the probe reads as many bytes of its own
+    between two reads of its pool, untimed (a pool read back to back would come from the cache
+    wherever the last-level cache holds much of it)."""
+    events: list[str] = []
+    monkeypatch.setattr(kv_reads, "other_reads", lambda n: lambda: events.append(f"other {n}"))
+    monkeypatch.setattr(KVPool, "read_all", lambda self: events.append("pool"))
+    measure_kv_reads(SHAPE, torch.float32, block_size=16, weight_bytes=5 << 20, min_time=0.0)
+    assert events == ["pool"] + ["other 5242880", "pool"] * 3  # a warm-up, then three timed reads
+    events.clear()
+    measure_kv_reads(SHAPE, torch.float32, block_size=16, min_time=0.0)
+    assert events == ["pool"] * 4
 
 
 def test_measure_kv_reads_takes_fewer_sequences_where_the_pool_would_be_large():

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from tracer.bench.model_shape import ModelShape
 from tracer.bench.roofline import ByteModel, bound_seconds
-from tracer.bench.timing import time_call
+from tracer.bench.timing import other_reads, time_call
 from tracer.bench.workload import BenchRequest
 
 FULL_BATCH = 16  # "decode at batch >= 16": while at least this many requests still run
@@ -182,25 +182,30 @@ def measure_linear_ceiling(
     model: torch.nn.Module,
     kernels: list[Callable[[Tensor], Tensor]] | None = None,
     batches: tuple[int, ...] = (FULL_BATCH, 32),
+    between_bytes: int = 0,
 ) -> dict[str, float]:
     """GFLOP/s of the model's own linear layers (every decoder layer's, then the LM head), called in
     model order on `rows` rows as a decode step calls them, so each weight comes from memory, not
     cache. No decode step of that batch can run faster than its linears alone: this rate, against
     the GEMM peak, bounds the decode efficiency a system can reach on this machine. `kernels`: the
     same linears as the engine runs them, where it has faster ones (the few-row kernels of
-    tracer/kernels): the ceiling is the faster way at each batch."""
+    tracer/kernels): the ceiling is the faster way at each batch. `between_bytes`: other memory read
+    between two calls, untimed, as a step reads its K/V between two reads of a weight (other_reads)."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     modules: list[Callable[[Tensor], Tensor]] = list(linears)
     ways = [modules] + ([kernels] if kernels else [])
     weight = linears[0].weight
     flops_per_row = 2 * sum(m.weight.numel() for m in linears)
     rates = {}
+    between = other_reads(between_bytes) if between_bytes and weight.device.type == "cpu" else None
     for rows in batches:
         xs = {
             k: torch.randn(rows, k, device=weight.device, dtype=weight.dtype) for k in {m.in_features for m in linears}
         }
         inputs = [xs[m.in_features] for m in linears]
-        seconds = min(time_call(partial(run_linears, way, inputs), weight.device, min_time=0.5) for way in ways)
+        seconds = min(
+            time_call(partial(run_linears, way, inputs), weight.device, min_time=0.5, between=between) for way in ways
+        )
         rates[str(rows)] = round(flops_per_row * rows / seconds / 1e9, 2)
     return rates
 

@@ -14,9 +14,10 @@ from pathlib import Path
 from nanoengine.engine import LLMEngine
 from nanoengine.sampling_params import SamplingParams
 from tracer.bench.efficiency import ModelShape, measure_linear_ceiling
-from tracer.bench.kv_reads import measure_kv_reads
+from tracer.bench.kv_reads import kv_bytes_a_step, measure_kv_reads
 from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.model_only import ForwardProbe, replay_forwards
+from tracer.bench.roofline import ByteModel
 from tracer.bench.workload import BenchRequest
 from tracer.kernels.choose import build_engine
 from tracer.kernels.fused_decoder import FusedDecoder
@@ -106,9 +107,11 @@ def run_engine(
         run.model_only_time = replay_forwards(engine, probe.inputs)
     decoder = engine.runner.model
     kernels = decoder.linears() if isinstance(decoder, FusedDecoder) else None
-    run.linear_ceiling = measure_linear_ceiling(engine.model, kernels)
+    kv_dtype = engine.runner.kv_caches[0].dtype
+    run.linear_ceiling = measure_linear_ceiling(engine.model, kernels, between_bytes=kv_bytes_a_step(shape, kv_dtype))
     if isinstance(engine.runner.attend, PagedDecodeAttention):
-        run.kv_reads = measure_kv_reads(shape, engine.runner.kv_caches[0].dtype, engine.config.block_size)
+        weight_bytes = ByteModel.of(shape, next(engine.model.parameters()).element_size()).weight_bytes
+        run.kv_reads = measure_kv_reads(shape, kv_dtype, engine.config.block_size, weight_bytes)
     return run
 
 

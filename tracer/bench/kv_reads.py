@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from tracer.bench.model_shape import ModelShape
-from tracer.bench.timing import time_call
+from tracer.bench.timing import other_reads, time_call
 from tracer.kernels.paged_attention import paged_decode_library
 
 NUM_SEQS, SEQ_LEN = 24, 256  # like the standard workload's steps at >= 16 rows (~200 keys each)
@@ -91,18 +91,36 @@ class KVPool:
             self.read(layer)
 
 
-def measure_kv_reads(shape: ModelShape, dtype: torch.dtype, block_size: int, min_time: float = 0.5) -> dict:
-    """GB/s at which a step's K/V pages are read as the decode kernel reads them, every layer in turn
-    (the pool far larger than the cache, as a step's), with the threads torch uses now."""
+def probe_sequences(shape: ModelShape, dtype: torch.dtype) -> int:
+    """How many sequences of SEQ_LEN keys the probe's pool holds: NUM_SEQS, fewer for a model whose
+    K/V would pass MAX_POOL_BYTES."""
     key_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
-    num_seqs = max(1, min(NUM_SEQS, MAX_POOL_BYTES // (key_bytes * SEQ_LEN)))
+    return max(1, min(NUM_SEQS, MAX_POOL_BYTES // (key_bytes * SEQ_LEN)))
+
+
+def kv_bytes_a_step(shape: ModelShape, dtype: torch.dtype) -> int:
+    """The K/V bytes a step of the probe's sequences reads (what passes between two reads of a weight
+    in such a step: efficiency.py's ceiling reads as much between its calls)."""
+    key_bytes = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
+    return probe_sequences(shape, dtype) * SEQ_LEN * key_bytes
+
+
+def measure_kv_reads(
+    shape: ModelShape, dtype: torch.dtype, block_size: int, weight_bytes: int = 0, min_time: float = 0.5
+) -> dict:
+    """GB/s at which a step's K/V pages are read as the decode kernel reads them, every layer in turn,
+    with the threads torch uses now; between two reads of the pool, weight_bytes of other memory
+    (a step's weights) are read, untimed, so that its pages come from where a step finds them."""
+    num_seqs = probe_sequences(shape, dtype)
     kv = KVPool.random(shape, dtype, block_size, num_seqs, SEQ_LEN)
-    seconds = time_call(kv.read_all, torch.device("cpu"), min_time=min_time)
+    between = other_reads(weight_bytes) if weight_bytes else None
+    seconds = time_call(kv.read_all, torch.device("cpu"), min_time=min_time, between=between)
     return {
         "gb_s": round(kv.bytes_read / seconds / 1e9, 2),
         "dtype": str(dtype).removeprefix("torch."),
         "sequences": num_seqs,
         "keys_each": SEQ_LEN,
         "mb_a_step": round(kv.bytes_read / 1e6, 1),
+        "read_between_mb": round(weight_bytes / 1e6, 1),
         "threads": torch.get_num_threads(),
     }

@@ -425,8 +425,14 @@ def kv_reads_words(kv_reads: dict | None) -> str:
     return (
         f"; the KV pool's scattered pages read as decode attention reads them, nothing computed: "
         f"{kv_reads['gb_s']:.1f} GB/s ({kv_reads['sequences']} sequences of {kv_reads['keys_each']} keys, "
-        f"{kv_reads['mb_a_step']:.0f} MB a step, {kv_reads['dtype']})"
+        f"{kv_reads['mb_a_step']:.0f} MB a step, {kv_reads['dtype']}{between_words(kv_reads)})"
     )
+
+
+def between_words(kv_reads: dict) -> str:
+    """What the probe read between two reads of its pool (older reports: nothing)."""
+    mb = kv_reads.get("read_between_mb")
+    return f", {mb:.0f} MB of weights read between two reads of the pool" if mb else ""
 
 
 def profile_table(report: dict):

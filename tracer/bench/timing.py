@@ -13,15 +13,37 @@ if TYPE_CHECKING:
     import torch
 
 
-def time_call(fn: Callable[[], object], device: torch.device, min_time: float = 0.15, max_reps: int = 50) -> float:
+def time_call(
+    fn: Callable[[], object],
+    device: torch.device,
+    min_time: float = 0.15,
+    max_reps: int = 50,
+    between: Callable[[], object] | None = None,
+) -> float:
     """The fastest of several timed calls (after one warm-up), at least min_time in all: the machine's
-    limit is its best rate, and on a shared machine slower repeats only measure other processes."""
+    limit is its best rate, and on a shared machine slower repeats only measure other processes.
+    `between`, where given, runs before each call, untimed: what else a step reads between two reads
+    of the same bytes (other_reads)."""
     fn()
     times: list[float] = []
     while len(times) < 3 or (sum(times) < min_time and len(times) < max_reps):
+        if between is not None:
+            between()
         synchronize(device)
         start = time.perf_counter()
         fn()
         synchronize(device)
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def other_reads(nbytes: int) -> Callable[[], object]:
+    """A read of nbytes of memory of its own, for time_call's `between`: a decode step reads its K/V
+    between two reads of a weight, and its weights between two reads of a K/V page, so a probe of
+    either that reads the same bytes back to back times the last-level cache wherever that cache
+    holds a good part of them (on the AMX Xeon of docs/benchmarks.md's forty-sixth round, 64 MB read
+    at ~56 GB/s and 269 MB at ~31, so K/V pages read back to back came at 30-35 GB/s and at ~24 with
+    a step's weights read between)."""
+    import torch
+
+    return torch.ones(max(1, nbytes // 4)).sum
