@@ -27,7 +27,7 @@ from tracer.bench.model_shape import ModelShape
 from tracer.bench.timing import time_call
 from tracer.bench.workload import BenchRequest
 
-STREAM_BYTES = 256 * 2**20  # per buffer: the three (768 MiB) pass the largest last-level cache seen here
+STREAM_BYTES = 256 * 2**20  # per buffer: triad's three (768 MiB) pass the largest last-level cache seen
 
 
 @dataclass(frozen=True, slots=True)
