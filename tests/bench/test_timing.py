@@ -24,3 +24,10 @@ def test_time_call_runs_between_before_each_timed_call_and_leaves_it_out():
 def test_other_reads_reads_that_many_bytes_of_its_own():
     read = other_reads(1 << 20)
     assert read.__self__.nbytes == 1 << 20 and float(read()) == (1 << 20) / 4  # a buffer of ones, summed
+
+
+def test_other_reads_stops_past_any_cache(monkeypatch):
+    """A larger model's weights (GBs) need not be copied to be read between: past the cache, any
+    buffer does."""
+    monkeypatch.setattr("tracer.bench.timing.OTHER_READS_MAX", 1 << 16)
+    assert other_reads(1 << 20).__self__.nbytes == 1 << 16

@@ -37,13 +37,16 @@ def time_call(
     return min(times)
 
 
+OTHER_READS_MAX = 1 << 30  # past any last-level cache: more would only cost memory (a larger model's weights)
+
+
 def other_reads(nbytes: int) -> Callable[[], object]:
-    """A read of nbytes of memory of its own, for time_call's `between`: a decode step reads its K/V
-    between two reads of a weight, and its weights between two reads of a K/V page, so a probe of
-    either that reads the same bytes back to back times the last-level cache wherever that cache
-    holds a good part of them (on the AMX Xeon of docs/benchmarks.md's forty-sixth round, 64 MB read
-    at ~56 GB/s and 269 MB at ~31, so K/V pages read back to back came at 30-35 GB/s and at ~24 with
-    a step's weights read between)."""
+    """A read of nbytes of memory of its own (at most OTHER_READS_MAX), for time_call's `between`: a
+    decode step reads its K/V between two reads of a weight, and its weights between two reads of a
+    K/V page, so a probe of either that reads the same bytes back to back times the last-level cache
+    wherever that cache holds a good part of them (on the AMX Xeon of docs/benchmarks.md's
+    forty-sixth round, 64 MB read at ~56 GB/s and 269 MB at ~31, so K/V pages read back to back came
+    at 30-35 GB/s and at ~24 with a step's weights read between)."""
     import torch
 
-    return torch.ones(max(1, nbytes // 4)).sum
+    return torch.ones(max(1, min(nbytes, OTHER_READS_MAX) // 4)).sum
