@@ -342,7 +342,11 @@ def test_reach_limit_adds_the_kv_reads_to_the_linears():
     # where the bench read the pool's pages as the kernel does, the K/V are charged at that rate
     report["memory_bandwidth"]["kv_reads"] = {"gb_s": 10.0}
     assert reach_limit(report)[1:] == pytest.approx((2.0, 10 / 12))  # type: ignore[index]
-    assert "at 10.0 GB/s, as its pages are read here" in (decode_reach_caption(report) or "")
+    assert "at 10.0 GB/s, as its pages are read here (scattered, nothing computed)" in (
+        decode_reach_caption(report) or ""
+    )
+    report["memory_bandwidth"]["kv_reads"]["read_between_mb"] = 500.0  # the probe read a step's weights between
+    assert "nothing computed, a step's weights read between)" in (decode_reach_caption(report) or "")
     del report["memory_bandwidth"]["kv_reads"]
     report["bf16"] = {"weight_mb_per_step": 250.0}  # the bfloat16 row counts its own weights
     report["efficiency"][BF16_RUN] = {"decode at batch >= 16": phase}
