@@ -101,12 +101,23 @@ async def test_play_stops_at_the_end(trace):
 async def test_g_jumps_to_a_typed_step(trace):
     app = make_app(trace)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("g", "1", "1", "enter")
+        await type_in_goto_box(pilot, app, "1", "1", "enter")
+        await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the box to close")
         assert app.current_step["step"] == 11
-        await pilot.press("g", "5", "escape")  # cancel keeps the step
+        await type_in_goto_box(pilot, app, "5", "escape")  # cancel keeps the step
+        await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the box to close")
         assert app.current_step["step"] == 11
-        await pilot.press("g", "2", "left", "1", "enter")  # ← moves the cursor in the box, not the step
+        await type_in_goto_box(pilot, app, "2", "left", "1", "enter")  # ← moves the cursor in the box
+        await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the box to close")
         assert app.current_step["step"] == 12
+
+
+async def type_in_goto_box(pilot, app: ReplayApp, *keys: str) -> None:
+    """`g`, then keys once the go-to box has the focus (on a busy machine it can still be opening
+    when the next key comes)."""
+    await pilot.press("g")
+    await wait_until(pilot, lambda: isinstance(app.focused, Input), "the go-to box to take the keys")
+    await pilot.press(*keys)
 
 
 @run_async
@@ -205,9 +216,8 @@ async def test_stepping_and_jumping_draw_the_same_screen(trace):
         await pilot.press(*["right"] * 6)
         first = await settled_screenshot(pilot, stepped, 6)
     async with jumped.run_test(size=SIZE) as pilot:
-        await pilot.press("end", "g")
-        await wait_until(pilot, lambda: isinstance(jumped.focused, Input), "the step box to take the keys")
-        await pilot.press("6", "enter")
+        await pilot.press("end")
+        await type_in_goto_box(pilot, jumped, "6", "enter")
         second = await settled_screenshot(pilot, jumped, 6)
     assert first == second, "\n".join(screen_text_diff(first, second))
 
