@@ -102,22 +102,20 @@ async def test_g_jumps_to_a_typed_step(trace):
     app = make_app(trace)
     async with app.run_test(size=SIZE) as pilot:
         await type_in_goto_box(pilot, app, "1", "1", "enter")
-        await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the box to close")
         assert app.current_step["step"] == 11
         await type_in_goto_box(pilot, app, "5", "escape")  # cancel keeps the step
-        await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the box to close")
         assert app.current_step["step"] == 11
         await type_in_goto_box(pilot, app, "2", "left", "1", "enter")  # ← moves the cursor in the box
-        await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the box to close")
         assert app.current_step["step"] == 12
 
 
 async def type_in_goto_box(pilot, app: ReplayApp, *keys: str) -> None:
-    """`g`, then keys once the go-to box has the focus (on a busy machine it can still be opening
-    when the next key comes)."""
+    """`g`, then keys once the go-to box has the focus, then wait for it to close (on a busy machine
+    it can still be opening when the next key comes, or closing when the test looks)."""
     await pilot.press("g")
     await wait_until(pilot, lambda: isinstance(app.focused, Input), "the go-to box to take the keys")
     await pilot.press(*keys)
+    await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the go-to box to close")
 
 
 @run_async

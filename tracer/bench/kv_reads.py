@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from tracer.bench.model_shape import ModelShape
+from tracer.bench.roofline import ByteModel
 from tracer.bench.timing import other_reads, time_call
 from tracer.kernels.paged_attention import paged_decode_library
 
@@ -91,21 +92,17 @@ class KVPool:
             self.read(layer)
 
 
-def key_bytes(shape: ModelShape, dtype: torch.dtype) -> int:
-    """The K and V of one token position, all layers."""
-    return shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * dtype.itemsize
-
-
 def probe_sequences(shape: ModelShape, dtype: torch.dtype) -> int:
     """How many sequences of SEQ_LEN keys the probe's pool holds: NUM_SEQS, fewer for a model whose
     K/V would pass MAX_POOL_BYTES."""
-    return max(1, min(NUM_SEQS, MAX_POOL_BYTES // (key_bytes(shape, dtype) * SEQ_LEN)))
+    key_bytes = ByteModel.of(shape, dtype.itemsize).kv_bytes_per_key
+    return max(1, min(NUM_SEQS, MAX_POOL_BYTES // (key_bytes * SEQ_LEN)))
 
 
 def kv_bytes_a_step(shape: ModelShape, dtype: torch.dtype) -> int:
     """The K/V bytes a step of the probe's sequences reads (what passes between two reads of a weight
     in such a step: efficiency.py's ceiling reads as much between its calls)."""
-    return probe_sequences(shape, dtype) * SEQ_LEN * key_bytes(shape, dtype)
+    return probe_sequences(shape, dtype) * SEQ_LEN * ByteModel.of(shape, dtype.itemsize).kv_bytes_per_key
 
 
 def measure_kv_reads(
