@@ -22,9 +22,10 @@ def process_logits(
     logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: frozenset[int]
 ) -> torch.Tensor:
     """logits: [num_seqs, vocab], changed in place where a request's params say so."""
-    for i in [i for i, seq in enumerate(seqs) if changes_logits(seq.params)]:
-        row, seq = logits[i], seqs[i]  # views of these rows only, not of every row
+    for row, seq in zip(logits, seqs):
         p = seq.params
+        if not changes_logits(p):
+            continue
         if seq.num_completion_tokens < p.min_tokens:  # too early to stop
             stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_token_ids))
             row[sorted(stops)] = float("-inf")

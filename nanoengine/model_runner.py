@@ -6,7 +6,6 @@ import itertools
 import mmap
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from nanoengine.attention import AttentionMetadata
@@ -40,36 +39,31 @@ class StepInputs:
 
 
 def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
-    """The step's flat inputs, built in numpy and handed over as torch tensors, as vLLM's
-    runner builds them: on the CPU numpy's small array ops cost a fraction of torch's
-    (docs/benchmarks.md, forty-seventh round)."""
-    num_scheduled = np.array([s.num_scheduled_tokens for s in seqs])
-    num_cached = np.array([s.num_cached_tokens for s in seqs])
-    num_tokens = np.array([s.num_tokens for s in seqs])
+    num_scheduled = torch.tensor([s.num_scheduled_tokens for s in seqs])
+    num_cached = torch.tensor([s.num_cached_tokens for s in seqs])
+    num_tokens = torch.tensor([s.num_tokens for s in seqs])
     # each sequence's scheduled tokens (the first num_scheduled after its cached ones), back to back
     chunks = [s.token_ids[s.num_cached_tokens :][: s.num_scheduled_tokens] for s in seqs]
-    input_ids = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int64)
-    query_start_loc = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum(num_scheduled, out=query_start_loc[1:])
-    seq_index = np.repeat(np.arange(len(seqs)), num_scheduled)
+    input_ids = torch.tensor(list(itertools.chain.from_iterable(chunks)))
+    query_start_loc = torch.zeros(len(seqs) + 1, dtype=torch.int64)
+    torch.cumsum(num_scheduled, 0, out=query_start_loc[1:])
+    seq_index = torch.repeat_interleave(torch.arange(len(seqs)), num_scheduled)
     # position = tokens already cached + offset inside this step's chunk
-    positions = np.arange(len(input_ids)) - query_start_loc[seq_index] + num_cached[seq_index]
+    positions = torch.arange(len(input_ids)) - query_start_loc[seq_index] + num_cached[seq_index]
     max_blocks = max(len(s.block_table) for s in seqs)
-    block_tables = np.array([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs])
+    padded = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs]
+    block_tables = torch.tensor(padded)
     seq_lens = num_cached + num_scheduled
-    arrays = dict(
+    return StepInputs(
         input_ids=input_ids,
         positions=positions,
         query_start_loc=query_start_loc,
         seq_lens=seq_lens,
+        slot_mapping=compute_slot_mapping(block_tables, seq_index, positions, block_size),
         block_tables=block_tables,
         logits_indices=query_start_loc[1:] - 1,
         discard=seq_lens < num_tokens,
     )
-    step = {name: torch.from_numpy(array) for name, array in arrays.items()}
-    index = torch.from_numpy(seq_index)
-    slots = compute_slot_mapping(step["block_tables"], index, step["positions"], block_size)
-    return StepInputs(slot_mapping=slots, **step)
 
 
 class ModelRunner:

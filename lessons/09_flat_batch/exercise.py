@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import torch
 
 from nanoengine.model_runner import StepInputs, compute_slot_mapping
@@ -26,6 +25,5 @@ def prepare_inputs(seqs: list[Sequence], block_size: int) -> StepInputs:
     tensor. The README defines each one.
     """
     # TODO: build the eight tensors. block_tables pads each seq.block_table with
-    #       0 to the longest. numpy arrays made tensors by torch.from_numpy (as
-    #       the engine does) or torch all the way: either passes.
+    #       0 to the longest.
     raise NotImplementedError("prepare_inputs is not written yet")

@@ -171,8 +171,8 @@ MISTAKES = {
         "HEAD of self.waiting",
     ),
     "09_flat_batch": (
-        "positions = np.arange(len(input_ids)) - query_start_loc[seq_index] + num_cached[seq_index]",
-        "positions = np.arange(len(input_ids))",
+        "positions = torch.arange(len(input_ids)) - query_start_loc[seq_index] + num_cached[seq_index]",
+        "positions = torch.arange(len(input_ids))",
         "check_query_start_loc",
         "positions count from the start of each sequence",
     ),
