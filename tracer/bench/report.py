@@ -382,11 +382,8 @@ def decode_reach_caption(report: dict, key: str = "nanoengine") -> str | None:
         return caption
     kv_gb, kv_seconds, most = limit
     gb_s, pages = kv_read_rate(report, key) or (0.0, False)
-    between = (
-        ", a step's weights read between"
-        if (run_bytes(report, key).get("kv_reads") or {}).get("read_between_mb")
-        else ""
-    )
+    kv_reads = run_bytes(report, key).get("kv_reads") or {}
+    between = ", a step's weights read between" if kv_reads.get("read_between_mb") else ""
     how = f"as its pages are read here (scattered, nothing computed{between})" if pages else "the measured bandwidth"
     return (
         f"{caption}; reading the phase's {kv_gb:.1f} GB of K/V once adds {kv_seconds:.2f} s at {gb_s:.1f} GB/s, "
