@@ -22,6 +22,7 @@ from tracer.bench.report import (
     decode_targets,
     evaluate_targets,
     fmt_limit,
+    reach_budget,
     reach_limit,
     reach_share,
     roofline_caption,
@@ -324,6 +325,28 @@ def test_decode_reach_is_the_bound_over_the_ceiling_time():
     phase["gflop"] = 300.0  # the linears fit in the bound: the roofline itself is the limit
     assert decode_reach(report)[0] == 1.0  # type: ignore[index]
     assert decode_reach({"gemm_peak": {}, "efficiency": {}}) is None
+
+
+def test_reach_budget_is_what_the_goal_leaves_past_the_linears_and_kv_reads():
+    """80 % of the reach asks the phase to take at most the larger of its bound and its linears'
+    time over 0.8; what that leaves past the linears and the K/V reads, against what the rest took."""
+    phase = {"gflop": 1200.0, "bound_s": 6.0, "seconds": 25.0, "gbytes": 70.0, "min_steps": 100}
+    report = {
+        "gemm_peak": {"model_linears_gflop_s": {"32": 120.0}},  # the linears alone: 10 s
+        "efficiency": {"nanoengine": {"decode at batch >= 16": phase}},
+        "memory_bandwidth": {"gb_s": 20.0, "weight_mb_per_step": 500.0},  # 20 GB of K/V: 1 s
+    }
+    goal_s, left_s, took_s = reach_budget(report)  # type: ignore[misc]
+    assert (goal_s, left_s, took_s) == pytest.approx((12.5, 1.5, 14.0))  # 10 / 0.8; 12.5 - 11; 25 - 11
+    assert "asks for at most 12.50 s, which leaves 1.50 s for all else" in (decode_reach_caption(report) or "")
+    assert "14.00 s in this run" in (decode_reach_caption(report) or "")
+    report["memory_bandwidth"]["gb_s"] = 5.0  # 4 s of K/V: 14 s alone, past the goal's 12.5
+    assert reach_budget(report)[1] == pytest.approx(-1.5)  # type: ignore[index]
+    assert "less than the linears and the K/V reads alone take here" in (decode_reach_caption(report) or "")
+    phase["gflop"] = 300.0  # the linears (2.5 s) inside the bound (6 s): the goal is the bound over 0.8
+    assert reach_budget(report)[0] == pytest.approx(7.5)  # type: ignore[index]
+    del phase["seconds"]
+    assert reach_budget(report) is None and "asks for" not in (decode_reach_caption(report) or "")
 
 
 def test_reach_limit_adds_the_kv_reads_to_the_linears():
