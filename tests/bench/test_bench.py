@@ -313,6 +313,43 @@ def test_onednn_linears_swap_the_hf_layers_only_inside_the_block():
     torch.testing.assert_close(inside, before, rtol=1e-4, atol=1e-4)
 
 
+def test_generate_static_drops_only_the_no_eos_warning():
+    """generate() warns at every call that eos_token_id -1 never stops it; the bench's HF runs mean
+    that, so generate_static drops that line (and only while it runs)."""
+    import logging
+
+    import torch
+    from transformers import GenerationConfig
+
+    from tracer.bench.hf import NO_EOS, NO_EOS_WARNING, generate_static, tiny_hf_model
+    from tracer.bench.workload import BenchRequest
+
+    class Seen(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    logger, seen = logging.getLogger("transformers.generation.utils"), Seen()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # whatever verbosity an earlier test left transformers at
+    logger.addHandler(seen)
+    try:
+        hf = tiny_hf_model(torch.float32)
+        (tokens,), _ = generate_static(hf, [BenchRequest(prompt_token_ids=(5, 9, 30), max_tokens=3)], pad_id=0)
+        assert len(tokens) == 3
+        assert not [m for m in seen.messages if NO_EOS_WARNING in m]
+        config = GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=NO_EOS, pad_token_id=0)
+        with torch.inference_mode():
+            hf.generate(input_ids=torch.tensor([[5, 9, 30]]), generation_config=config)
+        assert [m for m in seen.messages if NO_EOS_WARNING in m]  # generate() itself still says it
+    finally:
+        logger.removeHandler(seen)
+        logger.setLevel(level)
+
+
 def test_decode_reach_is_the_bound_over_the_ceiling_time():
     phase = {"gflop": 1200.0, "bound_s": 6.0, "seconds": 25.0}
     report = {

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.workload import BenchRequest
 
 NO_EOS = -1  # an id no model produces: continuous batching then stops on max_new_tokens only
+NO_EOS_WARNING = "`eos_token_id` should consist of positive integers"  # generate()'s, at every call
 CB_ATTENTION = "sdpa"  # transformers 5.24: "paged|sdpa" is deprecated; plain sdpa is its paged path
 
 
@@ -114,6 +116,24 @@ def left_pad(batch: list[BenchRequest], pad_id: int) -> tuple[torch.Tensor, torc
     return ids, mask
 
 
+class DropNoEosWarning(logging.Filter):
+    """generate() warns at every call that a negative eos_token_id will never stop it and "may even
+    crash": stopping on max_new_tokens alone is what NO_EOS is for, so the bench drops that line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(NO_EOS_WARNING)
+
+
+@contextmanager
+def no_eos_warning_dropped() -> Iterator[None]:
+    logger, drop = logging.getLogger("transformers.generation.utils"), DropNoEosWarning()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 @torch.inference_mode()
 def generate_static(hf_model, batch: list[BenchRequest], pad_id: int) -> tuple[list[list[int]], list[float]]:
     """One padded generate() call; returns each request's credited ids and the step timestamps."""
@@ -124,9 +144,10 @@ def generate_static(hf_model, batch: list[BenchRequest], pad_id: int) -> tuple[l
     n = max(r.max_tokens for r in batch)
     config = GenerationConfig(max_new_tokens=n, do_sample=False, eos_token_id=NO_EOS, pad_token_id=pad_id)
     clock = StepClock()
-    out = hf_model.generate(
-        input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, streamer=clock
-    )
+    with no_eos_warning_dropped():
+        out = hf_model.generate(
+            input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, streamer=clock
+        )
     width = ids.shape[1]
     return [out[i, width : width + r.max_tokens].tolist() for i, r in enumerate(batch)], clock.times[1:]
 
