@@ -313,16 +313,19 @@ def test_onednn_linears_swap_the_hf_layers_only_inside_the_block():
     torch.testing.assert_close(inside, before, rtol=1e-4, atol=1e-4)
 
 
-def test_generate_static_drops_only_the_no_eos_warning():
-    """generate() warns at every call that eos_token_id -1 never stops it; the bench's HF runs mean
-    that, so generate_static drops that line (and only while it runs)."""
+def test_quiet_transformers_silences_the_no_eos_warning_and_restores_verbosity():
+    """generate() warns at every call that eos_token_id -1 never stops it (what the bench means);
+    inside quiet_transformers that line and the progress bars are off, and after it as before."""
     import logging
 
     import torch
     from transformers import GenerationConfig
+    from transformers.utils import logging as hf_logging
 
-    from tracer.bench.hf import NO_EOS, NO_EOS_WARNING, generate_static, tiny_hf_model
+    from tracer.bench.hf import NO_EOS, generate_static, quiet_transformers, tiny_hf_model
     from tracer.bench.workload import BenchRequest
+
+    warning = "`eos_token_id` should consist of positive integers"
 
     class Seen(logging.Handler):
         def __init__(self) -> None:
@@ -333,21 +336,23 @@ def test_generate_static_drops_only_the_no_eos_warning():
             self.messages.append(record.getMessage())
 
     logger, seen = logging.getLogger("transformers.generation.utils"), Seen()
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # whatever verbosity an earlier test left transformers at
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()  # whatever an earlier test left transformers at
     logger.addHandler(seen)
     try:
         hf = tiny_hf_model(torch.float32)
-        (tokens,), _ = generate_static(hf, [BenchRequest(prompt_token_ids=(5, 9, 30), max_tokens=3)], pad_id=0)
-        assert len(tokens) == 3
-        assert not [m for m in seen.messages if NO_EOS_WARNING in m]
+        with quiet_transformers():
+            assert not hf_logging.is_progress_bar_enabled()
+            (tokens,), _ = generate_static(hf, [BenchRequest(prompt_token_ids=(5, 9, 30), max_tokens=3)], pad_id=0)
+        assert len(tokens) == 3 and not [m for m in seen.messages if warning in m]
+        assert hf_logging.get_verbosity() == logging.WARNING and hf_logging.is_progress_bar_enabled()
         config = GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=NO_EOS, pad_token_id=0)
         with torch.inference_mode():
             hf.generate(input_ids=torch.tensor([[5, 9, 30]]), generation_config=config)
-        assert [m for m in seen.messages if NO_EOS_WARNING in m]  # generate() itself still says it
+        assert [m for m in seen.messages if warning in m]  # generate() itself still says it
     finally:
         logger.removeHandler(seen)
-        logger.setLevel(level)
+        hf_logging.set_verbosity(verbosity)
 
 
 def test_decode_reach_is_the_bound_over_the_ceiling_time():

@@ -66,3 +66,26 @@ def test_llama_cpp_f32_gives_nanoengine_greedy_tokens():
     _, outputs = llama_batch(f32, batch, 1)
     theirs = llm.generate([list(r.prompt_token_ids) for r in batch], params)
     assert sum(o == t.token_ids for o, t in zip(outputs, theirs)) >= 3  # a near tie may flip one
+
+
+@pytest.mark.real_model
+def test_llama_batch_keeps_llama_cpps_notes_off_stderr(capfd):
+    """The low-level API's loading and sizing notes (dozens of lines a context) stay out of the bench's
+    output, and the binding's logger is left as it was."""
+    pytest.importorskip("llama_cpp")
+    import logging
+
+    from tracer.bench.llama_cpp import gguf_files, llama_batch
+    from tracer.bench.workload import BenchRequest
+
+    logger = logging.getLogger("llama-cpp-python")
+    level = logger.level
+    logger.setLevel(logging.NOTSET)  # the binding then prints every note
+    try:
+        requests = [BenchRequest(prompt_token_ids=tuple(range(100, 108 + i)), max_tokens=2) for i in range(3)]
+        _, outputs = llama_batch(gguf_files()["F32"], requests, 1)
+        assert [len(o) for o in outputs] == [2, 2, 2]
+        assert capfd.readouterr().err == ""
+        assert logger.level == logging.NOTSET
+    finally:
+        logger.setLevel(level)

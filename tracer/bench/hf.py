@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +25,6 @@ from tracer.bench.metrics import RunResult, measured_run, synchronize
 from tracer.bench.workload import BenchRequest
 
 NO_EOS = -1  # an id no model produces: continuous batching then stops on max_new_tokens only
-NO_EOS_WARNING = "`eos_token_id` should consist of positive integers"  # generate()'s, at every call
 CB_ATTENTION = "sdpa"  # transformers 5.24: "paged|sdpa" is deprecated; plain sdpa is its paged path
 
 
@@ -116,22 +114,23 @@ def left_pad(batch: list[BenchRequest], pad_id: int) -> tuple[torch.Tensor, torc
     return ids, mask
 
 
-class DropNoEosWarning(logging.Filter):
-    """generate() warns at every call that a negative eos_token_id will never stop it and "may even
-    crash": stopping on max_new_tokens alone is what NO_EOS is for, so the bench drops that line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(NO_EOS_WARNING)
-
-
 @contextmanager
-def no_eos_warning_dropped() -> Iterator[None]:
-    logger, drop = logging.getLogger("transformers.generation.utils"), DropNoEosWarning()
-    logger.addFilter(drop)
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings and progress bars off while a baseline runs, restored after: the bench's
+    output is its report. generate() warns at every call that eos_token_id NO_EOS never stops it and
+    "may even crash" (stopping on max_new_tokens alone is what NO_EOS is for), and each model load
+    draws a progress bar."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        logger.removeFilter(drop)
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 @torch.inference_mode()
@@ -144,10 +143,9 @@ def generate_static(hf_model, batch: list[BenchRequest], pad_id: int) -> tuple[l
     n = max(r.max_tokens for r in batch)
     config = GenerationConfig(max_new_tokens=n, do_sample=False, eos_token_id=NO_EOS, pad_token_id=pad_id)
     clock = StepClock()
-    with no_eos_warning_dropped():
-        out = hf_model.generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, streamer=clock
-        )
+    out = hf_model.generate(
+        input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, streamer=clock
+    )
     width = ids.shape[1]
     return [out[i, width : width + r.max_tokens].tolist() for i, r in enumerate(batch)], clock.times[1:]
 

@@ -10,11 +10,14 @@ nanoengine's cache. Driven as a user drives the binding: `Llama(model_path, n_th
 from __future__ import annotations
 
 import importlib.util
+import logging
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tracer.bench.single import Probe, SingleResult, time_runs
@@ -139,6 +142,20 @@ def llama_cpp_batch(model: str, requests: list[BenchRequest], threads: int | Non
     ]
 
 
+@contextmanager
+def quiet_llama_cpp() -> Iterator[None]:
+    """llama.cpp's notes on loading and sizing (dozens of lines a context) off while the low-level
+    API runs, as `Llama(verbose=False)` turns them off: the binding prints them below its logger's
+    level."""
+    logger = logging.getLogger("llama-cpp-python")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def llama_batch(path: Path, requests: list[BenchRequest], threads: int | None) -> tuple[float, list[list[int]]]:
     """All requests decoded together through the low-level API (the high-level Llama object holds one
     sequence): a context with one sequence per request (n_seq_max), one llama_decode call for every
@@ -149,12 +166,14 @@ def llama_batch(path: Path, requests: list[BenchRequest], threads: int | None) -
 
     n = len(requests)
     longest = max(r.num_prompt_tokens + r.max_tokens for r in requests)
-    model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
-    params = lc.llama_context_default_params()
-    params.n_seq_max, params.n_ctx = n, n * (longest + 16)
-    params.n_batch = params.n_ubatch = sum(r.num_prompt_tokens for r in requests)
-    params.n_threads = params.n_threads_batch = threads or 1
-    ctx = lc.llama_init_from_model(model, params)
+    with quiet_llama_cpp():
+        model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
+        params = lc.llama_context_default_params()
+        # each sequence's share of the context in llama.cpp's own unit, 256 (it widens a smaller one)
+        params.n_seq_max, params.n_ctx = n, n * -(-(longest + 16) // 256) * 256
+        params.n_batch = params.n_ubatch = sum(r.num_prompt_tokens for r in requests)
+        params.n_threads = params.n_threads_batch = threads or 1
+        ctx = lc.llama_init_from_model(model, params)
     vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
     batch = lc.llama_batch_init(params.n_batch, 0, 1)
     try:
@@ -177,8 +196,9 @@ def llama_batch(path: Path, requests: list[BenchRequest], threads: int | None) -
             items = [(outputs[s][-1], requests[s].num_prompt_tokens + len(outputs[s]) - 1, s, True) for s in live]
     finally:
         lc.llama_batch_free(batch)
-        lc.llama_free(ctx)
-        lc.llama_model_free(model)
+        with quiet_llama_cpp():
+            lc.llama_free(ctx)
+            lc.llama_model_free(model)
 
 
 def decode(lc, ctx, batch, items: list[tuple[int, int, int, bool]]) -> None:

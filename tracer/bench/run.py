@@ -388,21 +388,18 @@ def cb_options_for(settings: BenchSettings, kv_tokens: int) -> dict:
 
 def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype, kv_tokens: int) -> dict:
     import torch
-    from transformers.utils import logging as hf_logging
 
     from tracer.bench.hf import (
         load_hf_model,
         onednn_linears,
+        quiet_transformers,
         run_hf_generate,
         run_hf_generate_batch,
         warm_up_generate,
     )
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the "eos_token_id should be positive" notice is what ignore_eos means
-    hf_logging.disable_progress_bar()
     results = {}
-    try:
+    with quiet_transformers():
         hf_model = load_hf_model(settings.model, device, getattr(torch, dtype))
         log(f"HF generate (static batch of {settings.hf_batch_size or len(requests)}) ...")
         warm_up_generate(hf_model, warmup)
@@ -421,9 +418,6 @@ def run_hf_baselines(settings: BenchSettings, requests, warmup, device, dtype, k
             )
         del hf_model
         gc.collect()
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
     return results
 
 

@@ -146,17 +146,18 @@ def generator(engine, request: BenchRequest) -> Generate:
 
 
 def hf_single(model: str, request: BenchRequest, dtype: str, probe: Probe) -> SingleResult:
-    from tracer.bench.hf import generate_static, load_hf_model, pad_token_id
+    from tracer.bench.hf import generate_static, load_hf_model, pad_token_id, quiet_transformers
 
-    hf_model = load_hf_model(model, torch.device("cpu"), getattr(torch, dtype))
-    pad_id = pad_token_id(hf_model)
+    with quiet_transformers():
+        hf_model = load_hf_model(model, torch.device("cpu"), getattr(torch, dtype))
+        pad_id = pad_token_id(hf_model)
 
-    def generate() -> tuple[list[float], list[int]]:
-        start = time.perf_counter()
-        (tokens,), step_times = generate_static(hf_model, [request], pad_id)
-        return [start, *step_times], tokens
+        def generate() -> tuple[list[float], list[int]]:
+            start = time.perf_counter()
+            (tokens,), step_times = generate_static(hf_model, [request], pad_id)
+            return [start, *step_times], tokens
 
-    return SingleResult("HF generate", dtype, time_runs(generate, probe=probe))
+        return SingleResult("HF generate", dtype, time_runs(generate, probe=probe))
 
 
 def run_single(
