@@ -16,12 +16,15 @@ from nanoengine.model import ONEDNN
 from nanoengine.sampling_params import SamplingParams
 from tracer.bench.metrics import latencies, percentile
 from tracer.bench.report import (
+    ceiling_rate_at,
     decode_phase,
     decode_reach,
     decode_reach_caption,
     decode_targets,
     evaluate_targets,
     fmt_limit,
+    own_batches_caption,
+    own_batches_reach,
     reach_budget,
     reach_limit,
     reach_share,
@@ -113,7 +116,7 @@ def test_efficiency_is_reported_per_system_and_phase(report):
     # the peak is the best rate of any library measured; the decode ceiling is the model's own linears
     every_rate = [v for by_name in peak["by_library"].values() for r in by_name.values() for v in r.values()]
     assert peak["gflop_s"] == pytest.approx(max(every_rate), abs=0.01) and peak["library"] in peak["by_library"]
-    assert set(peak["model_linears_gflop_s"]) == {"16", "32"} and min(peak["model_linears_gflop_s"].values()) > 0
+    assert set(peak["model_linears_gflop_s"]) == {"16", "24", "32"} and min(peak["model_linears_gflop_s"].values()) > 0
     assert set(report["efficiency"]) == set(report["runs"])
     for phases in report["efficiency"].values():
         assert list(phases) == ["whole run", "prefill-heavy", "decode-heavy", "decode at batch >= 16"]
@@ -391,6 +394,37 @@ def test_reach_budget_is_what_the_goal_leaves_past_the_linears_and_kv_reads():
     assert reach_budget(report) is None and "asks for" not in (decode_reach_caption(report) or "")
 
 
+def test_ceiling_rate_at_reads_a_steps_time_off_between_the_rows_measured():
+    ceiling = {"16": 80.0, "32": 120.0}  # a step's linears: 16 / 80 = 0.2 and 32 / 120 = 0.267 units
+    assert ceiling_rate_at(ceiling, 24) == pytest.approx(24 / ((0.2 + 32 / 120) / 2))
+    assert ceiling_rate_at(ceiling, 16) == 80.0 and ceiling_rate_at(ceiling, 40) == 120.0
+    assert ceiling_rate_at(ceiling, 8) == 80.0  # below the rows measured: the nearest one's rate
+    three = {"16": 80.0, "24": 90.0, "32": 120.0}
+    assert ceiling_rate_at(three, 20) == pytest.approx(20 / ((0.2 + 24 / 90) / 2))
+
+
+def test_own_batches_reach_charges_each_step_at_its_own_rows_rate():
+    """The linears' time at each step's own rows: slower than the best rate (the most rows) where
+    the steps have fewer; judged so, the share rises where the reach is below the bound."""
+    phase = {"gflop": 1200.0, "bound_s": 6.0, "seconds": 25.0, "of_roofline": 0.24, "gbytes": 70.0, "min_steps": 100}
+    report = {
+        "gemm_peak": {"model_linears_gflop_s": {"16": 80.0, "32": 120.0}},
+        "efficiency": {"nanoengine": {"decode at batch >= 16": phase}},
+        "memory_bandwidth": {"gb_s": 20.0, "weight_mb_per_step": 500.0},  # the K/V: 1 s
+    }
+    assert own_batches_reach(report) is None and own_batches_caption(report) is None  # no step rows
+    phase["step_rows"] = {"16": 30, "32": 10}
+    rate, seconds, share, most = own_batches_reach(report)  # type: ignore[misc]
+    work, time = 30 * 16 + 10 * 32, 30 * 16 / 80.0 + 10 * 32 / 120.0
+    assert rate == pytest.approx(work / time) and seconds == pytest.approx(1200.0 / rate)
+    assert share == pytest.approx(0.24 / (6.0 / seconds)) and most == pytest.approx(seconds / (seconds + 1.0))
+    assert share > reach_share(report)  # type: ignore[operator]  # the best rate's reach is the harder one
+    caption = own_batches_caption(report) or ""
+    assert "40 steps of 16-32 rows, 20.0 on average" in caption and "not its best 120.0" in caption
+    phase["step_rows"] = {"32": 40}  # every step at the rows measured best: the same as the target's
+    assert own_batches_reach(report)[2] == pytest.approx(reach_share(report))  # type: ignore[index]
+
+
 def test_reach_limit_adds_the_kv_reads_to_the_linears():
     """The most of its reach decode can have: the linears at the ceiling plus the phase's K/V read
     once at the measured bandwidth (its bytes less the weights of the steps it ran)."""
@@ -462,7 +496,7 @@ def test_the_bf16_row_runs_the_same_workload(bf16_report):
 def test_the_bf16_row_has_its_own_peak_bytes_and_reach(bf16_report):
     bf16, fp32 = bf16_report["bf16"], bf16_report["gemm_peak"]
     assert bf16["gemm_peak"]["gflop_s"] == max(bf16["gemm_peak"]["measured_gflop_s"]) > 0
-    assert set(bf16["gemm_peak"]["model_linears_gflop_s"]) == {"16", "32"}
+    assert set(bf16["gemm_peak"]["model_linears_gflop_s"]) == {"16", "24", "32"}
     if torch_has_onednn_bf16():
         assert "oneDNN" in bf16["gemm_peak"]["by_library"]
     # 2-byte weights and K/V: half of float32's bytes

@@ -9,6 +9,7 @@ from nanoengine.model import ONEDNN
 from tracer.bench import efficiency
 from tracer.bench.efficiency import (
     FULL_BATCH,
+    FULL_DECODE,
     gemm_libraries,
     measure_linear_ceiling,
     request_token_flops,
@@ -67,6 +68,18 @@ def test_phases_split_at_the_last_first_token_and_at_batch_16():
     assert prefill.end_s == pytest.approx(0.02) and decode.start_s == prefill.end_s
     # the 16th-latest finish: fewer than 16 requests run after it
     assert full.end_s == pytest.approx(0.1 + 20 - FULL_BATCH)
+
+
+def test_step_rows_count_the_full_decode_phases_steps_by_their_rows():
+    """With every token of a step stamped alike, the batch >= 16 phase's steps are its distinct
+    stamps, and a step's rows the tokens it gave; other systems' runs (steps_stamped off) have none."""
+    shape = ModelShape(2, 64, 4, 2, 16, 128, 300)
+    requests = [BenchRequest((5,) * 4, 5) for _ in range(18)]
+    # first tokens at 0.1 s; all 18 decode at 1 and 2 s; two finish there, 16 decode at 3 s and finish at 4 s
+    times = [[0.1, 1.0, 2.0] if i < 2 else [0.1, 1.0, 2.0, 3.0, 4.0] for i in range(18)]
+    full = run_efficiency(shape, requests, times, 5.0, peak=1e9, steps_stamped=True)[FULL_DECODE]
+    assert full["step_rows"] == {"16": 2, "18": 2}
+    assert "step_rows" not in run_efficiency(shape, requests, times, 5.0, peak=1e9)[FULL_DECODE]
 
 
 def test_efficiency_credits_every_token_once_per_phase():

@@ -15,8 +15,9 @@ where fewer than 16 requests still run: that is the "decode at batch >= 16" wind
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 
 import torch
@@ -31,6 +32,7 @@ from tracer.bench.workload import BenchRequest
 FULL_BATCH = 16  # "decode at batch >= 16": while at least this many requests still run
 FULL_DECODE = f"decode at batch >= {FULL_BATCH}"  # that phase's name (issue 39 judges decode by it)
 PEAK_BATCHES = (32, 128, 512)
+CEILING_BATCHES = (FULL_BATCH, 24, 32)  # the decode ceiling's rows: across FULL_DECODE's batches
 
 
 def request_token_flops(shape: ModelShape, request: BenchRequest) -> list[int]:
@@ -50,6 +52,7 @@ class Phase:
     flops: float = 0.0
     kv_bytes: float = 0.0
     min_steps: int = 0  # at least the most tokens one request produced in the phase
+    step_rows: Counter[int] = field(default_factory=Counter)  # rows a step: how many steps had them
 
     @property
     def seconds(self) -> float:
@@ -68,6 +71,8 @@ class Phase:
             "gflop_s": None if rate is None else round(rate / 1e9, 2),
             "efficiency": None if rate is None else round(rate / peak_flops, 4),
         }
+        if self.step_rows:
+            result["step_rows"] = {str(rows): n for rows, n in sorted(self.step_rows.items())}
         if roofline is not None:
             nbytes = self.kv_bytes + self.min_steps * roofline.bytes.weight_bytes
             bound, limit = bound_seconds(self.flops, nbytes, peak_flops, roofline.bandwidth)
@@ -110,10 +115,13 @@ def run_efficiency(
     cpu_time: float | None = None,
     threads: int = 1,
     roofline: Roofline | None = None,
+    steps_stamped: bool = False,
 ) -> dict:
     """Useful FLOP/s and its fraction of the peak, per phase; a token's FLOPs count where it appears.
     With the run's CPU time, the whole run also per CPU second: on a shared machine the wall clock
-    includes time the process waited for a core, the CPU time does not."""
+    includes time the process waited for a core, the CPU time does not. steps_stamped: every token of
+    a step has the step's one timestamp (nanoengine's runs), so FULL_DECODE's steps and their rows
+    can be counted (step_rows): after the last first token every step decodes all it runs."""
     phases = split_phases(token_times, elapsed)
     for request, times in zip(requests, token_times):
         kv = roofline.bytes.token_kv_bytes(request) if roofline else [0] * len(times)
@@ -122,6 +130,10 @@ def run_efficiency(
             phase.flops += sum(f for f, _ in in_phase)
             phase.kv_bytes += sum(b for _, b in in_phase)
             phase.min_steps = max(phase.min_steps, len(in_phase))
+    if steps_stamped:
+        full = phases[-1]
+        steps = Counter(t for times in token_times for t in times if full.holds(t))
+        full.step_rows = Counter(steps.values())
     result = {phase.name: phase.to_dict(peak, roofline) for phase in phases}
     if cpu_time:
         # the peak is for `threads` threads: one CPU second is worth peak / threads
@@ -181,7 +193,7 @@ def measure_gemm_peak(shape: ModelShape, device: torch.device, dtype: torch.dtyp
 def measure_linear_ceiling(
     model: torch.nn.Module,
     kernels: list[Callable[[Tensor], Tensor]] | None = None,
-    batches: tuple[int, ...] = (FULL_BATCH, 32),
+    batches: tuple[int, ...] = CEILING_BATCHES,
     between_bytes: int = 0,
 ) -> dict[str, float]:
     """GFLOP/s of the model's own linear layers (every decoder layer's, then the LM head), called in

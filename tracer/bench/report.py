@@ -274,6 +274,7 @@ def efficiency_table(report: dict):
             for c in (
                 ceiling_caption(peak),
                 decode_reach_caption(report),
+                own_batches_caption(report),
                 roofline_caption(report),
                 bf16_caption(report),
             )
@@ -401,6 +402,52 @@ def budget_words(report: dict, key: str = "nanoengine") -> str:
     )
 
 
+def ceiling_rate_at(ceiling: dict[str, float], rows: int) -> float:
+    """The decode ceiling's rate at `rows` rows: a step's time at that many (rows over the rate) read
+    off linearly between the row counts measured; beyond them the nearest one's rate."""
+    points = sorted((int(r), rate) for r, rate in ceiling.items() if rate > 0)
+    (first, first_rate), (last, last_rate) = points[0], points[-1]
+    if rows <= first or rows >= last:
+        return first_rate if rows <= first else last_rate
+    r0, a, r1, b = next((r0, a, r1, b) for (r0, a), (r1, b) in zip(points, points[1:]) if rows <= r1)
+    return rows / (r0 / a + (r1 / b - r0 / a) * (rows - r0) / (r1 - r0))
+
+
+def own_batches_reach(report: dict, key: str = "nanoengine") -> tuple[float, float, float, float | None] | None:
+    """decode_reach with the linears at the ceiling's rate at each step's own rows, not at its best
+    rate (the most rows measured): a step of 16-31 rows reads the same weights as one of 32 in more
+    time a row. Returns (the rate, the linears' seconds, the share of that reach, the most of it this
+    machine allows, as reach_limit reckons it); None without the phase's step rows (older reports)."""
+    ceiling = peak_of(report, key).get("model_linears_gflop_s")
+    phase = decode_phase(report, key)
+    step_rows = {int(r): n for r, n in (phase.get("step_rows") or {}).items()}
+    if not ceiling or not step_rows or not phase.get("bound_s") or not phase.get("of_roofline"):
+        return None
+    work = sum(n * rows for rows, n in step_rows.items())
+    rate = work / sum(n * rows / ceiling_rate_at(ceiling, rows) for rows, n in step_rows.items())
+    seconds, bound = phase["gflop"] / rate, phase["bound_s"]
+    limit = reach_limit(report, key)
+    most = None if limit is None else min(1.0, max(bound, seconds) / (seconds + limit[1]))
+    return rate, seconds, phase["of_roofline"] / (bound / max(bound, seconds)), most
+
+
+def own_batches_caption(report: dict, key: str = "nanoengine") -> str | None:
+    reach = own_batches_reach(report, key)
+    if reach is None:
+        return None
+    rate, seconds, share, most = reach
+    rows = {int(r): n for r, n in decode_phase(report, key)["step_rows"].items()}
+    steps = sum(rows.values())
+    best = max(peak_of(report, key)["model_linears_gflop_s"].values())
+    at_most = "" if most is None else f", at most {most * 100:.0f} % here"
+    return (
+        f"The same at the phase's own batches ({steps} steps of {min(rows)}-{max(rows)} rows, "
+        f"{sum(r * n for r, n in rows.items()) / steps:.1f} on average): the ceiling's rates at those rows give "
+        f"{rate:.1f} GFLOP/s, not its best {best:.1f}; the linears alone take {seconds:.2f} s, and the phase is at "
+        f"{share * 100:.1f} % of that reach{at_most} (the target reads the best rate)"
+    )
+
+
 def decode_reach_caption(report: dict, key: str = "nanoengine") -> str | None:
     reach = decode_reach(report, key)
     if reach is None:
@@ -440,6 +487,7 @@ def bf16_caption(report: dict) -> str | None:
         + kv_reads_words(bf16.get("kv_reads")),
         ceiling_caption(peak, "Decode ceiling in bfloat16"),
         decode_reach_caption(report, BF16_RUN),
+        own_batches_caption(report, BF16_RUN),
     ]
     return "\n".join(line for line in lines if line)
 

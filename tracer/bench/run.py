@@ -160,6 +160,7 @@ def run_benchmark(settings: BenchSettings) -> dict:
             result.cpu_time,
             torch.get_num_threads(),
             own_roofline if key == "nanoengine" else roofline,
+            steps_stamped=key == "nanoengine",
         )
         for key, result in results.items()
     }
@@ -330,7 +331,7 @@ class Bf16Run:
         roofline = Roofline(bandwidth, ByteModel.of(shape, BF16_ITEMSIZE))
         peak = self.peak["gflop_s"] * 1e9
         return run_efficiency(
-            shape, requests, result.token_times, result.elapsed, peak, result.cpu_time, threads, roofline
+            shape, requests, result.token_times, result.elapsed, peak, result.cpu_time, threads, roofline, True
         )
 
     def to_dict(self) -> dict:
