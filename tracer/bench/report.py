@@ -374,8 +374,9 @@ def reach_limit(report: dict, key: str = "nanoengine") -> tuple[float, float, fl
 def reach_budget(report: dict, key: str = "nanoengine") -> tuple[float, float, float] | None:
     """What REACH_GOAL leaves a run's decode at batch >= FULL_BATCH for all but its linears at the
     ceiling's best rate and its K/V read once (reach_limit): attention's arithmetic, norms, sampling,
-    Python, the linears' time past the ceiling's. Returns (the most seconds the phase may take, the seconds that leaves for the
-    rest, negative where the goal is out of reach here, and the seconds the rest took in the run)."""
+    Python, the linears' time past the ceiling's. Returns (the most seconds the phase may take, the
+    seconds that leaves for the rest, negative where the goal is out of reach here, and the seconds
+    the rest took in the run)."""
     reach, limit = decode_reach(report, key), reach_limit(report, key)
     if reach is None or limit is None:
         return None
