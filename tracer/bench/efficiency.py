@@ -131,7 +131,7 @@ def run_efficiency(
             phase.kv_bytes += sum(b for _, b in in_phase)
             phase.min_steps = max(phase.min_steps, len(in_phase))
     if steps_stamped:
-        full = phases[-1]
+        full = next(phase for phase in phases if phase.name == FULL_DECODE)
         steps = Counter(t for times in token_times for t in times if full.holds(t))
         full.step_rows = Counter(steps.values())
     result = {phase.name: phase.to_dict(peak, roofline) for phase in phases}

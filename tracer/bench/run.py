@@ -331,7 +331,15 @@ class Bf16Run:
         roofline = Roofline(bandwidth, ByteModel.of(shape, BF16_ITEMSIZE))
         peak = self.peak["gflop_s"] * 1e9
         return run_efficiency(
-            shape, requests, result.token_times, result.elapsed, peak, result.cpu_time, threads, roofline, True
+            shape,
+            requests,
+            result.token_times,
+            result.elapsed,
+            peak,
+            result.cpu_time,
+            threads,
+            roofline,
+            steps_stamped=True,
         )
 
     def to_dict(self) -> dict:
