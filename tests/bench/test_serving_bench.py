@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from tracer.bench.serving import RequestResult, poisson_delays, summarize
+from tracer.bench.serving import RequestResult, poisson_delays, summarize, summary_line
 from tracer.cli.main import main
 
 
@@ -31,6 +31,12 @@ def test_summary_counts_goodput_under_the_slo():
     assert (s["completed"], s["failed"], s["good_requests"]) == (3, 1, 1)
     assert s["goodput"] == 0.5 and s["request_throughput"] == 1.5 and s["output_tok_s"] == 12.5
     assert s["ttft_ms"]["p50"] == 500.0 and s["tpot_ms"]["p50"] == 100.0 and s["errors"] == ["HTTP 500"]
+    line = summary_line(s)  # the progress log's line for this run
+    assert line.startswith("3 done in 2.00 s, 12.5 output tok/s, TTFT p99 ") and line.endswith("; 1 failed: HTTP 500")
+    assert ", TPOT p99 " in line and "{" not in line
+    assert summary_line(summarize([RequestResult(False, error="refused")], 1.0, 1.0, 0.2)) == (
+        "0 done in 1.00 s, 0.0 output tok/s; 1 failed: refused"
+    )
 
 
 def test_a_serving_run_on_the_tiny_model_completes_every_request(tmp_path, capsys):

@@ -144,6 +144,17 @@ def summarize(results: list[RequestResult], duration: float, slo_ttft_s: float, 
     }
 
 
+def summary_line(summary: dict) -> str:
+    """One rate's run, as the progress log shows it (the whole summary goes to the report)."""
+    line = f"{summary['completed']} done in {summary['duration_s']:.2f} s, {summary['output_tok_s']:.1f} output tok/s"
+    for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
+        if (summary[key] or {}).get("p99") is not None:
+            line += f", {name} p99 {summary[key]['p99']:.0f} ms"
+    if summary["failed"]:
+        line += f"; {summary['failed']} failed: {'; '.join(summary['errors'])}"
+    return line
+
+
 # ---- the servers ------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
@@ -266,7 +277,7 @@ def run_serving_bench(settings: ServingSettings, log: Callable[[str], None] = pr
                     )
                     summary = summarize(out, duration, settings.slo_ttft_s, settings.slo_tpot_s)
                     results.setdefault(backend.name, {})[str(rate)] = summary
-                    log(f"  {json.dumps(summary, allow_nan=False)}")
+                    log(f"  {summary_line(summary)}")
             except RuntimeError as e:
                 results[backend.name] = {"error": str(e)}
                 log(f"{backend.name}: {e}")
