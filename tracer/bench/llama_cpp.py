@@ -145,8 +145,8 @@ def llama_cpp_batch(model: str, requests: list[BenchRequest], threads: int | Non
 @contextmanager
 def quiet_llama_cpp() -> Iterator[None]:
     """llama.cpp's notes on loading and sizing (dozens of lines a context) off while the low-level
-    API runs, as `Llama(verbose=False)` turns them off: the binding prints them below its logger's
-    level."""
+    API runs (a context manager, or a decorator), as `Llama(verbose=False)` turns them off: the
+    binding prints them below its logger's level."""
     logger = logging.getLogger("llama-cpp-python")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -156,6 +156,7 @@ def quiet_llama_cpp() -> Iterator[None]:
         logger.setLevel(level)
 
 
+@quiet_llama_cpp()
 def llama_batch(path: Path, requests: list[BenchRequest], threads: int | None) -> tuple[float, list[list[int]]]:
     """All requests decoded together through the low-level API (the high-level Llama object holds one
     sequence): a context with one sequence per request (n_seq_max), one llama_decode call for every
@@ -166,14 +167,13 @@ def llama_batch(path: Path, requests: list[BenchRequest], threads: int | None) -
 
     n = len(requests)
     longest = max(r.num_prompt_tokens + r.max_tokens for r in requests)
-    with quiet_llama_cpp():
-        model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
-        params = lc.llama_context_default_params()
-        # each sequence's share of the context in llama.cpp's own unit, 256 (it widens a smaller one)
-        params.n_seq_max, params.n_ctx = n, n * -(-(longest + 16) // 256) * 256
-        params.n_batch = params.n_ubatch = sum(r.num_prompt_tokens for r in requests)
-        params.n_threads = params.n_threads_batch = threads or 1
-        ctx = lc.llama_init_from_model(model, params)
+    model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
+    params = lc.llama_context_default_params()
+    # each sequence's share of the context in llama.cpp's own unit, 256 (it widens a smaller one)
+    params.n_seq_max, params.n_ctx = n, n * -(-(longest + 16) // 256) * 256
+    params.n_batch = params.n_ubatch = sum(r.num_prompt_tokens for r in requests)
+    params.n_threads = params.n_threads_batch = threads or 1
+    ctx = lc.llama_init_from_model(model, params)
     vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
     batch = lc.llama_batch_init(params.n_batch, 0, 1)
     try:
@@ -196,9 +196,8 @@ def llama_batch(path: Path, requests: list[BenchRequest], threads: int | None) -
             items = [(outputs[s][-1], requests[s].num_prompt_tokens + len(outputs[s]) - 1, s, True) for s in live]
     finally:
         lc.llama_batch_free(batch)
-        with quiet_llama_cpp():
-            lc.llama_free(ctx)
-            lc.llama_model_free(model)
+        lc.llama_free(ctx)
+        lc.llama_model_free(model)
 
 
 def decode(lc, ctx, batch, items: list[tuple[int, int, int, bool]]) -> None:

@@ -77,10 +77,10 @@ def decode_phase(report: dict, key: str = "nanoengine") -> dict:
     return report.get("efficiency", {}).get(key, {}).get(FULL_DECODE) or {}
 
 
-def reach_share(report: dict, key: str = "nanoengine") -> float | None:
+def reach_share(report: dict, key: str = "nanoengine", rate: float | None = None) -> float | None:
     """Decode at batch >= FULL_BATCH's share of its roofline bound, over the share it could reach:
     1.0 would be running as fast as the model's linears alone allow. None without a reach."""
-    reach, of_roofline = decode_reach(report, key), decode_phase(report, key).get("of_roofline")
+    reach, of_roofline = decode_reach(report, key, rate), decode_phase(report, key).get("of_roofline")
     if reach is None or of_roofline is None:
         return None
     return round(of_roofline / reach[0], 4)
@@ -326,15 +326,16 @@ def peak_of(report: dict, key: str = "nanoengine") -> dict:
     return report.get("gemm_peak", {})
 
 
-def decode_reach(report: dict, key: str = "nanoengine") -> tuple[float, float, dict] | None:
+def decode_reach(report: dict, key: str = "nanoengine", rate: float | None = None) -> tuple[float, float, dict] | None:
     """The highest share of its roofline bound a run's decode at batch >= FULL_BATCH could reach on
     this machine: if its useful FLOPs all ran at its dtype's decode ceiling's best rate (the model's
-    linears alone) and nothing else took any time. Returns (share, those seconds, the phase)."""
+    linears alone), or at `rate` GFLOP/s where given, and nothing else took any time. Returns (share,
+    those seconds, the phase)."""
     ceiling = peak_of(report, key).get("model_linears_gflop_s")
     phase = decode_phase(report, key)
     if not ceiling or not phase.get("bound_s") or not max(ceiling.values()):  # no such phase in a short workload
         return None
-    seconds = phase["gflop"] / max(ceiling.values())
+    seconds = phase["gflop"] / (rate or max(ceiling.values()))
     return phase["bound_s"] / max(phase["bound_s"], seconds), seconds, phase
 
 
@@ -354,20 +355,20 @@ def kv_read_rate(report: dict, key: str = "nanoengine") -> tuple[float, bool] | 
     return (memory["gb_s"], False) if memory.get("gb_s") else None
 
 
-def reach_limit(report: dict, key: str = "nanoengine") -> tuple[float, float, float] | None:
+def reach_limit(report: dict, key: str = "nanoengine", rate: float | None = None) -> tuple[float, float, float] | None:
     """The largest share of its reach a run's decode at batch >= FULL_BATCH can have on this machine:
-    an engine that spent its time on nothing but the linears at the ceiling's best rate and on
-    reading the phase's K/V once at the rate its pages are read (kv_read_rate). Returns (K/V GB,
-    their seconds, the share); None without the byte counts."""
+    an engine that spent its time on nothing but the linears at the ceiling's best rate (or `rate`)
+    and on reading the phase's K/V once at the rate its pages are read (kv_read_rate). Returns (K/V
+    GB, their seconds, the share); None without the byte counts."""
     weight_mb = run_bytes(report, key).get("weight_mb_per_step")
-    reach, rate = decode_reach(report, key), kv_read_rate(report, key)
-    if reach is None or rate is None or weight_mb is None:
+    reach, kv_rate = decode_reach(report, key, rate), kv_read_rate(report, key)
+    if reach is None or kv_rate is None or weight_mb is None:
         return None
     _, seconds, phase = reach
     if "gbytes" not in phase or "min_steps" not in phase:
         return None
     kv_gb = max(0.0, phase["gbytes"] - phase["min_steps"] * weight_mb / 1e3)  # the bytes less the weights
-    kv_seconds = kv_gb / rate[0]
+    kv_seconds = kv_gb / kv_rate[0]
     return kv_gb, kv_seconds, min(1.0, max(phase["bound_s"], seconds) / (seconds + kv_seconds))
 
 
@@ -414,22 +415,28 @@ def ceiling_rate_at(ceiling: dict[str, float], rows: int) -> float:
     return rows / (r0 / a + (r1 / b - r0 / a) * (rows - r0) / (r1 - r0))
 
 
+def step_rows(report: dict, key: str = "nanoengine") -> dict[int, int]:
+    """How many of decode at batch >= FULL_BATCH's steps had each number of rows (older reports: none)."""
+    return {int(rows): n for rows, n in (decode_phase(report, key).get("step_rows") or {}).items()}
+
+
 def own_batches_reach(report: dict, key: str = "nanoengine") -> tuple[float, float, float, float | None] | None:
     """decode_reach with the linears at the ceiling's rate at each step's own rows, not at its best
     rate (the most rows measured): a step of 16-31 rows reads the same weights as one of 32 in more
     time a row. Returns (the rate, the linears' seconds, the share of that reach, the most of it this
     machine allows, as reach_limit reckons it); None without the phase's step rows (older reports)."""
-    ceiling = peak_of(report, key).get("model_linears_gflop_s")
-    phase = decode_phase(report, key)
-    step_rows = {int(r): n for r, n in (phase.get("step_rows") or {}).items()}
-    if not ceiling or not step_rows or not phase.get("bound_s") or not phase.get("of_roofline"):
+    ceiling, rows = peak_of(report, key).get("model_linears_gflop_s"), step_rows(report, key)
+    if not ceiling or not rows:
         return None
-    work = sum(n * rows for rows, n in step_rows.items())
-    rate = work / sum(n * rows / ceiling_rate_at(ceiling, rows) for rows, n in step_rows.items())
-    seconds, bound = phase["gflop"] / rate, phase["bound_s"]
-    limit = reach_limit(report, key)
-    most = None if limit is None else min(1.0, max(bound, seconds) / (seconds + limit[1]))
-    return rate, seconds, phase["of_roofline"] / (bound / max(bound, seconds)), most
+    rate = sum(n * r for r, n in rows.items()) / sum(n * r / ceiling_rate_at(ceiling, r) for r, n in rows.items())
+    reach, share, limit = (
+        decode_reach(report, key, rate),
+        reach_share(report, key, rate),
+        reach_limit(report, key, rate),
+    )
+    if reach is None or share is None:
+        return None
+    return rate, reach[1], share, None if limit is None else limit[2]
 
 
 def own_batches_caption(report: dict, key: str = "nanoengine") -> str | None:
@@ -437,7 +444,7 @@ def own_batches_caption(report: dict, key: str = "nanoengine") -> str | None:
     if reach is None:
         return None
     rate, seconds, share, most = reach
-    rows = {int(r): n for r, n in decode_phase(report, key)["step_rows"].items()}
+    rows = step_rows(report, key)
     steps = sum(rows.values())
     best = max(peak_of(report, key)["model_linears_gflop_s"].values())
     at_most = "" if most is None else f", at most {most * 100:.0f} % here"
