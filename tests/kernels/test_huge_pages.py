@@ -1,10 +1,12 @@
 """The weights marked for 2 MiB pages (tracer/kernels/huge_pages.py): every page a weight touches,
 its ends included; moved there a page at a time (as a server does while idle), they lie in huge
 pages, no bit of any weight changes and the kernels still read them; where nothing can be moved the
-mover gives up."""
+mover gives up; a move in a time budget stops at it; memory asked for huge pages before its first
+touch is marked for them."""
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 import sys
@@ -18,10 +20,13 @@ from tracer.kernels.huge_pages import (
     GIVE_UP_AFTER,
     HUGE_PAGE,
     MADV_HUGEPAGE,
+    empty_in_huge_pages,
+    huge_bytes_in,
     huge_page_spans,
     madvise,
     mark_for_huge_pages,
     move_to_huge_pages,
+    move_weights,
     runs_of,
     weight_bytes,
     weight_pages,
@@ -113,19 +118,6 @@ def test_every_page_a_weight_touches_is_marked(packed):
     assert all(marked(p, after) for p in pages)
 
 
-def huge_bytes_in(pages: list[int]) -> int:
-    """AnonHugePages of the mappings that hold these 2 MiB pages (/proc/self/smaps), in bytes."""
-    total, holds = 0, False
-    for line in open("/proc/self/smaps"):
-        span = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
-        if span:
-            start, end = int(span[1], 16), int(span[2], 16)
-            holds = any(start <= page < end for page in pages)
-        elif holds and line.startswith("AnonHugePages:"):
-            total += int(line.split()[1]) * 1024
-    return total
-
-
 @pytest.mark.parametrize("packed", PACKED)
 def test_weights_moved_into_huge_pages_lie_there_and_keep_their_bits(packed):
     layers = linears(packed)
@@ -150,3 +142,29 @@ def test_the_mover_gives_up_where_no_page_can_be_moved():
     buffer.close()  # unmapped: no page there can be moved
     pages = [first + i * HUGE_PAGE for i in range(40)]
     assert list(move_to_huge_pages(pages)) == [0] * (GIVE_UP_AFTER - 1)
+
+
+@pytest.mark.parametrize("packed", PACKED)
+def test_a_move_with_no_time_moves_nothing_and_with_all_the_time_every_page(packed):
+    layers = linears(packed)
+    pages = weight_pages(layers)
+    none = move_weights(layers, 0)
+    assert none.moved == 0 and none.pages == len(pages) * HUGE_PAGE
+    every = move_weights(layers, math.inf)
+    if not every.moved:
+        pytest.skip("this system moves no memory into huge pages on request (Linux < 6.1 or THP off)")
+    assert every.pages == len(pages) * HUGE_PAGE
+    assert every.moved >= 2 * HUGE_PAGE  # the 7 MB weight's own pages at least
+    assert huge_bytes_in(pages) >= every.moved
+
+
+@takes_the_mark
+def test_memory_asked_for_huge_pages_is_marked_whole_pages_and_all():
+    numel = (8 * HUGE_PAGE + 12345) // 4
+    tensor = empty_in_huge_pages(numel).fill_(1.5)
+    assert tensor.numel() == numel and tensor.data_ptr() % HUGE_PAGE == 0
+    assert float(tensor.sum()) == 1.5 * numel
+    # whether the system then has a free huge page at each first touch is its own affair (it falls
+    # back to 4 kB pages when it has none): what is asked is that every whole 2 MiB page be one
+    maps = mappings()
+    assert all(marked(page, maps) for page in range(tensor.data_ptr(), tensor.data_ptr() + 8 * HUGE_PAGE, HUGE_PAGE))

@@ -47,7 +47,7 @@ from pathlib import Path
 from types import ModuleType
 
 from nanoengine.engine import LLMEngine
-from tracer.bench.engine import greedy_params, run_requests, warm_up
+from tracer.bench.engine import bench_engine, greedy_params, run_requests, warm_up
 from tracer.bench.run import warmup_requests
 from tracer.bench.workload import QUICK, STANDARD, BenchRequest, WorkloadSpec, build_workload, token_id_range
 from tracer.kernels import (
@@ -60,7 +60,6 @@ from tracer.kernels import (
     paged_attention,
 )
 from tracer.kernels.build import KernelUnavailable
-from tracer.kernels.choose import build_engine
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
@@ -261,7 +260,7 @@ def compare(seconds: dict[tuple[int, int], list[float]]) -> list[dict]:
 def run_ab(builds: list[Build], model: str, options: dict, name: str, repeat: int, first: int) -> dict:
     with switching(builds, first) as switch:
         switch.use(first)
-        engine = build_engine(model, options)
+        engine, _ = bench_engine(model, options)
         if not isinstance(engine.runner.attend, PagedDecodeAttention):
             raise ValueError("the compiled kernels do not run with these options: nothing to compare")
         vocab_size = engine.model.config.vocab_size

@@ -4,6 +4,7 @@ model-only replay and the start-up time."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from tracer.bench.roofline import ByteModel
 from tracer.bench.workload import BenchRequest
 from tracer.kernels.choose import build_engine
 from tracer.kernels.fused_decoder import FusedDecoder
+from tracer.kernels.huge_pages import Moved, move_weights
 from tracer.kernels.packed_linear import agree_all
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
@@ -82,6 +84,16 @@ def warm_up(engine: LLMEngine, requests: list[BenchRequest]) -> None:
     run_requests(engine, requests, "warm-up")
 
 
+def bench_engine(model: str, options: dict) -> tuple[LLMEngine, Moved]:
+    """The engine the bench times: the tools' (build_engine), its weights moved into huge pages
+    whatever that takes, before any timed run: the engine as it settles in a long run or in a server
+    that has been idle (huge_pages.py); what the move took, for the report."""
+    engine = build_engine(model, options, move_seconds=0)
+    if engine.device.type != "cpu":
+        return engine, Moved(0, 0, 0.0)
+    return engine, move_weights(engine.model.modules(), math.inf)
+
+
 def run_engine(
     model: str, options: dict, requests: list[BenchRequest], warmup: list[BenchRequest], model_only: bool = True
 ) -> EngineRun:
@@ -89,7 +101,7 @@ def run_engine(
     decode ceiling is measured before the run and after it, and each batch's best rate kept: a VM
     slow for a few seconds made one run in three of the forty-third and forty-sixth rounds measure
     a ceiling 25-35 % low, and with it a reach too low and a share of it too high."""
-    engine = build_engine(model, options)
+    engine, moved = bench_engine(model, options)
     warm_up(engine, warmup)
     shape = ModelShape.of(engine.model.config)
     ceiling = linear_ceiling_of(engine, shape)
@@ -107,6 +119,7 @@ def run_engine(
             "max_num_batched_tokens": engine.config.max_num_batched_tokens,
             "max_num_seqs": engine.config.max_num_seqs,
             "kv_itemsize": engine.runner.kv_caches[0].element_size(),  # kv_cache_dtype's, or the model's
+            "huge_pages": {"moved_mib": moved.moved >> 20, "of_mib": moved.pages >> 20, "s": round(moved.seconds, 3)},
         },
         shape=shape,
     )
@@ -140,7 +153,7 @@ def run_traced(
     """The same workload on a fresh engine with the step recorder writing a JSONL trace."""
     from tracer.trace.recorder import TraceRecorder
 
-    engine = build_engine(model, options)
+    engine, _ = bench_engine(model, options)
     warm_up(engine, warmup)
     # Direct cost of recording: a step's record.wall_time is taken before the record is built and
     # the hooks run, so (time of step()) - wall_time is exactly what recording adds to that step.

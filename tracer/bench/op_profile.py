@@ -34,10 +34,9 @@ import torch
 from torch.autograd.profiler import record_function
 
 from nanoengine.engine import LLMEngine
-from tracer.bench.engine import greedy_params, warm_up
+from tracer.bench.engine import bench_engine, greedy_params, warm_up
 from tracer.bench.workload import BenchRequest
 from tracer.kernels import fused_ops
-from tracer.kernels.choose import build_engine
 from tracer.kernels.decode_layers import DecodeLayers
 from tracer.kernels.packed_linear import FewRowsLinear
 
@@ -125,7 +124,7 @@ def profile_engine(model: str, options: dict, requests: list[BenchRequest], warm
     """Run the workload under torch.profiler; per phase, seconds and share of each category."""
     from torch.profiler import ProfilerActivity, profile
 
-    engine = build_engine(model, options)
+    engine, _ = bench_engine(model, options)
     warm_up(engine, warmup)
     instrument(engine)
     try:

@@ -239,6 +239,14 @@ def overhead_table(report: dict):
                 f"{tracer['header_s'] * 1000:.0f} ms",
                 "once, before the first step: the tokenizer's digest, the engine's sources",
             )
+    moves = huge_page_moves(report)
+    if moves:
+        table.add_row(
+            "weights in 2 MiB pages",
+            moves,
+            "moved before the timed runs, as a long run or an idle server has them (generate and trace "
+            "move for at most 0.25 s at their start, khugepaged the rest)",
+        )
     if startup:
         text = startup.get("error") or (f"{startup['total_s']:.2f} s")
         how = (
@@ -252,6 +260,17 @@ def overhead_table(report: dict):
         )
         table.add_row("start-up to first token", text, how)
     return table
+
+
+def huge_page_moves(report: dict) -> str:
+    """Each engine's weights moved into huge pages (bench_engine), e.g. 'float32 520 of 526 MiB in
+    1.21 s'; '' for reports from before the forty-ninth round."""
+    engines = [("", report["engine"]), ("bfloat16 ", (report.get("bf16") or {}).get("engine", {}))]
+    return "; ".join(
+        f"{name}{moved['moved_mib']} of {moved['of_mib']} MiB in {moved['s']:.2f} s"
+        for name, engine in engines
+        if (moved := engine.get("huge_pages")) and moved["of_mib"]
+    )
 
 
 def startup_runs(startup: dict) -> str:
@@ -505,9 +524,10 @@ def roofline_caption(report: dict) -> str | None:
     if not bw:
         return None
     kernels = ", ".join(f"{k} {v:.1f}" for k, v in bw["by_kernel"].items())
+    pages = " asked for 2 MiB pages" if bw.get("huge_pages") else ""
     return (
         f"Roofline: bound = max(GFLOP / GEMM peak, GB moved / {bw['gb_s']:.1f} GB/s memory bandwidth "
-        f"({kernels} GB/s on {bw['buffer_mib']} MiB buffers)); a step moves {bw['weight_mb_per_step']:.0f} MB "
+        f"({kernels} GB/s on {bw['buffer_mib']} MiB buffers{pages})); a step moves {bw['weight_mb_per_step']:.0f} MB "
         f"of weights, each key {bw['kv_kb_per_key']:.1f} kB of K/V" + kv_reads_words(bw.get("kv_reads"))
     )
 

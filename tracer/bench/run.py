@@ -356,7 +356,11 @@ class Bf16Run:
             "weight_mb_per_step": round(nbytes.weight_bytes / 1e6, 1),
             "kv_kb_per_key": round(nbytes.kv_bytes_per_key / 1e3, 2),
             "kv_reads": self.engine.kv_reads,
-            "engine": {"num_steps": self.engine.num_steps, "model_time_s": round(self.engine.model_time, 4)},
+            "engine": {
+                "num_steps": self.engine.num_steps,
+                "model_time_s": round(self.engine.model_time, 4),
+                "huge_pages": self.engine.extra.get("huge_pages"),
+            },
         }
 
 

@@ -124,9 +124,9 @@ def time_in_turns(
 
 def nanoengine_singles(model: str, options: dict, request: BenchRequest, probe: Probe) -> dict[str, SingleResult]:
     """nanoengine in each of DTYPES, an engine each, their runs taking turns."""
-    from tracer.kernels.choose import build_engine
+    from tracer.bench.engine import bench_engine
 
-    engines = {dtype: build_engine(model, {**options, "dtype": dtype}) for dtype in DTYPES}
+    engines = {dtype: bench_engine(model, {**options, "dtype": dtype})[0] for dtype in DTYPES}
     runs = time_in_turns([generator(engine, request) for engine in engines.values()], probe=probe)
     return {dtype: SingleResult("nanoengine", dtype, r) for dtype, r in zip(engines, runs)}
 
@@ -199,13 +199,12 @@ def single_report(results: list[SingleResult], bandwidth_gb_s: float) -> dict:
 def run_batch(model: str, options: dict, vocab_size: int, log: Callable[[str], None]) -> dict:
     """BATCH requests added at once: output tok/s of nanoengine (float32) and llama.cpp, and how many
     requests got nanoengine's greedy tokens."""
-    from tracer.bench.engine import run_requests, warm_up
+    from tracer.bench.engine import bench_engine, run_requests, warm_up
     from tracer.bench.llama_cpp import llama_cpp_batch
-    from tracer.kernels.choose import build_engine
 
     requests = build_workload(BATCHED, vocab_size)
     log(f"batch of {BATCH}: nanoengine, float32 ...")
-    engine = build_engine(model, {**options, "dtype": "float32"})
+    engine, _ = bench_engine(model, {**options, "dtype": "float32"})
     warm_up(engine, requests[:2])
     ours = run_requests(engine, requests)
     del engine

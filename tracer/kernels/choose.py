@@ -14,7 +14,7 @@ from tracer.kernels.decode_layers import decode_layers_library
 from tracer.kernels.fused_decoder import FusedDecoder
 from tracer.kernels.fused_ops import fused_ops_library
 from tracer.kernels.greedy_sample import greedy_library, sample_compiled
-from tracer.kernels.huge_pages import mark_for_huge_pages
+from tracer.kernels.huge_pages import MOVE_AT_BUILD_S, mark_for_huge_pages, move_weights
 from tracer.kernels.packed_linear import amx_gemv_library, dpbf16_gemv_library, packed_gemv_library
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
@@ -47,13 +47,15 @@ def with_attention_kernel(options: dict) -> dict:
         return {**options, "attention_backend": "auto"}
 
 
-def build_engine(model: str, options: dict) -> LLMEngine:
+def build_engine(model: str, options: dict, move_seconds: float = MOVE_AT_BUILD_S) -> LLMEngine:
     """The engine the tools run: with_attention_kernel's backend and, with the kernel, the
     decoder's small steps fused (FusedDecoder, where the model fits it) and greedy sampling's pick
-    compiled, and on the CPU the weights marked for huge pages (huge_pages.py)."""
+    compiled, and on the CPU the weights in huge pages: marked, and moved there for up to
+    move_seconds (huge_pages.py; the bench passes math.inf, to time the engine they settle into)."""
     engine = LLMEngine(model, **with_attention_kernel(options))
     if engine.device.type == "cpu":
         mark_for_huge_pages(engine.model.modules())
+        move_weights(engine.model.modules(), move_seconds)
     fused = isinstance(engine.runner.attend, PagedDecodeAttention)
     if fused:
         engine.runner.sampler = sample_compiled

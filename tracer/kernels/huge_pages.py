@@ -1,29 +1,33 @@
-"""The model's weights marked for 2 MiB pages (Linux's transparent huge pages), for a long-lived
-engine: the kernel's khugepaged thread moves them there in the background, within minutes.
+"""The model's weights in 2 MiB pages (Linux's transparent huge pages).
 
 A decode step reads every weight once. With the usual 4 kB pages that is one address translation
 per 4 kB read, and the CPU's translation cache holds a few thousand: streaming 270-540 MB a token
-misses it all the time. In 2 MiB pages the same weights need 512 times fewer. On the Sapphire
-Rapids host of docs/benchmarks.md (seventeenth round) the single stream ran 14 % faster in
-float32 and 5 % in bfloat16 with the weights in huge pages; batches of 16-32 did not move.
+misses it all the time, and in a virtual machine each miss walks two sets of page tables. In 2 MiB
+pages the same weights need 512 times fewer. Measured (docs/benchmarks.md): on the AMX Xeon VM of
+the forty-ninth round decode steps 0.92-0.96x the time at 16-32 rows, 0.89-0.93x at 4-15 and
+0.88-0.90x at 1-3 (two engines stepping in turns), and a plain read of 256 MiB at ~38 GB/s in
+huge pages against ~24 in 4 kB pages; on the Zen 3 VM of the forty-second round 4.5-12 % shorter
+steps. The numbers do not move, only the pages that hold them.
 
-Why not move them at once (MADV_COLLAPSE, Linux 6.1): on that host, a virtual machine, a fresh
-2 MiB page cost ~10 ms, 0.2-3.8 s for a model, more than a short run gains. Marked, the weights
-move at khugepaged's pace (16 MB every 10 s by default) on a CPU's spare time, and a long-lived
-engine gets the faster steps after its first minutes. The numbers do not move, only the pages that hold them.
+How they get there. The weights are marked (MADV_HUGEPAGE), so that the kernel's khugepaged thread
+moves them within minutes, and moved at once (Linux 6.1's MADV_COLLAPSE, a page at a time) for as
+long as the caller allows (move_weights). What a page costs to move is the cost of a fresh 2 MiB
+page: on that VM ~0.6 ms where it reuses memory the guest has used before (0.08 s for the bfloat16
+model's 252 MiB) and 3-6 ms where the host must first back it (0.8-1.5 s for float32's 520 MiB).
+So a tool's start spends at most MOVE_AT_BUILD_S and leaves the rest to khugepaged; a server moves
+the rest while it has no request to run; the bench moves all before its timed runs, and reads its
+memory bandwidth in huge pages too, so that its bound stays the machine's (empty_in_huge_pages).
 Where the system's setting is `never`, or this is not Linux, nothing changes.
-
-A server also moves them itself while it has no request to run (move_to_huge_pages, Linux 6.1's
-MADV_COLLAPSE, a page at a time): on the Zen 3 VM of docs/benchmarks.md (forty-second round) the
-steps were then 4.5 % shorter at 16-32 rows, 6 % at 4-15 and 12 % at 1-3, for 2-6 ms of idle time a
-2 MiB page (0.55-2.3 s for the default model), where khugepaged takes minutes."""
+"""
 
 from __future__ import annotations
 
 import ctypes
 import functools
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -33,6 +37,7 @@ HUGE_PAGE = 2 << 20  # bytes: x86-64's transparent huge page
 MADV_HUGEPAGE = 14  # <linux/mman.h>
 MADV_COLLAPSE = 25  # Linux 6.1: move the memory into huge pages now
 GIVE_UP_AFTER = 16  # pages in a row that could not be moved: the system moves none on request
+MOVE_AT_BUILD_S = 0.25  # the most a tool's start spends moving its weights (build_engine)
 
 
 @functools.cache
@@ -107,3 +112,58 @@ def move_to_huge_pages(pages: Iterable[int]) -> Iterator[int]:
         if failures == GIVE_UP_AFTER:
             return
         yield HUGE_PAGE if moved else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """What move_weights did: bytes moved into huge pages (pages already there count), of how many
+    the weights' pages hold, in how many seconds."""
+
+    moved: int
+    pages: int  # bytes: every 2 MiB page a weight touches
+    seconds: float
+
+
+def move_weights(modules: Iterable[torch.nn.Module], seconds: float) -> Moved:
+    """The weights' pages moved into huge pages now, one after the other, until `seconds` have
+    passed (0: none; math.inf: all); the rest stay as they are, marked for khugepaged."""
+    pages = weight_pages(modules)
+    start, moved = time.perf_counter(), 0
+    mover = move_to_huge_pages(pages)
+    while time.perf_counter() - start < seconds:
+        page = next(mover, None)
+        if page is None:
+            break
+        moved += page
+    return Moved(moved, len(pages) * HUGE_PAGE, time.perf_counter() - start)
+
+
+def empty_in_huge_pages(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An empty CPU tensor whose memory the first touch puts in 2 MiB pages where the system gives
+    them (marked before it is written; a last part smaller than 2 MiB stays in 4 kB pages)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    buffer = torch.empty(numel + HUGE_PAGE // itemsize, dtype=dtype)
+    skip = (-buffer.data_ptr() % HUGE_PAGE) // itemsize
+    advise = madvise()
+    if advise is not None:
+        start = buffer.data_ptr() + skip * itemsize
+        advise(start, numel * itemsize - numel * itemsize % HUGE_PAGE, MADV_HUGEPAGE)
+    return buffer[skip : skip + numel]
+
+
+def huge_bytes_in(pages: Iterable[int]) -> int:
+    """AnonHugePages of the mappings that hold these 2 MiB pages (/proc/self/smaps), in bytes: how
+    much of that memory lies in huge pages (0 where this is not Linux)."""
+    pages = list(pages)
+    if sys.platform != "linux" or not pages:
+        return 0
+    total, holds = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                holds = any(start <= page < end for page in pages)
+            elif holds and fields[0] == "AnonHugePages:":
+                total += int(fields[1]) * 1024
+    return total
