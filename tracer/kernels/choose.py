@@ -51,7 +51,7 @@ def build_engine(model: str, options: dict, move_seconds: float = MOVE_AT_BUILD_
     """The engine the tools run: with_attention_kernel's backend and, with the kernel, the
     decoder's small steps fused (FusedDecoder, where the model fits it) and greedy sampling's pick
     compiled, and on the CPU the weights in huge pages: marked, and moved there for up to
-    move_seconds (huge_pages.py; the bench passes math.inf, to time the engine they settle into)."""
+    move_seconds (huge_pages.py; the bench's engine moves all: bench/engine.py, bench_engine)."""
     engine = LLMEngine(model, **with_attention_kernel(options))
     if engine.device.type == "cpu":
         mark_for_huge_pages(engine.model.modules())
