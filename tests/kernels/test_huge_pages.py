@@ -2,7 +2,7 @@
 its ends included; moved there a page at a time (as a server does while idle), they lie in huge
 pages, no bit of any weight changes and the kernels still read them; where nothing can be moved the
 mover gives up; a move in a time budget stops at it; memory asked for huge pages before its first
-touch is marked for them; a KV pool not yet touched is filled and moved, its contents kept."""
+touch is marked for them."""
 
 from __future__ import annotations
 
@@ -25,10 +25,8 @@ from tracer.kernels.huge_pages import (
     huge_page_spans,
     madvise,
     mark_for_huge_pages,
-    move_pool,
     move_to_huge_pages,
     move_weights,
-    pool_pages,
     runs_of,
     weight_bytes,
     weight_pages,
@@ -170,23 +168,3 @@ def test_memory_asked_for_huge_pages_is_marked_whole_pages_and_all():
     # back to 4 kB pages when it has none): what is asked is that every whole 2 MiB page be one
     maps = mappings()
     assert all(marked(page, maps) for page in range(tensor.data_ptr(), tensor.data_ptr() + 8 * HUGE_PAGE, HUGE_PAGE))
-
-
-def test_an_untouched_pool_is_filled_and_moved_with_what_it_holds_kept():
-    # as model_runner.py makes the CPU pool: one private mapping, faulted in as it is first written
-    size = 9 * HUGE_PAGE + 3 * 4096
-    pool = torch.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE), dtype=torch.float32)
-    kv_caches = list(pool.view(3, -1))  # three "layers"
-    written = torch.arange(1000, dtype=torch.float32)
-    pool[5000:6000] = written  # a few K/V already there, in 4 kB pages
-    pages = pool_pages(kv_caches)
-    start = pool.data_ptr()
-    assert pages == list(range(start + -start % HUGE_PAGE, start + size - HUGE_PAGE + 1, HUGE_PAGE))
-    assert len(pages) >= 8
-    assert move_pool(kv_caches, 0).moved == 0
-    moved = move_pool(kv_caches, math.inf)
-    if not moved.moved:
-        pytest.skip("this system moves no memory into huge pages on request (Linux < 6.1 or THP off)")
-    assert moved.moved == moved.pages == len(pages) * HUGE_PAGE  # the untouched pages too
-    assert huge_bytes_in(pages) >= moved.moved
-    assert torch.equal(pool[5000:6000], written) and int(pool[6000:].count_nonzero()) == 0

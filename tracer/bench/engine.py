@@ -24,7 +24,7 @@ from tracer.bench.roofline import ByteModel
 from tracer.bench.workload import BenchRequest
 from tracer.kernels.choose import build_engine
 from tracer.kernels.fused_decoder import FusedDecoder
-from tracer.kernels.huge_pages import move_pool, move_weights
+from tracer.kernels.huge_pages import Moved, move_weights
 from tracer.kernels.packed_linear import agree_all
 from tracer.kernels.paged_attention import PagedDecodeAttention
 
@@ -84,22 +84,14 @@ def warm_up(engine: LLMEngine, requests: list[BenchRequest]) -> None:
     run_requests(engine, requests, "warm-up")
 
 
-def bench_engine(model: str, options: dict) -> tuple[LLMEngine, dict]:
-    """The engine the bench times: the tools' (build_engine), its weights and its KV pool moved into
-    huge pages whatever that takes, before any timed run: the weights as a server has them once it
-    has been idle for a few seconds, the pool filled at once (huge_pages.py: move_pool); what each
-    move took, for the report."""
+def bench_engine(model: str, options: dict) -> tuple[LLMEngine, Moved]:
+    """The engine the bench times: the tools' (build_engine), its weights moved into huge pages
+    whatever that takes, before any timed run: the engine as it settles in a long run or in a server
+    that has been idle (huge_pages.py); what the move took, for the report."""
     engine = build_engine(model, options, move_seconds=0)
     if engine.device.type != "cpu":
-        return engine, {}
-    moves = {
-        "weights": move_weights(engine.model.modules(), math.inf),
-        "kv_pool": move_pool(engine.runner.kv_caches, math.inf),
-    }
-    return engine, {
-        name: {"moved_mib": m.moved >> 20, "of_mib": m.pages >> 20, "s": round(m.seconds, 3)}
-        for name, m in moves.items()
-    }
+        return engine, Moved(0, 0, 0.0)
+    return engine, move_weights(engine.model.modules(), math.inf)
 
 
 def run_engine(
@@ -127,7 +119,7 @@ def run_engine(
             "max_num_batched_tokens": engine.config.max_num_batched_tokens,
             "max_num_seqs": engine.config.max_num_seqs,
             "kv_itemsize": engine.runner.kv_caches[0].element_size(),  # kv_cache_dtype's, or the model's
-            "huge_pages": moved,
+            "huge_pages": {"moved_mib": moved.moved >> 20, "of_mib": moved.pages >> 20, "s": round(moved.seconds, 3)},
         },
         shape=shape,
     )

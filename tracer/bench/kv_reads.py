@@ -20,7 +20,6 @@ import torch
 from tracer.bench.model_shape import ModelShape
 from tracer.bench.roofline import ByteModel
 from tracer.bench.timing import other_reads, time_call
-from tracer.kernels.huge_pages import empty_in_huge_pages
 from tracer.kernels.paged_attention import paged_decode_library
 
 NUM_SEQS, SEQ_LEN = 24, 256  # like the standard workload's steps at >= 16 rows (~200 keys each)
@@ -57,9 +56,7 @@ class KVPool:
         blocks_each = -(-seq_len // block_size)
         num_blocks = num_seqs * blocks_each
         dims = (shape.num_layers, 2, num_blocks, shape.num_kv_heads, block_size, shape.head_dim)
-        # in 2 MiB pages, as the bench's engine has its pool (bench_engine); each word different
-        numel = torch.Size(dims).numel() * dtype.itemsize // 8
-        words = torch.arange(numel, out=empty_in_huge_pages(numel, torch.int64)).mul_(SCRAMBLE)
+        words = torch.arange(torch.Size(dims).numel() * dtype.itemsize // 8).mul_(SCRAMBLE)  # each different
         pool = words.view(dtype).view(dims)
         order = random.Random(seed).sample(range(num_blocks), num_blocks)
         tables = torch.tensor(order, dtype=torch.int32).view(num_seqs, blocks_each)

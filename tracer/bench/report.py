@@ -243,11 +243,10 @@ def overhead_table(report: dict):
     moves = huge_page_moves(report)
     if moves:
         table.add_row(
-            "in 2 MiB pages",
+            "weights in 2 MiB pages",
             moves,
-            "moved before the timed runs: the weights as a server has them after a few idle seconds "
-            f"(generate and trace move them for at most {MOVE_AT_BUILD_S:g} s at their start, khugepaged "
-            "the rest); the KV pool filled in them at once (the tools let attention fill it in 4 kB pages)",
+            "moved before the timed runs, as a long run or an idle server has them (generate and trace "
+            f"move for at most {MOVE_AT_BUILD_S:g} s at their start, khugepaged the rest)",
         )
     if startup:
         text = startup.get("error") or (f"{startup['total_s']:.2f} s")
@@ -265,19 +264,13 @@ def overhead_table(report: dict):
 
 
 def huge_page_moves(report: dict) -> str:
-    """Each engine's weights and KV pool moved into huge pages (bench_engine), e.g. 'float32 weights
-    520 of 526 MiB in 1.21 s, KV pool 1022 of 1023 MiB in 2.80 s; bfloat16 ...'; '' for reports
-    from before the forty-ninth round."""
-    engines = [(report["dtype"], report["engine"]), ("bfloat16", (report.get("bf16") or {}).get("engine", {}))]
+    """Each engine's weights moved into huge pages (bench_engine), e.g. 'float32 520 of 526 MiB in
+    1.21 s; bfloat16 252 of 262 MiB in 0.08 s'; '' for reports from before the forty-ninth round."""
+    engines = [(f"{report['dtype']} ", report["engine"]), ("bfloat16 ", (report.get("bf16") or {}).get("engine", {}))]
     return "; ".join(
-        f"{name} "
-        + ", ".join(
-            f"{part.replace('_', ' ')} {m['moved_mib']} of {m['of_mib']} MiB in {m['s']:.2f} s"
-            for part, m in moves.items()
-            if m["of_mib"]
-        )
+        f"{name}{moved['moved_mib']} of {moved['of_mib']} MiB in {moved['s']:.2f} s"
         for name, engine in engines
-        if (moves := engine.get("huge_pages"))
+        if (moved := engine.get("huge_pages")) and moved["of_mib"]
     )
 
 

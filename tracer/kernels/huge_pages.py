@@ -15,10 +15,8 @@ long as the caller allows (move_weights). What a page costs to move is the cost 
 page: on that VM ~0.6 ms where it reuses memory the guest has used before (0.08 s for the bfloat16
 model's 252 MiB) and 3-6 ms where the host must first back it (0.8-1.5 s for float32's 520 MiB).
 So a tool's start spends at most MOVE_AT_BUILD_S and leaves the rest to khugepaged; a server moves
-the rest while it has no request to run; the bench moves all before its timed runs, fills its
-engine's KV pool in huge pages too (move_pool: 2.8 s for float32's 1 GiB pool on that VM, a
-price only a long run repays) and reads its memory bandwidth and its K/V probe in huge pages, so
-that its bound stays the machine's (empty_in_huge_pages).
+the rest while it has no request to run; the bench moves all before its timed runs, and reads its
+memory bandwidth in huge pages too, so that its bound stays the machine's (empty_in_huge_pages).
 Where the system's setting is `never`, or this is not Linux, nothing changes.
 """
 
@@ -38,7 +36,6 @@ from nanoengine.model import Linear
 HUGE_PAGE = 2 << 20  # bytes: x86-64's transparent huge page
 MADV_HUGEPAGE = 14  # <linux/mman.h>
 MADV_COLLAPSE = 25  # Linux 6.1: move the memory into huge pages now
-MADV_POPULATE_WRITE = 23  # Linux 5.14: fault the memory in, writable, its contents kept
 GIVE_UP_AFTER = 16  # pages in a row that could not be moved: the system moves none on request
 MOVE_AT_BUILD_S = 0.25  # the most a tool's start spends moving its weights (build_engine)
 
@@ -100,22 +97,16 @@ def weight_pages(modules: Iterable[torch.nn.Module]) -> list[int]:
     return sorted({page for linear in linears for page in huge_page_spans(*weight_bytes(linear))})
 
 
-def move_to_huge_pages(pages: Iterable[int], fill: bool = False) -> Iterator[int]:
+def move_to_huge_pages(pages: Iterable[int]) -> Iterator[int]:
     """Each 2 MiB page moved into a huge page now (MADV_COLLAPSE), one page each time the iterator is
     advanced, which yields the bytes it moved: 0 for a page that lies across two mappings (the ends
     of the weights' memory), or once GIVE_UP_AFTER pages in a row could not be moved, nothing more
-    (a kernel before 6.1, or huge pages `never`). Nothing where this is not Linux. fill: memory not
-    yet touched (the KV pool's) too, which MADV_COLLAPSE leaves alone: each page marked, then
-    faulted in writable with its contents kept (MADV_POPULATE_WRITE), then moved if it was not
-    faulted in as a huge page."""
+    (a kernel before 6.1, or huge pages `never`). Nothing where this is not Linux."""
     advise = madvise()
     if advise is None:
         return
     failures = 0
     for page in pages:
-        if fill:
-            advise(page, HUGE_PAGE, MADV_HUGEPAGE)
-            advise(page, HUGE_PAGE, MADV_POPULATE_WRITE)
         moved = advise(page, HUGE_PAGE, MADV_COLLAPSE) == 0
         failures = 0 if moved else failures + 1
         if failures == GIVE_UP_AFTER:
@@ -125,47 +116,26 @@ def move_to_huge_pages(pages: Iterable[int], fill: bool = False) -> Iterator[int
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """What move_weights or move_pool did: bytes moved into huge pages (pages already there
-    count), of how many their pages hold, in how many seconds."""
+    """What move_weights did: bytes moved into huge pages (pages already there count), of how many
+    the weights' pages hold, in how many seconds."""
 
     moved: int
-    pages: int  # bytes: every 2 MiB page a weight touches, or every whole one of the pool
+    pages: int  # bytes: every 2 MiB page a weight touches
     seconds: float
 
 
 def move_weights(modules: Iterable[torch.nn.Module], seconds: float) -> Moved:
     """The weights' pages moved into huge pages now, one after the other, until `seconds` have
     passed (0: none; math.inf: all); the rest stay as they are, marked for khugepaged."""
-    return move_for(weight_pages(modules), seconds)
-
-
-def move_for(pages: list[int], seconds: float, fill: bool = False) -> Moved:
-    """move_to_huge_pages over these pages until `seconds` have passed."""
+    pages = weight_pages(modules)
     start, moved = time.perf_counter(), 0
-    mover = move_to_huge_pages(pages, fill)
+    mover = move_to_huge_pages(pages)
     while time.perf_counter() - start < seconds:
         page = next(mover, None)
         if page is None:
             break
         moved += page
     return Moved(moved, len(pages) * HUGE_PAGE, time.perf_counter() - start)
-
-
-def pool_pages(kv_caches: list[torch.Tensor]) -> list[int]:
-    """Every whole 2 MiB page of the engine's KV pool (one mapping on the CPU: model_runner.py), in
-    order; the partial pages at its ends are left in 4 kB pages."""
-    start = kv_caches[0].data_ptr()
-    end = start + sum(kv.numel() * kv.element_size() for kv in kv_caches)
-    return list(range(start + -start % HUGE_PAGE, end - HUGE_PAGE + 1, HUGE_PAGE))
-
-
-def move_pool(kv_caches: list[torch.Tensor], seconds: float) -> Moved:
-    """The KV pool's pages filled and moved into huge pages now (move_to_huge_pages' fill), until
-    `seconds` have passed. Its pages are otherwise faulted in 4 kB pages as attention first writes
-    them: in 2 MiB pages during the steps they cost more than they gain on a VM (docs/levers.md,
-    round 49), filled beforehand they made its steps 4-6 % shorter. The whole pool becomes
-    resident."""
-    return move_for(pool_pages(kv_caches), seconds, fill=True)
 
 
 def empty_in_huge_pages(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
