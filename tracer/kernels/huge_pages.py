@@ -13,7 +13,8 @@ How they get there. The weights are marked (MADV_HUGEPAGE), so that the kernel's
 moves them within minutes, and moved at once (Linux 6.1's MADV_COLLAPSE, a page at a time) for as
 long as the caller allows (move_weights). What a page costs to move is the cost of a fresh 2 MiB
 page: on that VM ~0.6 ms where it reuses memory the guest has used before (0.08 s for the bfloat16
-model's 252 MiB) and 3-6 ms where the host must first back it (0.8-1.5 s for float32's 520 MiB).
+model's 252 MiB) and 3-6 ms where the host must first back it (float32's 520 MiB took 0.3-1.6 s,
+with more of its pages fresh).
 So a tool's start spends at most MOVE_AT_BUILD_S and leaves the rest to khugepaged; a server moves
 the rest while it has no request to run; the bench moves all before its timed runs, and reads its
 memory bandwidth in huge pages too, so that its bound stays the machine's (empty_in_huge_pages).
