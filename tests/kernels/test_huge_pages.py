@@ -21,7 +21,6 @@ from tracer.kernels.huge_pages import (
     HUGE_PAGE,
     MADV_HUGEPAGE,
     empty_in_huge_pages,
-    huge_bytes_in,
     huge_page_spans,
     madvise,
     mark_for_huge_pages,
@@ -116,6 +115,19 @@ def test_every_page_a_weight_touches_is_marked(packed):
     assert mark_for_huge_pages(layers) >= len(set(pages)) * HUGE_PAGE
     after = mappings()
     assert all(marked(p, after) for p in pages)
+
+
+def huge_bytes_in(pages: list[int]) -> int:
+    """AnonHugePages of the mappings that hold these 2 MiB pages (/proc/self/smaps), in bytes."""
+    total, holds = 0, False
+    for line in open("/proc/self/smaps"):
+        span = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if span:
+            start, end = int(span[1], 16), int(span[2], 16)
+            holds = any(start <= page < end for page in pages)
+        elif holds and line.startswith("AnonHugePages:"):
+            total += int(line.split()[1]) * 1024
+    return total
 
 
 @pytest.mark.parametrize("packed", PACKED)

@@ -131,10 +131,7 @@ def move_weights(modules: Iterable[torch.nn.Module], seconds: float) -> Moved:
     pages = weight_pages(modules)
     start, moved = time.perf_counter(), 0
     mover = move_to_huge_pages(pages)
-    while time.perf_counter() - start < seconds:
-        page = next(mover, None)
-        if page is None:
-            break
+    while time.perf_counter() - start < seconds and (page := next(mover, None)) is not None:
         moved += page
     return Moved(moved, len(pages) * HUGE_PAGE, time.perf_counter() - start)
 
@@ -142,29 +139,9 @@ def move_weights(modules: Iterable[torch.nn.Module], seconds: float) -> Moved:
 def empty_in_huge_pages(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """An empty CPU tensor whose memory the first touch puts in 2 MiB pages where the system gives
     them (marked before it is written; a last part smaller than 2 MiB stays in 4 kB pages)."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    buffer = torch.empty(numel + HUGE_PAGE // itemsize, dtype=dtype)
-    skip = (-buffer.data_ptr() % HUGE_PAGE) // itemsize
-    advise = madvise()
+    buffer = torch.empty(numel + HUGE_PAGE // dtype.itemsize, dtype=dtype)
+    skip = (-buffer.data_ptr() % HUGE_PAGE) // dtype.itemsize
+    nbytes, advise = numel * dtype.itemsize, madvise()
     if advise is not None:
-        start = buffer.data_ptr() + skip * itemsize
-        advise(start, numel * itemsize - numel * itemsize % HUGE_PAGE, MADV_HUGEPAGE)
+        advise(buffer.data_ptr() + skip * dtype.itemsize, nbytes - nbytes % HUGE_PAGE, MADV_HUGEPAGE)
     return buffer[skip : skip + numel]
-
-
-def huge_bytes_in(pages: Iterable[int]) -> int:
-    """AnonHugePages of the mappings that hold these 2 MiB pages (/proc/self/smaps), in bytes: how
-    much of that memory lies in huge pages (0 where this is not Linux)."""
-    pages = list(pages)
-    if sys.platform != "linux" or not pages:
-        return 0
-    total, holds = 0, False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            fields = line.split()
-            if "-" in fields[0] and not fields[0].endswith(":"):
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                holds = any(start <= page < end for page in pages)
-            elif holds and fields[0] == "AnonHugePages:":
-                total += int(fields[1]) * 1024
-    return total
